@@ -1,0 +1,166 @@
+// Package object holds the vocabulary every layer of Slipstream shares about
+// buckets and objects: their metadata, the options of each operation, name
+// validation, and the sentinel errors. It does no I/O. The S3 layer maps these
+// errors to S3 error codes in exactly one place (internal/s3api).
+package object
+
+import (
+	"errors"
+	"io"
+	"time"
+)
+
+// Sentinel errors. Wrap them with %w; test them with errors.Is.
+var (
+	ErrBucketNotFound    = errors.New("object: no such bucket")
+	ErrBucketExists      = errors.New("object: bucket already exists")
+	ErrBucketNotEmpty    = errors.New("object: bucket not empty")
+	ErrInvalidBucketName = errors.New("object: invalid bucket name")
+	ErrNotFound          = errors.New("object: no such key")
+	ErrInvalidKey        = errors.New("object: invalid object key")
+	ErrBadDigest         = errors.New("object: content MD5 does not match")
+	ErrIncompleteBody    = errors.New("object: body shorter than its declared size")
+	ErrTooLarge          = errors.New("object: body longer than its declared size")
+	ErrNoSpace           = errors.New("object: no space left on the mountpaths")
+	ErrPrecondition      = errors.New("object: precondition failed")
+	ErrNotModified       = errors.New("object: not modified")
+	ErrInvalidRange      = errors.New("object: requested range not satisfiable")
+	ErrUploadNotFound    = errors.New("object: no such multipart upload")
+	ErrInvalidPart       = errors.New("object: invalid part")
+	ErrInvalidPartOrder  = errors.New("object: parts not in ascending order")
+	ErrEntityTooSmall    = errors.New("object: part smaller than the minimum")
+	ErrUnavailable       = errors.New("object: no live replica could serve the request")
+	ErrBackend           = errors.New("object: remote backend failed")
+	ErrInvalidArgument   = errors.New("object: invalid argument")
+	ErrSlowDown          = errors.New("object: too many dirty bytes, slow down")
+)
+
+// MaxKeyLen is the longest object key S3 allows, in bytes.
+const MaxKeyLen = 1024
+
+// Info is an object's metadata. It is stored with the object and travels with
+// every copy of it.
+type Info struct {
+	Bucket      string            `json:"bucket"`
+	Key         string            `json:"key"`
+	Size        int64             `json:"size"`
+	ETag        string            `json:"etag"`               // without quotes: hex MD5, or hex-N for multipart
+	Checksum    string            `json:"checksum,omitempty"` // "crc32c:<hex>" of the whole body
+	ContentType string            `json:"contentType,omitempty"`
+	UserMeta    map[string]string `json:"userMeta,omitempty"` // x-amz-meta-* without the prefix, lower case
+	ModTime     time.Time         `json:"modTime"`
+	AccessTime  time.Time         `json:"accessTime,omitempty"`
+
+	// Remote backend state, for cache and writeback buckets.
+	BackendETag    string    `json:"backendETag,omitempty"`
+	BackendVersion string    `json:"backendVersion,omitempty"`
+	ValidatedAt    time.Time `json:"validatedAt,omitempty"`
+	Dirty          bool      `json:"dirty,omitempty"` // not yet in the backend: never evicted
+}
+
+// BucketInfo describes a bucket as ListBuckets shows it.
+type BucketInfo struct {
+	Name    string
+	Created time.Time
+}
+
+// Range is a byte range of an object. Length < 0 means "to the end".
+// Suffix > 0 means "the last Suffix bytes" and ignores Offset and Length.
+type Range struct {
+	Offset int64
+	Length int64
+	Suffix int64
+}
+
+// Resolve returns the absolute offset and length of r within an object of
+// the given size, or ErrInvalidRange.
+func (r Range) Resolve(size int64) (offset, length int64, err error) {
+	if r.Suffix > 0 {
+		if r.Suffix > size {
+			return 0, size, nil
+		}
+		return size - r.Suffix, r.Suffix, nil
+	}
+	if r.Offset < 0 || r.Offset >= size {
+		return 0, 0, ErrInvalidRange
+	}
+	length = r.Length
+	if length < 0 || r.Offset+length > size {
+		length = size - r.Offset
+	}
+	return r.Offset, length, nil
+}
+
+// PutOptions go with a PUT.
+type PutOptions struct {
+	Size        int64  // declared body size; -1 if unknown
+	ContentMD5  []byte // raw 16 bytes if the client sent Content-MD5
+	ContentType string
+	UserMeta    map[string]string
+}
+
+// GetOptions go with a GET. Conditions are evaluated by the S3 layer against
+// the Info of the reader before any body byte is sent.
+type GetOptions struct {
+	Range *Range
+}
+
+// Reader is an open object: its metadata and a stream of its bytes (the
+// requested range only, when GetOptions.Range was set).
+type Reader interface {
+	io.ReadCloser
+	Info() Info
+	// Range reports the absolute offset and length this reader delivers.
+	Range() (offset, length int64)
+}
+
+// CopyOptions go with a CopyObject.
+type CopyOptions struct {
+	ReplaceMeta bool // x-amz-metadata-directive: REPLACE
+	ContentType string
+	UserMeta    map[string]string
+}
+
+// ListOptions select a page of a bucket listing.
+type ListOptions struct {
+	Prefix     string
+	Delimiter  string
+	StartAfter string // list keys strictly greater than this
+	MaxKeys    int    // 0 means the default (1000)
+}
+
+// ListResult is one page of a listing, sorted by key.
+type ListResult struct {
+	Objects        []Info
+	CommonPrefixes []string
+	IsTruncated    bool
+	NextMarker     string // last key or prefix returned; continue after it
+}
+
+// CompletePart names one part in a CompleteMultipartUpload request.
+type CompletePart struct {
+	PartNumber int
+	ETag       string // without quotes
+}
+
+// PartInfo describes an uploaded part.
+type PartInfo struct {
+	PartNumber int
+	ETag       string
+	Size       int64
+	ModTime    time.Time
+}
+
+// UploadInfo describes a multipart upload in progress.
+type UploadInfo struct {
+	Bucket    string
+	Key       string
+	UploadID  string
+	Initiated time.Time
+}
+
+// MinPartSize is the smallest size S3 allows for any part but the last.
+const MinPartSize = 5 << 20
+
+// MaxPartNumber is the largest part number S3 allows.
+const MaxPartNumber = 10000
