@@ -1,0 +1,308 @@
+package peer
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"github.com/slipstream-io/slipstream/internal/object"
+)
+
+// Target is a peer node and its intra-cluster addresses (host:port).
+type Target struct {
+	ID    string
+	Addrs []string
+}
+
+// Doer sends a request whose URL holds only a path and query to one of the
+// target's addresses. The multihomed transport picks the interface pair.
+type Doer interface {
+	Do(ctx context.Context, t Target, req *http.Request) (*http.Response, error)
+}
+
+// HTTPDoer is a Doer over one http.Client: it tries the target's addresses
+// in order and moves on only when a connection cannot be made.
+type HTTPDoer struct {
+	Client *http.Client
+	Scheme string // "http" when empty
+	Secret string // sent as X-Slipstream-Secret
+}
+
+var _ Doer = (*HTTPDoer)(nil)
+
+// Do implements Doer.
+func (d *HTTPDoer) Do(ctx context.Context, t Target, req *http.Request) (*http.Response, error) {
+	scheme := d.Scheme
+	if scheme == "" {
+		scheme = "http"
+	}
+	var lastErr error
+	for i, a := range t.Addrs {
+		r := req.Clone(ctx)
+		r.URL.Scheme, r.URL.Host, r.Host = scheme, a, a
+		if d.Secret != "" {
+			r.Header.Set(SecretHeader, d.Secret)
+		}
+		if i > 0 && req.Body != nil && req.Body != http.NoBody {
+			if req.GetBody == nil {
+				break // the body is consumed; the caller retries elsewhere
+			}
+			b, err := req.GetBody()
+			if err != nil {
+				return nil, err
+			}
+			r.Body = b
+		}
+		resp, err := d.Client.Do(r)
+		if err == nil {
+			return resp, nil
+		}
+		lastErr = err
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	if lastErr == nil {
+		lastErr = errors.New("no address")
+	}
+	return nil, fmt.Errorf("%w: %w: node %s: %v", object.ErrUnavailable, ErrUnreachable, t.ID, lastErr)
+}
+
+// SecretHeader carries the cluster secret on intra-cluster requests.
+const SecretHeader = "X-Slipstream-Secret"
+
+// Client talks the peer protocol.
+type Client struct{ Doer Doer }
+
+// Node returns a Local that lives on the target node.
+func (c *Client) Node(t Target) Local { return &remote{doer: c.Doer, t: t} }
+
+type remote struct {
+	doer Doer
+	t    Target
+}
+
+var _ Local = (*remote)(nil)
+
+// do sends one request; size is the body's length (-1 if unknown).
+func (r *remote) do(ctx context.Context, method, path string, q url.Values, hdr http.Header, body io.Reader, size int64) (*http.Response, error) {
+	u := &url.URL{Path: prefix + path, RawQuery: q.Encode()}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil && size >= 0 {
+		req.ContentLength = size
+		if size == 0 {
+			req.Body = http.NoBody
+		}
+	}
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
+	resp, err := r.doer.Do(ctx, r.t, req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode >= 300 {
+		resp.Body.Close()
+		code := resp.Header.Get(hdrErr)
+		msg, _ := url.QueryUnescape(resp.Header.Get(hdrErrMsg))
+		if code == "" {
+			return nil, fmt.Errorf("%w: %s %s on %s: HTTP %d", ErrProtocol, method, path, r.t.ID, resp.StatusCode)
+		}
+		return nil, codeError(code, msg)
+	}
+	return resp, nil
+}
+
+func (r *remote) call(ctx context.Context, method, path string, q url.Values, hdr http.Header, body io.Reader, size int64, out any) error {
+	resp, err := r.do(ctx, method, path, q, hdr, body, size)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if out == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("%w: decoding answer of %s: %v", ErrProtocol, r.t.ID, err)
+	}
+	return nil
+}
+
+func bk(bucket, key string) url.Values {
+	q := url.Values{"bucket": {bucket}}
+	if key != "" {
+		q.Set("key", key)
+	}
+	return q
+}
+
+func jsonHeader(v any) (http.Header, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return http.Header{hdrPut: {string(b)}}, nil
+}
+
+func (r *remote) Put(ctx context.Context, bucket, key string, body io.Reader, opts PutOptions) (object.Info, error) {
+	hdr, err := jsonHeader(opts)
+	if err != nil {
+		return object.Info{}, err
+	}
+	var info object.Info
+	err = r.call(ctx, http.MethodPut, "object", bk(bucket, key), hdr, body, opts.Size, &info)
+	return info, err
+}
+
+func (r *remote) Get(ctx context.Context, bucket, key string, rng *object.Range) (object.Reader, error) {
+	q := bk(bucket, key)
+	if rng != nil {
+		if rng.Suffix > 0 {
+			q.Set("suffix", strconv.FormatInt(rng.Suffix, 10))
+		} else {
+			q.Set("offset", strconv.FormatInt(rng.Offset, 10))
+			if rng.Length >= 0 {
+				q.Set("length", strconv.FormatInt(rng.Length, 10))
+			}
+		}
+	}
+	resp, err := r.do(ctx, http.MethodGet, "object", q, nil, nil, -1)
+	if err != nil {
+		return nil, err
+	}
+	rd := &remoteReader{body: resp.Body}
+	if err := json.Unmarshal([]byte(resp.Header.Get(hdrInfo)), &rd.info); err != nil {
+		resp.Body.Close()
+		return nil, fmt.Errorf("%w: bad object info from %s: %v", ErrProtocol, r.t.ID, err)
+	}
+	if _, err := fmt.Sscanf(resp.Header.Get(hdrRange), "%d %d", &rd.off, &rd.n); err != nil {
+		resp.Body.Close()
+		return nil, fmt.Errorf("%w: bad range from %s: %v", ErrProtocol, r.t.ID, err)
+	}
+	return rd, nil
+}
+
+type remoteReader struct {
+	body   io.ReadCloser
+	info   object.Info
+	off, n int64
+	got    int64
+}
+
+func (r *remoteReader) Read(p []byte) (int, error) {
+	n, err := r.body.Read(p)
+	r.got += int64(n)
+	if err == io.EOF && r.got < r.n {
+		err = io.ErrUnexpectedEOF
+	}
+	return n, err
+}
+func (r *remoteReader) Close() error          { return r.body.Close() }
+func (r *remoteReader) Info() object.Info     { return r.info }
+func (r *remoteReader) Range() (off, n int64) { return r.off, r.n }
+
+func (r *remote) Stat(ctx context.Context, bucket, key string) (object.Info, error) {
+	resp, err := r.do(ctx, http.MethodHead, "object", bk(bucket, key), nil, nil, -1)
+	if err != nil {
+		return object.Info{}, err
+	}
+	resp.Body.Close()
+	var info object.Info
+	if err := json.Unmarshal([]byte(resp.Header.Get(hdrInfo)), &info); err != nil {
+		return object.Info{}, fmt.Errorf("%w: bad object info from %s: %v", ErrProtocol, r.t.ID, err)
+	}
+	return info, nil
+}
+
+func (r *remote) Delete(ctx context.Context, bucket, key string) error {
+	return r.call(ctx, http.MethodDelete, "object", bk(bucket, key), nil, nil, -1, nil)
+}
+
+func (r *remote) List(ctx context.Context, bucket string, opts object.ListOptions) (object.ListResult, error) {
+	q := bk(bucket, "")
+	q.Set("prefix", opts.Prefix)
+	q.Set("delimiter", opts.Delimiter)
+	q.Set("start-after", opts.StartAfter)
+	q.Set("max-keys", strconv.Itoa(opts.MaxKeys))
+	var res object.ListResult
+	err := r.call(ctx, http.MethodGet, "list", q, nil, nil, -1, &res)
+	return res, err
+}
+
+func (r *remote) DeleteBucket(ctx context.Context, bucket string) error {
+	return r.call(ctx, http.MethodDelete, "bucket", bk(bucket, ""), nil, nil, -1, nil)
+}
+
+func (r *remote) CreateUpload(ctx context.Context, bucket, key string, opts object.PutOptions) (string, error) {
+	hdr, err := jsonHeader(opts)
+	if err != nil {
+		return "", err
+	}
+	var out struct {
+		UploadID string `json:"uploadId"`
+	}
+	err = r.call(ctx, http.MethodPost, "upload", bk(bucket, key), hdr, nil, -1, &out)
+	return out.UploadID, err
+}
+
+func (r *remote) PutPart(ctx context.Context, bucket, key, uploadID string, part int, body io.Reader, opts object.PutOptions) (object.PartInfo, error) {
+	hdr, err := jsonHeader(opts)
+	if err != nil {
+		return object.PartInfo{}, err
+	}
+	q := bk(bucket, key)
+	q.Set("uploadId", uploadID)
+	q.Set("part", strconv.Itoa(part))
+	var pi object.PartInfo
+	err = r.call(ctx, http.MethodPut, "upload", q, hdr, body, opts.Size, &pi)
+	return pi, err
+}
+
+func (r *remote) ListParts(ctx context.Context, bucket, key, uploadID string) ([]object.PartInfo, error) {
+	q := bk(bucket, key)
+	q.Set("uploadId", uploadID)
+	var parts []object.PartInfo
+	err := r.call(ctx, http.MethodGet, "upload", q, nil, nil, -1, &parts)
+	return parts, err
+}
+
+func (r *remote) ListUploads(ctx context.Context, bucket, prefix string) ([]object.UploadInfo, error) {
+	q := bk(bucket, "")
+	q.Set("prefix", prefix)
+	var ups []object.UploadInfo
+	err := r.call(ctx, http.MethodGet, "uploads", q, nil, nil, -1, &ups)
+	return ups, err
+}
+
+func (r *remote) AbortUpload(ctx context.Context, bucket, key, uploadID string) error {
+	q := bk(bucket, key)
+	q.Set("uploadId", uploadID)
+	return r.call(ctx, http.MethodDelete, "upload", q, nil, nil, -1, nil)
+}
+
+func (r *remote) CompleteUpload(ctx context.Context, bucket, key, uploadID string, parts []object.CompletePart) (object.Info, error) {
+	q := bk(bucket, key)
+	q.Set("uploadId", uploadID)
+	b, err := json.Marshal(parts)
+	if err != nil {
+		return object.Info{}, err
+	}
+	var info object.Info
+	err = r.call(ctx, http.MethodPost, "complete", q, nil, bytes.NewReader(b), int64(len(b)), &info)
+	return info, err
+}
+
+// ErrUnreachable is wrapped (with object.ErrUnavailable) by a Doer that
+// could not get an answer from the node at all: the request may be retried
+// on another replica.
+var ErrUnreachable = errors.New("peer: node unreachable")

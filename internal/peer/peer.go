@@ -1,0 +1,104 @@
+// Package peer is the intra-cluster object protocol: how one node asks
+// another to store, read, list or delete objects and multipart parts on its
+// own mountpaths. It is plain HTTP on the intra-cluster addresses, bodies
+// stream in both directions (reads use sendfile on the serving side), and
+// errors travel as codes mapped to the object sentinels in one table here.
+//
+// The server side serves any Local implementation; the client side is a
+// Client that sends requests through a Doer (the multihomed transport in a
+// real node, a plain http.Client in tests).
+package peer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/slipstream-io/slipstream/internal/object"
+)
+
+// ErrProtocol is wrapped by errors in the peer protocol itself (a response
+// that cannot be decoded, an unknown error code).
+var ErrProtocol = errors.New("peer: protocol error")
+
+// PutOptions are the options of a replica write: the client's options plus
+// what the gateway decided for all copies (modification time, ETag of a
+// known body) and tier state.
+type PutOptions struct {
+	object.PutOptions
+	ModTime        time.Time `json:"modTime,omitempty"`
+	ETag           string    `json:"etag,omitempty"`
+	BackendETag    string    `json:"backendETag,omitempty"`
+	BackendVersion string    `json:"backendVersion,omitempty"`
+	Dirty          bool      `json:"dirty,omitempty"`
+	// Replica marks a copy written for redundancy, not by the owner: a
+	// writeback replica records the object in its journal so it can take
+	// over destaging if the owner dies.
+	Replica bool   `json:"replica,omitempty"`
+	Owner   string `json:"owner,omitempty"`
+}
+
+// Local is what a node serves to its peers: the objects on its own
+// mountpaths (and, for cache buckets, its fills from the backend).
+type Local interface {
+	Put(ctx context.Context, bucket, key string, r io.Reader, opts PutOptions) (object.Info, error)
+	Get(ctx context.Context, bucket, key string, rng *object.Range) (object.Reader, error)
+	Stat(ctx context.Context, bucket, key string) (object.Info, error)
+	Delete(ctx context.Context, bucket, key string) error
+	List(ctx context.Context, bucket string, opts object.ListOptions) (object.ListResult, error)
+	DeleteBucket(ctx context.Context, bucket string) error
+
+	CreateUpload(ctx context.Context, bucket, key string, opts object.PutOptions) (string, error)
+	PutPart(ctx context.Context, bucket, key, uploadID string, part int, r io.Reader, opts object.PutOptions) (object.PartInfo, error)
+	ListParts(ctx context.Context, bucket, key, uploadID string) ([]object.PartInfo, error)
+	ListUploads(ctx context.Context, bucket, prefix string) ([]object.UploadInfo, error)
+	AbortUpload(ctx context.Context, bucket, key, uploadID string) error
+	CompleteUpload(ctx context.Context, bucket, key, uploadID string, parts []object.CompletePart) (object.Info, error)
+}
+
+// codes maps error codes on the wire to sentinels, both ways.
+var codes = []struct {
+	code string
+	err  error
+}{
+	{"BucketNotFound", object.ErrBucketNotFound},
+	{"BucketExists", object.ErrBucketExists},
+	{"BucketNotEmpty", object.ErrBucketNotEmpty},
+	{"InvalidBucketName", object.ErrInvalidBucketName},
+	{"NotFound", object.ErrNotFound},
+	{"InvalidKey", object.ErrInvalidKey},
+	{"BadDigest", object.ErrBadDigest},
+	{"IncompleteBody", object.ErrIncompleteBody},
+	{"TooLarge", object.ErrTooLarge},
+	{"NoSpace", object.ErrNoSpace},
+	{"Precondition", object.ErrPrecondition},
+	{"InvalidRange", object.ErrInvalidRange},
+	{"UploadNotFound", object.ErrUploadNotFound},
+	{"InvalidPart", object.ErrInvalidPart},
+	{"InvalidPartOrder", object.ErrInvalidPartOrder},
+	{"EntityTooSmall", object.ErrEntityTooSmall},
+	{"Unavailable", object.ErrUnavailable},
+	{"Backend", object.ErrBackend},
+	{"InvalidArgument", object.ErrInvalidArgument},
+	{"SlowDown", object.ErrSlowDown},
+}
+
+func errorCode(err error) string {
+	for _, c := range codes {
+		if errors.Is(err, c.err) {
+			return c.code
+		}
+	}
+	return "Internal"
+}
+
+func codeError(code, msg string) error {
+	for _, c := range codes {
+		if c.code == code {
+			return fmt.Errorf("%w: %s", c.err, msg)
+		}
+	}
+	return fmt.Errorf("%w: peer answered %s: %s", ErrProtocol, code, msg)
+}

@@ -1,0 +1,238 @@
+package peer
+
+import (
+	"bytes"
+	"context"
+	"crypto/md5"
+	"encoding/hex"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/slipstream-io/slipstream/internal/object"
+)
+
+// memLocal is an in-memory Local for protocol tests.
+type memLocal struct {
+	mu   sync.Mutex
+	objs map[string][]byte
+	info map[string]object.Info
+}
+
+func newMem() *memLocal {
+	return &memLocal{objs: map[string][]byte{}, info: map[string]object.Info{}}
+}
+
+func (m *memLocal) Put(ctx context.Context, bucket, key string, r io.Reader, opts PutOptions) (object.Info, error) {
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return object.Info{}, err
+	}
+	if opts.Size >= 0 && int64(len(b)) != opts.Size {
+		return object.Info{}, object.ErrIncompleteBody
+	}
+	sum := md5.Sum(b)
+	info := object.Info{Bucket: bucket, Key: key, Size: int64(len(b)), ETag: hex.EncodeToString(sum[:]), Dirty: opts.Dirty}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.objs[bucket+"/"+key], m.info[bucket+"/"+key] = b, info
+	return info, nil
+}
+
+type memReader struct {
+	*bytes.Reader
+	info   object.Info
+	off, n int64
+}
+
+func (r *memReader) Close() error          { return nil }
+func (r *memReader) Info() object.Info     { return r.info }
+func (r *memReader) Range() (off, n int64) { return r.off, r.n }
+
+func (m *memLocal) Get(ctx context.Context, bucket, key string, rng *object.Range) (object.Reader, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b, ok := m.objs[bucket+"/"+key]
+	if !ok {
+		return nil, object.ErrNotFound
+	}
+	off, n := int64(0), int64(len(b))
+	if rng != nil {
+		var err error
+		if off, n, err = rng.Resolve(int64(len(b))); err != nil {
+			return nil, err
+		}
+	}
+	return &memReader{bytes.NewReader(b[off : off+n]), m.info[bucket+"/"+key], off, n}, nil
+}
+
+func (m *memLocal) Stat(ctx context.Context, bucket, key string) (object.Info, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	i, ok := m.info[bucket+"/"+key]
+	if !ok {
+		return object.Info{}, object.ErrNotFound
+	}
+	return i, nil
+}
+
+func (m *memLocal) Delete(ctx context.Context, bucket, key string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.objs[bucket+"/"+key]; !ok {
+		return object.ErrNotFound
+	}
+	delete(m.objs, bucket+"/"+key)
+	delete(m.info, bucket+"/"+key)
+	return nil
+}
+
+func (m *memLocal) List(ctx context.Context, bucket string, opts object.ListOptions) (object.ListResult, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var res object.ListResult
+	for k, i := range m.info {
+		if strings.HasPrefix(k, bucket+"/"+opts.Prefix) && i.Key > opts.StartAfter {
+			res.Objects = append(res.Objects, i)
+		}
+	}
+	sort.Slice(res.Objects, func(a, b int) bool { return res.Objects[a].Key < res.Objects[b].Key })
+	return res, nil
+}
+
+func (m *memLocal) DeleteBucket(ctx context.Context, bucket string) error {
+	return object.ErrBucketNotEmpty
+}
+func (m *memLocal) CreateUpload(ctx context.Context, bucket, key string, opts object.PutOptions) (string, error) {
+	return "u1", nil
+}
+func (m *memLocal) PutPart(ctx context.Context, bucket, key, uploadID string, part int, r io.Reader, opts object.PutOptions) (object.PartInfo, error) {
+	n, err := io.Copy(io.Discard, r)
+	return object.PartInfo{PartNumber: part, Size: n}, err
+}
+func (m *memLocal) ListParts(ctx context.Context, bucket, key, uploadID string) ([]object.PartInfo, error) {
+	return nil, object.ErrUploadNotFound
+}
+func (m *memLocal) ListUploads(ctx context.Context, bucket, prefix string) ([]object.UploadInfo, error) {
+	return []object.UploadInfo{{Bucket: bucket, Key: "k", UploadID: "u1"}}, nil
+}
+func (m *memLocal) AbortUpload(ctx context.Context, bucket, key, uploadID string) error { return nil }
+func (m *memLocal) CompleteUpload(ctx context.Context, bucket, key, uploadID string, parts []object.CompletePart) (object.Info, error) {
+	if len(parts) == 0 {
+		return object.Info{}, object.ErrInvalidPart
+	}
+	return object.Info{Bucket: bucket, Key: key, ETag: "x-" + uploadID}, nil
+}
+
+func setup(t *testing.T) (Local, *memLocal) {
+	mem := newMem()
+	srv := httptest.NewServer(NewHandler(mem))
+	t.Cleanup(srv.Close)
+	c := &Client{Doer: &HTTPDoer{Client: srv.Client()}}
+	return c.Node(Target{ID: "n1", Addrs: []string{strings.TrimPrefix(srv.URL, "http://")}}), mem
+}
+
+func TestRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	rem, _ := setup(t)
+	body := []byte("hello, peer protocol")
+	info, err := rem.Put(ctx, "b", "dir/k 1", bytes.NewReader(body), PutOptions{PutOptions: object.PutOptions{Size: int64(len(body))}, Dirty: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Size != int64(len(body)) || !info.Dirty {
+		t.Fatalf("put info %+v", info)
+	}
+	rd, err := rem.Get(ctx, "b", "dir/k 1", &object.Range{Offset: 7, Length: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(rd)
+	rd.Close()
+	if err != nil || string(got) != "peer" {
+		t.Fatalf("range read %q, %v", got, err)
+	}
+	if off, n := rd.Range(); off != 7 || n != 4 || rd.Info().ETag != info.ETag {
+		t.Fatalf("range %d,%d info %+v", off, n, rd.Info())
+	}
+	st, err := rem.Stat(ctx, "b", "dir/k 1")
+	if err != nil || st.ETag != info.ETag {
+		t.Fatalf("stat %+v %v", st, err)
+	}
+	res, err := rem.List(ctx, "b", object.ListOptions{Prefix: "dir/"})
+	if err != nil || len(res.Objects) != 1 || res.Objects[0].Key != "dir/k 1" {
+		t.Fatalf("list %+v %v", res, err)
+	}
+	if err := rem.Delete(ctx, "b", "dir/k 1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rem.Stat(ctx, "b", "dir/k 1"); !errors.Is(err, object.ErrNotFound) {
+		t.Fatalf("stat after delete: %v", err)
+	}
+}
+
+func TestErrorsMapToSentinels(t *testing.T) {
+	ctx := context.Background()
+	rem, _ := setup(t)
+	tests := []struct {
+		name string
+		err  error
+		want error
+	}{
+		{"get missing", func() error { _, err := rem.Get(ctx, "b", "nope", nil); return err }(), object.ErrNotFound},
+		{"bad range", func() error {
+			_, _ = rem.Put(ctx, "b", "k", strings.NewReader("abc"), PutOptions{PutOptions: object.PutOptions{Size: 3}})
+			_, err := rem.Get(ctx, "b", "k", &object.Range{Offset: 10, Length: 1})
+			return err
+		}(), object.ErrInvalidRange},
+		{"bucket not empty", rem.DeleteBucket(ctx, "b"), object.ErrBucketNotEmpty},
+		{"no upload", func() error { _, err := rem.ListParts(ctx, "b", "k", "x"); return err }(), object.ErrUploadNotFound},
+		{"invalid part", func() error { _, err := rem.CompleteUpload(ctx, "b", "k", "u1", nil); return err }(), object.ErrInvalidPart},
+	}
+	for _, tt := range tests {
+		if !errors.Is(tt.err, tt.want) {
+			t.Errorf("%s: got %v, want %v", tt.name, tt.err, tt.want)
+		}
+		if errors.Is(tt.err, ErrUnreachable) {
+			t.Errorf("%s: an answered error counted as unreachable", tt.name)
+		}
+	}
+}
+
+func TestUnreachable(t *testing.T) {
+	c := &Client{Doer: &HTTPDoer{Client: http.DefaultClient}}
+	rem := c.Node(Target{ID: "gone", Addrs: []string{"127.0.0.1:1"}})
+	_, err := rem.Stat(context.Background(), "b", "k")
+	if !errors.Is(err, ErrUnreachable) || !errors.Is(err, object.ErrUnavailable) {
+		t.Fatalf("dial failure: %v", err)
+	}
+}
+
+func TestMultipartCalls(t *testing.T) {
+	ctx := context.Background()
+	rem, _ := setup(t)
+	id, err := rem.CreateUpload(ctx, "b", "k", object.PutOptions{ContentType: "a/b"})
+	if err != nil || id != "u1" {
+		t.Fatalf("create %q %v", id, err)
+	}
+	pi, err := rem.PutPart(ctx, "b", "k", id, 3, strings.NewReader("12345"), object.PutOptions{Size: 5})
+	if err != nil || pi.PartNumber != 3 || pi.Size != 5 {
+		t.Fatalf("part %+v %v", pi, err)
+	}
+	ups, err := rem.ListUploads(ctx, "b", "")
+	if err != nil || len(ups) != 1 || ups[0].UploadID != "u1" {
+		t.Fatalf("uploads %+v %v", ups, err)
+	}
+	info, err := rem.CompleteUpload(ctx, "b", "k", id, []object.CompletePart{{PartNumber: 1, ETag: "e"}})
+	if err != nil || info.ETag != "x-u1" {
+		t.Fatalf("complete %+v %v", info, err)
+	}
+	if err := rem.AbortUpload(ctx, "b", "k", id); err != nil {
+		t.Fatal(err)
+	}
+}
