@@ -1,0 +1,143 @@
+// Package filedev is a block device backed by one local file: reads and
+// writes are pread/pwrite in place, trim punches holes, FUA and flush are
+// fdatasync. It is the simplest device an NBD export can serve and the
+// reference the mirrored volumes are measured against.
+package filedev
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/slipstream-io/slipstream/internal/volume/nbd"
+)
+
+// Device is a file used as a block device.
+type Device struct {
+	f    *os.File
+	size int64
+}
+
+var (
+	_ nbd.Device          = (*Device)(nil)
+	_ nbd.MultiConnDevice = (*Device)(nil)
+)
+
+// Open opens (creating if needed) path as a device of size bytes; the file
+// is extended sparsely to size.
+func Open(path string, size int64) (*Device, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if st.Size() < size {
+		if err := f.Truncate(size); err != nil {
+			f.Close()
+			return nil, err
+		}
+	}
+	return &Device{f: f, size: size}, nil
+}
+
+// Close closes the file.
+func (d *Device) Close() error { return d.f.Close() }
+
+// Size implements nbd.Device.
+func (d *Device) Size() int64 { return d.size }
+
+// MultiConn implements nbd.MultiConnDevice: fdatasync covers every writer.
+func (d *Device) MultiConn() bool { return true }
+
+// ReadAt implements nbd.Device.
+func (d *Device) ReadAt(_ context.Context, p []byte, off int64) error {
+	n, err := d.f.ReadAt(p, off)
+	if err == io.EOF {
+		clear(p[n:])
+		err = nil
+	}
+	return err
+}
+
+// WriteAt implements nbd.Device.
+func (d *Device) WriteAt(_ context.Context, p []byte, off int64, fua bool) error {
+	if _, err := d.f.WriteAt(p, off); err != nil {
+		return err
+	}
+	if fua {
+		return unix.Fdatasync(int(d.f.Fd()))
+	}
+	return nil
+}
+
+// Flush implements nbd.Device.
+func (d *Device) Flush(context.Context) error { return unix.Fdatasync(int(d.f.Fd())) }
+
+// Trim implements nbd.Device.
+func (d *Device) Trim(_ context.Context, off, n int64) error {
+	return PunchHole(d.f, off, n)
+}
+
+// WriteZeroes implements nbd.Device.
+func (d *Device) WriteZeroes(ctx context.Context, off, n int64, fua, noHole bool) error {
+	var err error
+	if noHole {
+		err = ZeroRange(d.f, off, n)
+	} else {
+		err = PunchHole(d.f, off, n)
+	}
+	if err == nil && fua {
+		err = d.Flush(ctx)
+	}
+	return err
+}
+
+// PunchHole deallocates [off, off+n) of f, which then reads as zeros.
+func PunchHole(f *os.File, off, n int64) error {
+	if n == 0 {
+		return nil
+	}
+	err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, n)
+	if err == unix.EOPNOTSUPP {
+		return writeZeroes(f, off, n)
+	}
+	if err != nil {
+		return fmt.Errorf("filedev: punch hole: %w", err)
+	}
+	return nil
+}
+
+// ZeroRange zeroes [off, off+n) of f keeping it allocated.
+func ZeroRange(f *os.File, off, n int64) error {
+	if n == 0 {
+		return nil
+	}
+	err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_ZERO_RANGE|unix.FALLOC_FL_KEEP_SIZE, off, n)
+	if err == unix.EOPNOTSUPP {
+		return writeZeroes(f, off, n)
+	}
+	if err != nil {
+		return fmt.Errorf("filedev: zero range: %w", err)
+	}
+	return nil
+}
+
+func writeZeroes(f *os.File, off, n int64) error {
+	z := make([]byte, min(n, 1<<20))
+	for n > 0 {
+		k := min(n, int64(len(z)))
+		if _, err := f.WriteAt(z[:k], off); err != nil {
+			return err
+		}
+		off += k
+		n -= k
+	}
+	return nil
+}

@@ -1,0 +1,300 @@
+package nbd
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+)
+
+// Config configures a Server.
+type Config struct {
+	// Exports resolves export names. Required.
+	Exports Exports
+	// MaxRequest caps the payload of one READ or WRITE (the maximum block
+	// size advertised). Default 32 MiB.
+	MaxRequest uint32
+	// MaxInFlight bounds the requests one connection runs at once; the
+	// reader stops reading while the bound is reached. Default 128.
+	MaxInFlight int
+	// PreferredBlock is the advertised preferred block size. Default 4096.
+	PreferredBlock uint32
+	// Logger receives connection-level errors. Default: discard.
+	Logger *slog.Logger
+}
+
+// Server serves NBD exports over any number of listeners.
+type Server struct {
+	cfg  Config
+	pool bufPool
+
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{}
+	lns    map[net.Listener]struct{}
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// NewServer checks cfg and returns a server.
+func NewServer(cfg Config) (*Server, error) {
+	if cfg.Exports == nil {
+		return nil, errors.New("nbd: Config.Exports is required")
+	}
+	if cfg.MaxRequest == 0 {
+		cfg.MaxRequest = defaultMaxRequestSize
+	}
+	if cfg.MaxInFlight <= 0 {
+		cfg.MaxInFlight = 128
+	}
+	if cfg.PreferredBlock == 0 {
+		cfg.PreferredBlock = 4096
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Server{cfg: cfg, conns: map[net.Conn]struct{}{}, lns: map[net.Listener]struct{}{}}, nil
+}
+
+// ErrServerClosed is returned by Serve after Close.
+var ErrServerClosed = errors.New("nbd: server closed")
+
+// Serve accepts connections on ln until ctx ends or Close is called.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrServerClosed
+	}
+	s.lns[ln] = struct{}{}
+	s.mu.Unlock()
+	stop := context.AfterFunc(ctx, func() { _ = ln.Close() })
+	defer stop()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			s.mu.Lock()
+			closed := s.closed
+			delete(s.lns, ln)
+			s.mu.Unlock()
+			if closed {
+				return ErrServerClosed
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return err
+		}
+		if !s.track(c) {
+			_ = c.Close()
+			return ErrServerClosed
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			defer s.untrack(c)
+			if err := s.ServeConn(ctx, c); err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				s.cfg.Logger.Debug("nbd connection ended", "remote", c.RemoteAddr().String(), "err", err)
+			}
+		}()
+	}
+}
+
+func (s *Server) track(c net.Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.conns[c] = struct{}{}
+	return true
+}
+
+func (s *Server) untrack(c net.Conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+}
+
+// Close stops every listener and connection and waits for in-flight
+// requests to finish.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	for ln := range s.lns {
+		_ = ln.Close()
+	}
+	for c := range s.conns {
+		_ = c.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	return nil
+}
+
+// errAbort ends a handshake the client aborted.
+var errAbort = errors.New("nbd: client aborted the handshake")
+
+// ServeConn runs the handshake and the transmission phase on c and closes
+// it. It returns when the client disconnects or the connection fails.
+func (s *Server) ServeConn(ctx context.Context, c net.Conn) error {
+	defer c.Close()
+	br := bufio.NewReaderSize(c, 256<<10)
+	dev, structured, err := s.handshake(ctx, c, br)
+	if err != nil {
+		if errors.Is(err, errAbort) {
+			return nil
+		}
+		return err
+	}
+	tc := &conn{
+		s:          s,
+		c:          c,
+		br:         br,
+		dev:        dev,
+		size:       dev.Size(),
+		structured: structured,
+		sem:        make(chan struct{}, s.cfg.MaxInFlight),
+	}
+	return tc.serve(ctx)
+}
+
+func (s *Server) transmissionFlags(dev Device) uint16 {
+	f := uint16(tfHasFlags | tfSendFlush | tfSendFUA | tfSendTrim | tfSendWriteZeroes | tfSendCache)
+	if m, ok := dev.(MultiConnDevice); ok && m.MultiConn() {
+		f |= tfCanMultiConn
+	}
+	return f
+}
+
+// handshake runs the fixed newstyle negotiation and returns the chosen
+// device and whether structured replies were negotiated.
+func (s *Server) handshake(ctx context.Context, c net.Conn, br *bufio.Reader) (Device, bool, error) {
+	var b []byte
+	b = binary.BigEndian.AppendUint64(b, nbdMagic)
+	b = binary.BigEndian.AppendUint64(b, optMagic)
+	b = binary.BigEndian.AppendUint16(b, flagFixedNewstyle|flagNoZeroes)
+	if _, err := c.Write(b); err != nil {
+		return nil, false, err
+	}
+	var hdr [16]byte
+	if _, err := io.ReadFull(br, hdr[:4]); err != nil {
+		return nil, false, err
+	}
+	cflags := binary.BigEndian.Uint32(hdr[:4])
+	if cflags&^uint32(clientFlagFixedNewstyle|clientFlagNoZeroes) != 0 {
+		return nil, false, fmt.Errorf("nbd: unknown client flags %#x", cflags)
+	}
+	noZeroes := cflags&clientFlagNoZeroes != 0
+	structured := false
+	const maxOptions = 4096
+	for i := 0; i < maxOptions; i++ {
+		opt, err := readOption(br, hdr[:])
+		if errors.Is(err, ErrOptionTooBig) {
+			if err := s.optReply(c, opt.Code, repErrTooBig, nil); err != nil {
+				return nil, false, err
+			}
+			continue
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		switch opt.Code {
+		case OptExportName:
+			dev, err := s.cfg.Exports.Lookup(ctx, string(opt.Data))
+			if err != nil {
+				// The protocol has no way to refuse this option but to hang up.
+				return nil, false, err
+			}
+			var out []byte
+			out = binary.BigEndian.AppendUint64(out, uint64(dev.Size()))
+			out = binary.BigEndian.AppendUint16(out, s.transmissionFlags(dev))
+			if !noZeroes {
+				out = append(out, make([]byte, 124)...)
+			}
+			_, err = c.Write(out)
+			return dev, false, err
+		case OptAbort:
+			_ = s.optReply(c, opt.Code, repAck, nil)
+			return nil, false, errAbort
+		case OptList:
+			if len(opt.Data) != 0 {
+				err = s.optReply(c, opt.Code, repErrInvalid, nil)
+				break
+			}
+			names, lerr := s.cfg.Exports.List(ctx)
+			if lerr != nil {
+				err = s.optReply(c, opt.Code, repErrPolicy, nil)
+				break
+			}
+			var out []byte
+			for _, n := range names {
+				d := binary.BigEndian.AppendUint32(nil, uint32(len(n)))
+				d = append(d, n...)
+				out = appendOptReply(out, opt.Code, repServer, d)
+			}
+			out = appendOptReply(out, opt.Code, repAck, nil)
+			_, err = c.Write(out)
+		case OptStructuredReply:
+			if len(opt.Data) != 0 {
+				err = s.optReply(c, opt.Code, repErrInvalid, nil)
+				break
+			}
+			structured = true
+			err = s.optReply(c, opt.Code, repAck, nil)
+		case OptInfo, OptGo:
+			req, perr := ParseInfoRequest(opt.Data)
+			if perr != nil {
+				err = s.optReply(c, opt.Code, repErrInvalid, nil)
+				break
+			}
+			dev, lerr := s.cfg.Exports.Lookup(ctx, req.Name)
+			if lerr != nil {
+				err = s.optReply(c, opt.Code, repErrUnknown, []byte(lerr.Error()))
+				break
+			}
+			var out []byte
+			d := binary.BigEndian.AppendUint16(nil, infoExport)
+			d = binary.BigEndian.AppendUint64(d, uint64(dev.Size()))
+			d = binary.BigEndian.AppendUint16(d, s.transmissionFlags(dev))
+			out = appendOptReply(out, opt.Code, repInfo, d)
+			for _, t := range req.Infos {
+				if t == infoName {
+					d := binary.BigEndian.AppendUint16(nil, infoName)
+					out = appendOptReply(out, opt.Code, repInfo, append(d, req.Name...))
+				}
+			}
+			d = binary.BigEndian.AppendUint16(nil, infoBlockSize)
+			d = binary.BigEndian.AppendUint32(d, 1)
+			d = binary.BigEndian.AppendUint32(d, s.cfg.PreferredBlock)
+			d = binary.BigEndian.AppendUint32(d, s.cfg.MaxRequest)
+			out = appendOptReply(out, opt.Code, repInfo, d)
+			out = appendOptReply(out, opt.Code, repAck, nil)
+			if _, err := c.Write(out); err != nil {
+				return nil, false, err
+			}
+			if opt.Code == OptGo {
+				return dev, structured, nil
+			}
+		default:
+			err = s.optReply(c, opt.Code, repErrUnsup, nil)
+		}
+		if err != nil {
+			return nil, false, err
+		}
+	}
+	return nil, false, errors.New("nbd: too many options")
+}
+
+func (s *Server) optReply(c net.Conn, opt, typ uint32, data []byte) error {
+	_, err := c.Write(appendOptReply(nil, opt, typ, data))
+	return err
+}

@@ -1,0 +1,263 @@
+package nbd
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"io"
+	"math/bits"
+	"net"
+	"sync"
+)
+
+// conn is one connection in the transmission phase. A reader goroutine
+// parses requests and starts a handler per request (bounded by sem); the
+// handlers queue their replies, and whichever handler finds the writer idle
+// writes out everything queued with one writev.
+type conn struct {
+	s          *Server
+	c          net.Conn
+	br         *bufio.Reader
+	dev        Device
+	size       int64
+	structured bool
+	sem        chan struct{}
+	wg         sync.WaitGroup
+
+	wmu     sync.Mutex
+	queue   []reply
+	spare   []reply
+	writing bool
+	failed  bool
+	bufs    net.Buffers
+}
+
+// reply is one queued reply: a header and an optional payload that goes
+// back to the pool once written.
+type reply struct {
+	hdr  [32]byte
+	n    int
+	data []byte
+	pool *[]byte
+}
+
+func (c *conn) serve(ctx context.Context) error {
+	defer c.wg.Wait()
+	var hdr [requestHeaderLen]byte
+	for {
+		if _, err := io.ReadFull(c.br, hdr[:]); err != nil {
+			return err
+		}
+		req, err := ParseRequest(hdr[:])
+		if err != nil {
+			// The stream cannot be resynchronised after a bad magic.
+			return err
+		}
+		var payload *[]byte
+		if req.Type == CmdWrite {
+			if req.Length > c.s.cfg.MaxRequest {
+				if _, err := io.CopyN(io.Discard, c.br, int64(req.Length)); err != nil {
+					return err
+				}
+				c.sendError(req, EINVAL)
+				continue
+			}
+			payload = c.s.pool.get(int(req.Length))
+			if _, err := io.ReadFull(c.br, *payload); err != nil {
+				c.s.pool.put(payload)
+				return err
+			}
+		}
+		if req.Type == CmdDisc {
+			return nil
+		}
+		c.sem <- struct{}{}
+		c.wg.Add(1)
+		go func() {
+			defer func() { <-c.sem; c.wg.Done() }()
+			c.handle(ctx, req, payload)
+		}()
+	}
+}
+
+const knownFlags = CmdFlagFUA | CmdFlagNoHole | CmdFlagDF | 1<<3 | 1<<4
+
+func (c *conn) handle(ctx context.Context, req Request, payload *[]byte) {
+	if payload != nil {
+		defer c.s.pool.put(payload)
+	}
+	if req.Flags&^uint16(knownFlags) != 0 {
+		c.sendError(req, EINVAL)
+		return
+	}
+	off, n := int64(req.Offset), int64(req.Length)
+	inRange := req.Offset <= uint64(c.size) && n <= c.size-off
+	fua := req.Flags&CmdFlagFUA != 0
+	switch req.Type {
+	case CmdRead:
+		if !inRange || req.Length > c.s.cfg.MaxRequest {
+			c.sendError(req, EINVAL)
+			return
+		}
+		buf := c.s.pool.get(int(n))
+		if err := c.dev.ReadAt(ctx, *buf, off); err != nil {
+			c.s.pool.put(buf)
+			c.sendError(req, errnoOf(err))
+			return
+		}
+		c.sendRead(req, buf)
+	case CmdWrite:
+		if !inRange {
+			c.sendError(req, ENOSPC)
+			return
+		}
+		c.done(req, c.dev.WriteAt(ctx, *payload, off, fua))
+	case CmdFlush:
+		c.done(req, c.dev.Flush(ctx))
+	case CmdTrim:
+		if !inRange {
+			c.sendError(req, EINVAL)
+			return
+		}
+		err := c.dev.Trim(ctx, off, n)
+		if err == nil && fua {
+			err = c.dev.Flush(ctx)
+		}
+		c.done(req, err)
+	case CmdWriteZeroes:
+		if !inRange {
+			c.sendError(req, ENOSPC)
+			return
+		}
+		c.done(req, c.dev.WriteZeroes(ctx, off, n, fua, req.Flags&CmdFlagNoHole != 0))
+	case CmdCache:
+		if !inRange {
+			c.sendError(req, EINVAL)
+			return
+		}
+		c.done(req, nil)
+	default:
+		c.sendError(req, EINVAL)
+	}
+}
+
+func (c *conn) done(req Request, err error) {
+	if err != nil {
+		c.sendError(req, errnoOf(err))
+		return
+	}
+	var r reply
+	putSimpleReply(r.hdr[:], 0, req.Cookie)
+	r.n = simpleReplyHeaderLen
+	c.send(r)
+}
+
+func (c *conn) sendError(req Request, errno uint32) {
+	var r reply
+	if c.structured && req.Type == CmdRead {
+		putStructuredHeader(r.hdr[:], replyFlagDone, replyTypeError, req.Cookie, 6)
+		binary.BigEndian.PutUint32(r.hdr[20:24], errno)
+		binary.BigEndian.PutUint16(r.hdr[24:26], 0)
+		r.n = 26
+	} else {
+		putSimpleReply(r.hdr[:], errno, req.Cookie)
+		r.n = simpleReplyHeaderLen
+	}
+	c.send(r)
+}
+
+func (c *conn) sendRead(req Request, buf *[]byte) {
+	r := reply{data: *buf, pool: buf}
+	if c.structured {
+		putStructuredHeader(r.hdr[:], replyFlagDone, replyTypeOffsetData, req.Cookie, uint32(8+len(*buf)))
+		binary.BigEndian.PutUint64(r.hdr[20:28], req.Offset)
+		r.n = 28
+	} else {
+		putSimpleReply(r.hdr[:], 0, req.Cookie)
+		r.n = simpleReplyHeaderLen
+	}
+	c.send(r)
+}
+
+// send queues r; if no other goroutine is writing, this one writes out the
+// queue (its own reply and any that arrive meanwhile) in batches.
+func (c *conn) send(r reply) {
+	c.wmu.Lock()
+	c.queue = append(c.queue, r)
+	if c.writing {
+		c.wmu.Unlock()
+		return
+	}
+	c.writing = true
+	for len(c.queue) > 0 {
+		batch := c.queue
+		c.queue = c.spare[:0]
+		failed := c.failed
+		c.wmu.Unlock()
+
+		if !failed {
+			c.bufs = c.bufs[:0]
+			for i := range batch {
+				c.bufs = append(c.bufs, batch[i].hdr[:batch[i].n])
+				if len(batch[i].data) > 0 {
+					c.bufs = append(c.bufs, batch[i].data)
+				}
+			}
+			bufs := c.bufs
+			if _, err := bufs.WriteTo(c.c); err != nil {
+				failed = true
+				// Unblock the reader; the connection is lost.
+				_ = c.c.Close()
+			}
+		}
+		for i := range batch {
+			if batch[i].pool != nil {
+				c.s.pool.put(batch[i].pool)
+			}
+			batch[i] = reply{}
+		}
+
+		c.wmu.Lock()
+		if failed {
+			c.failed = true
+		}
+		c.spare = batch[:0]
+	}
+	c.writing = false
+	c.wmu.Unlock()
+}
+
+// bufPool hands out byte slices in power-of-two size classes.
+type bufPool struct {
+	classes [27]sync.Pool // 1 B .. 64 MiB
+}
+
+func (p *bufPool) get(n int) *[]byte {
+	if n == 0 {
+		b := []byte{}
+		return &b
+	}
+	cls := bits.Len(uint(n - 1))
+	if cls >= len(p.classes) {
+		b := make([]byte, n)
+		return &b
+	}
+	if v := p.classes[cls].Get(); v != nil {
+		b := v.(*[]byte)
+		*b = (*b)[:n]
+		return b
+	}
+	b := make([]byte, n, 1<<cls)
+	return &b
+}
+
+func (p *bufPool) put(b *[]byte) {
+	c := cap(*b)
+	if c == 0 || c&(c-1) != 0 {
+		return
+	}
+	cls := bits.Len(uint(c - 1))
+	if cls < len(p.classes) {
+		p.classes[cls].Put(b)
+	}
+}
