@@ -1,0 +1,179 @@
+package sysstat
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+)
+
+// DiskCounters is one line of /proc/diskstats.
+type DiskCounters struct {
+	Major, Minor uint32
+	Name         string
+	ReadIOs      uint64
+	ReadSectors  uint64
+	WriteIOs     uint64
+	WriteSectors uint64
+	InFlight     uint64
+	IOTimeMs     uint64
+}
+
+// ParseDiskstats parses /proc/diskstats text. Lines need at least the 14
+// fields of old kernels; the discard and flush fields of newer ones are
+// ignored.
+func ParseDiskstats(r io.Reader) ([]DiskCounters, error) {
+	var out []DiskCounters
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
+	line := 0
+	for sc.Scan() {
+		line++
+		f := strings.Fields(sc.Text())
+		if len(f) == 0 {
+			continue
+		}
+		if len(f) < 14 {
+			return nil, fmt.Errorf("%w: diskstats line %d: %d fields, want at least 14", ErrParse, line, len(f))
+		}
+		var d DiskCounters
+		maj, err1 := strconv.ParseUint(f[0], 10, 32)
+		min, err2 := strconv.ParseUint(f[1], 10, 32)
+		if err1 != nil || err2 != nil {
+			return nil, fmt.Errorf("%w: diskstats line %d: bad device number %q:%q", ErrParse, line, f[0], f[1])
+		}
+		d.Major, d.Minor, d.Name = uint32(maj), uint32(min), f[2]
+		var nums [11]uint64
+		for i := range nums {
+			v, err := strconv.ParseUint(f[3+i], 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("%w: diskstats line %d field %d: %q", ErrParse, line, 4+i, f[3+i])
+			}
+			nums[i] = v
+		}
+		d.ReadIOs, d.ReadSectors = nums[0], nums[2]
+		d.WriteIOs, d.WriteSectors = nums[4], nums[6]
+		d.InFlight, d.IOTimeMs = nums[8], nums[9]
+		out = append(out, d)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%w: diskstats: %w", ErrParse, err)
+	}
+	return out, nil
+}
+
+// ParseNetDev parses /proc/net/dev text (two header lines, then one line per
+// interface: "name: 8 receive fields 8 transmit fields").
+func ParseNetDev(r io.Reader) ([]NICStat, error) {
+	var out []NICStat
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
+	line := 0
+	for sc.Scan() {
+		line++
+		text := sc.Text()
+		name, rest, ok := strings.Cut(text, ":")
+		if !ok {
+			if line <= 2 || strings.TrimSpace(text) == "" {
+				continue // headers
+			}
+			return nil, fmt.Errorf("%w: net/dev line %d: no colon", ErrParse, line)
+		}
+		if strings.Contains(name, "|") {
+			continue
+		}
+		name = strings.TrimSpace(name)
+		f := strings.Fields(rest)
+		if name == "" || len(f) < 16 {
+			return nil, fmt.Errorf("%w: net/dev line %d: %d fields, want 16", ErrParse, line, len(f))
+		}
+		var nums [16]uint64
+		for i := range nums {
+			v, err := strconv.ParseUint(f[i], 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("%w: net/dev line %d field %d: %q", ErrParse, line, i+1, f[i])
+			}
+			nums[i] = v
+		}
+		out = append(out, NICStat{
+			Name:    name,
+			RxBytes: nums[0], RxErrors: nums[2], RxDrops: nums[3],
+			TxBytes: nums[8], TxErrors: nums[10], TxDrops: nums[11],
+		})
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%w: net/dev: %w", ErrParse, err)
+	}
+	return out, nil
+}
+
+// Mount is one line of /proc/self/mountinfo, reduced to what device
+// resolution needs.
+type Mount struct {
+	Major, Minor uint32
+	MountPoint   string
+	FSType       string
+	Source       string
+}
+
+// ParseMountinfo parses /proc/self/mountinfo text (see proc(5)): fields
+// "id parent maj:min root mountpoint options [optional...] - fstype source
+// superoptions". Octal escapes (\040 for a space) in paths are decoded.
+func ParseMountinfo(r io.Reader) ([]Mount, error) {
+	var out []Mount
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
+	line := 0
+	for sc.Scan() {
+		line++
+		f := strings.Fields(sc.Text())
+		if len(f) == 0 {
+			continue
+		}
+		sep := -1
+		for i := 6; i < len(f); i++ {
+			if f[i] == "-" {
+				sep = i
+				break
+			}
+		}
+		if sep < 0 || sep+1 >= len(f) {
+			return nil, fmt.Errorf("%w: mountinfo line %d: malformed", ErrParse, line)
+		}
+		majs, mins, ok := strings.Cut(f[2], ":")
+		maj, err1 := strconv.ParseUint(majs, 10, 32)
+		min, err2 := strconv.ParseUint(mins, 10, 32)
+		if !ok || err1 != nil || err2 != nil {
+			return nil, fmt.Errorf("%w: mountinfo line %d: bad device %q", ErrParse, line, f[2])
+		}
+		m := Mount{Major: uint32(maj), Minor: uint32(min), MountPoint: unescape(f[4]), FSType: f[sep+1]}
+		if sep+2 < len(f) {
+			m.Source = unescape(f[sep+2])
+		}
+		out = append(out, m)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%w: mountinfo: %w", ErrParse, err)
+	}
+	return out, nil
+}
+
+// unescape decodes the \ooo octal escapes the kernel uses in mountinfo.
+func unescape(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+4 <= len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
