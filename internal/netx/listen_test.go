@@ -1,0 +1,150 @@
+package netx
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestListen(t *testing.T) {
+	ctx := context.Background()
+	busy, err := net.Listen("tcp", "127.0.0.3:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	tests := []struct {
+		name  string
+		addrs []string
+		want  error // nil: success
+		fails bool  // an error not matched by a sentinel
+	}{
+		{"none", nil, ErrNoAddrs, false},
+		{"no host", []string{":0"}, ErrNoHost, false},
+		{"no host second", []string{"127.0.0.2:0", ":0"}, ErrNoHost, false},
+		{"no port", []string{"127.0.0.2"}, ErrBadAddr, false},
+		{"two addresses", []string{"127.0.0.2:0", "127.0.0.3:0"}, nil, false},
+		{"port taken", []string{"127.0.0.2:0", busy.Addr().String()}, nil, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			lns, err := Listen(ctx, tc.addrs)
+			switch {
+			case tc.want != nil:
+				if !errors.Is(err, tc.want) {
+					t.Fatalf("err = %v, want %v", err, tc.want)
+				}
+				return
+			case tc.fails:
+				if err == nil {
+					for _, l := range lns {
+						l.Close()
+					}
+					t.Fatal("want an error")
+				}
+				return
+			case err != nil:
+				t.Fatal(err)
+			}
+			defer func() {
+				for _, l := range lns {
+					l.Close()
+				}
+			}()
+			if len(lns) != len(tc.addrs) {
+				t.Fatalf("%d listeners for %d addresses", len(lns), len(tc.addrs))
+			}
+			for i, l := range lns {
+				want, _, _ := net.SplitHostPort(tc.addrs[i])
+				got, _, _ := net.SplitHostPort(l.Addr().String())
+				if got != want {
+					t.Errorf("listener %d on %s, want host %s", i, got, want)
+				}
+			}
+		})
+	}
+}
+
+func TestSplitAddrs(t *testing.T) {
+	tests := []struct {
+		in   string
+		want []string
+	}{
+		{"", nil},
+		{"a:1", []string{"a:1"}},
+		{" a:1 , ,b:2,", []string{"a:1", "b:2"}},
+	}
+	for _, tc := range tests {
+		got := SplitAddrs(tc.in)
+		if strings.Join(got, "|") != strings.Join(tc.want, "|") || len(got) != len(tc.want) {
+			t.Errorf("SplitAddrs(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+func FuzzSplitAddrs(f *testing.F) {
+	f.Add("10.77.1.2:9000,10.77.2.2:9000")
+	f.Add(" , ,")
+	f.Fuzz(func(t *testing.T, s string) {
+		for _, a := range SplitAddrs(s) {
+			if a == "" || strings.Contains(a, ",") || strings.TrimSpace(a) != a {
+				t.Fatalf("bad element %q from %q", a, s)
+			}
+		}
+	})
+}
+
+// TestCountingListenerServeFile checks the serving-side counters, with a
+// file served by http.ServeContent (the sendfile path goes through ReadFrom).
+func TestCountingListenerServeFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "blob")
+	const size = 3<<20 + 17
+	if err := os.WriteFile(path, make([]byte, size), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	lns, err := Listen(context.Background(), []string{"127.0.0.4:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := CountListener(lns[0])
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f, err := os.Open(path)
+		if err != nil {
+			http.Error(w, err.Error(), 500)
+			return
+		}
+		defer f.Close()
+		http.ServeContent(w, r, "blob", time.Time{}, f)
+	})}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Serve(ctx, srv, []net.Listener{cl}, time.Second) }()
+	resp, err := http.Get("http://" + cl.Addr().String() + "/blob")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if err != nil || n != size {
+		t.Fatalf("read %d bytes, err %v", n, err)
+	}
+	st := cl.Stats()
+	if st.BytesSent < size || st.BytesSent > size+4096 {
+		t.Errorf("bytes sent %d, want about %d", st.BytesSent, size)
+	}
+	if st.BytesRecv == 0 || st.Accepted != 1 {
+		t.Errorf("stats %+v", st)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+}

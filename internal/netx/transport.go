@@ -1,0 +1,859 @@
+package netx
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+var (
+	// ErrPairDown marks a request aborted because its (local, remote) pair
+	// was taken out (its link stalled and a probe confirmed it).
+	ErrPairDown = errors.New("netx: interface pair down")
+	// ErrClosed is returned by a closed Transport.
+	ErrClosed = errors.New("netx: transport closed")
+)
+
+// State is the health of a pair or of a local interface.
+type State int
+
+// States. An interface is Degraded when some but not all of its pairs are down.
+const (
+	StateUp State = iota
+	StateDegraded
+	StateDown
+)
+
+func (s State) String() string {
+	switch s {
+	case StateUp:
+		return "up"
+	case StateDegraded:
+		return "degraded"
+	case StateDown:
+		return "down"
+	}
+	return fmt.Sprintf("state(%d)", int(s))
+}
+
+// MarshalText makes State readable in JSON.
+func (s State) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// Peer is a node as the transport sees it: an identity and every address
+// (host:port) it serves on.
+type Peer struct {
+	ID    string   `json:"id"`
+	Addrs []string `json:"addrs"`
+}
+
+// Config configures a Transport. The zero value works: one unbound local
+// interface, plain HTTP, TCP-connect probes.
+type Config struct {
+	// LocalAddrs are the source IP addresses to send from, one per
+	// interface ("10.77.1.2"; a ":port" suffix is ignored, so listen
+	// addresses can be passed as they are). Empty: one unbound interface.
+	LocalAddrs []string
+	// Scheme of requests made by Do: "http" (default) or "https".
+	Scheme string
+	// TLS is the client TLS config for https.
+	TLS *tls.Config
+	// ProbePath is a health URL path (e.g. "/healthz") probed on every
+	// pair that is down or idle. Empty: probes only open a TCP connection.
+	ProbePath string
+	// ProbeInterval is how often a down or idle pair is probed (default 500ms).
+	ProbeInterval time.Duration
+	// FailAfter bounds a dial and a probe; a pair whose requests have moved
+	// no byte for this long and whose probe fails is taken out, and its
+	// requests are aborted and retried elsewhere when safe (default 1s).
+	FailAfter time.Duration
+	// MaxAttempts bounds the tries of one replayable request (default 3).
+	MaxAttempts int
+	// MaxIdleConnsPerHost per local interface (default 64).
+	MaxIdleConnsPerHost int
+	// ResponseHeaderTimeout, if not zero, bounds the wait for response headers.
+	ResponseHeaderTimeout time.Duration
+	// PairFilter, if set, decides which (local IP, remote host:port) pairs
+	// may be used. By default a remote address in the subnet of some local
+	// interfaces is reached only from those; others from every interface.
+	PairFilter func(local, remote string) bool
+	// PairTTL drops the state of pairs unused for this long (default 5m).
+	PairTTL time.Duration
+	// Log receives state changes (default: discarded).
+	Log *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.Scheme == "" {
+		c.Scheme = "http"
+	}
+	if c.ProbeInterval <= 0 {
+		c.ProbeInterval = 500 * time.Millisecond
+	}
+	if c.FailAfter <= 0 {
+		c.FailAfter = time.Second
+	}
+	if c.MaxAttempts <= 0 {
+		c.MaxAttempts = 3
+	}
+	if c.MaxIdleConnsPerHost <= 0 {
+		c.MaxIdleConnsPerHost = 64
+	}
+	if c.PairTTL <= 0 {
+		c.PairTTL = 5 * time.Minute
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Transport sends HTTP requests to multihomed peers over every usable
+// (local interface, remote address) pair. It is safe for concurrent use.
+type Transport struct {
+	cfg    Config
+	log    *slog.Logger
+	locals []*iface
+
+	mu      sync.Mutex
+	pairs   map[string]*pair
+	remotes map[string]*endpoint
+	lists   map[string][]*pair // peer address list -> usable pairs
+	peers   map[string]Peer    // by ID and by every address
+
+	rr     atomic.Uint64
+	closed atomic.Bool
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+var _ http.RoundTripper = (*Transport)(nil)
+
+// iface is one local interface: its bound dialer and transports.
+type iface struct {
+	addr    string // "" = unbound
+	ip      net.IP
+	subnet  *net.IPNet
+	dialer  *net.Dialer
+	rt      *http.Transport
+	probeRT *http.Transport
+
+	c                         ifaceCounters
+	requests, errors, retries atomic.Uint64
+	inflight                  atomic.Int64
+}
+
+type endpoint struct {
+	addr     string
+	inflight atomic.Int64
+}
+
+type pair struct {
+	key string
+	loc *iface
+	rem *endpoint
+
+	c                ifaceCounters
+	inflight         atomic.Int64
+	requests, errors atomic.Uint64
+	lastProgress     atomic.Int64 // unix ns of the last byte moved
+	lastUsed         atomic.Int64 // unix ns of the last request started
+	down             atomic.Bool
+
+	mu        sync.Mutex
+	flights   map[*flight]struct{}
+	since     time.Time
+	lastErr   string
+	probing   bool
+	lastProbe time.Time
+}
+
+type flight struct {
+	cancel context.CancelCauseFunc
+}
+
+// NewTransport builds a Transport and starts its probe loop; Close stops it.
+func NewTransport(cfg Config) (*Transport, error) {
+	cfg.setDefaults()
+	if cfg.Scheme != "http" && cfg.Scheme != "https" {
+		return nil, fmt.Errorf("%w: scheme %q", ErrBadAddr, cfg.Scheme)
+	}
+	t := &Transport{
+		cfg:     cfg,
+		log:     cfg.Log,
+		pairs:   map[string]*pair{},
+		remotes: map[string]*endpoint{},
+		lists:   map[string][]*pair{},
+		peers:   map[string]Peer{},
+	}
+	addrs := cfg.LocalAddrs
+	if len(addrs) == 0 {
+		addrs = []string{""}
+	}
+	nets := localNets()
+	seen := map[string]bool{}
+	for _, a := range addrs {
+		loc, err := t.newIface(a, nets)
+		if err != nil {
+			return nil, err
+		}
+		if seen[loc.addr] {
+			return nil, fmt.Errorf("%w: local address %q listed twice", ErrBadAddr, a)
+		}
+		seen[loc.addr] = true
+		t.locals = append(t.locals, loc)
+	}
+	t.ctx, t.cancel = context.WithCancel(context.Background())
+	t.wg.Add(1)
+	go t.loop()
+	return t, nil
+}
+
+func localNets() []*net.IPNet {
+	var out []*net.IPNet
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+func (t *Transport) newIface(a string, nets []*net.IPNet) (*iface, error) {
+	loc := &iface{}
+	host := a
+	if h, _, err := net.SplitHostPort(a); err == nil {
+		host = h
+	}
+	d := &net.Dialer{Timeout: t.cfg.FailAfter, KeepAlive: 15 * time.Second}
+	if host != "" {
+		ip := net.ParseIP(host)
+		if ip == nil {
+			return nil, fmt.Errorf("%w: local address %q is not an IP", ErrBadAddr, a)
+		}
+		loc.ip, loc.addr = ip, ip.String()
+		d.LocalAddr = &net.TCPAddr{IP: ip}
+		for _, n := range nets { // the interface's own subnet first
+			if n.IP.Equal(ip) {
+				loc.subnet = &net.IPNet{IP: n.IP.Mask(n.Mask), Mask: n.Mask}
+			}
+		}
+		if loc.subnet == nil {
+			for _, n := range nets { // e.g. 127.0.0.5 inside lo's 127.0.0.0/8
+				if n.Contains(ip) {
+					loc.subnet = &net.IPNet{IP: n.IP.Mask(n.Mask), Mask: n.Mask}
+					break
+				}
+			}
+		}
+	}
+	loc.dialer = d
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		p := t.pair(loc, addr)
+		cc := newCountConn(c, &loc.c, &p.lastProgress, nil)
+		cc.b = &p.c
+		return cc, nil
+	}
+	loc.rt = &http.Transport{
+		DialContext:           dial,
+		TLSClientConfig:       t.cfg.TLS,
+		MaxIdleConns:          0,
+		MaxIdleConnsPerHost:   t.cfg.MaxIdleConnsPerHost,
+		IdleConnTimeout:       90 * time.Second,
+		ResponseHeaderTimeout: t.cfg.ResponseHeaderTimeout,
+		DisableCompression:    true,
+		WriteBufferSize:       64 << 10,
+		ReadBufferSize:        64 << 10,
+	}
+	loc.probeRT = &http.Transport{
+		DialContext:         dial,
+		TLSClientConfig:     t.cfg.TLS,
+		MaxIdleConnsPerHost: 1,
+		IdleConnTimeout:     30 * time.Second,
+		DisableCompression:  true,
+	}
+	return loc, nil
+}
+
+// pair returns the state of (loc, remote), creating it.
+func (t *Transport) pair(loc *iface, remote string) *pair {
+	key := loc.addr + "|" + remote
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p := t.pairs[key]
+	if p == nil {
+		rem := t.remotes[remote]
+		if rem == nil {
+			rem = &endpoint{addr: remote}
+			t.remotes[remote] = rem
+		}
+		p = &pair{key: key, loc: loc, rem: rem, flights: map[*flight]struct{}{}}
+		now := time.Now().UnixNano()
+		p.lastProgress.Store(now)
+		p.lastUsed.Store(now)
+		t.pairs[key] = p
+	}
+	return p
+}
+
+// pairsFor returns the usable pairs for a peer's addresses.
+func (t *Transport) pairsFor(addrs []string) ([]*pair, error) {
+	if len(addrs) == 0 {
+		return nil, ErrNoAddrs
+	}
+	key := strings.Join(addrs, ",")
+	t.mu.Lock()
+	ps, ok := t.lists[key]
+	if ok { // still valid unless a pair was dropped
+		for _, p := range ps {
+			if t.pairs[p.key] != p {
+				ok = false
+				break
+			}
+		}
+	}
+	t.mu.Unlock()
+	if ok {
+		return ps, nil
+	}
+	ps = nil
+	for _, ra := range addrs {
+		for _, loc := range t.usableLocals(ra) {
+			ps = append(ps, t.pair(loc, ra))
+		}
+	}
+	if len(ps) == 0 {
+		return nil, fmt.Errorf("%w: no usable interface pair for %v", ErrNoAddrs, addrs)
+	}
+	t.mu.Lock()
+	t.lists[key] = ps
+	t.mu.Unlock()
+	return ps, nil
+}
+
+func (t *Transport) usableLocals(remote string) []*iface {
+	if f := t.cfg.PairFilter; f != nil {
+		var out []*iface
+		for _, loc := range t.locals {
+			if f(loc.addr, remote) {
+				out = append(out, loc)
+			}
+		}
+		return out
+	}
+	host := remote
+	if h, _, err := net.SplitHostPort(remote); err == nil {
+		host = h
+	}
+	ip := net.ParseIP(host)
+	var out []*iface
+	if ip != nil {
+		for _, loc := range t.locals {
+			if loc.subnet != nil && loc.subnet.Contains(ip) {
+				out = append(out, loc)
+			}
+		}
+	}
+	if len(out) == 0 {
+		return t.locals
+	}
+	return out
+}
+
+// pick returns the least-loaded untried pair, preferring pairs that are up;
+// ties go round-robin. Load is the requests in flight on the local interface
+// plus those in flight to the remote address.
+func (t *Transport) pick(ps []*pair, tried map[*pair]bool) *pair {
+	n := len(ps)
+	start := int(t.rr.Add(1) % uint64(n))
+	var best *pair
+	var bestLoad, bestOwn int64
+	bestDown := false
+	for i := 0; i < n; i++ {
+		p := ps[(start+i)%n]
+		if tried[p] {
+			continue
+		}
+		down := p.down.Load()
+		load := p.loc.inflight.Load() + p.rem.inflight.Load()
+		own := p.inflight.Load()
+		better := best == nil ||
+			(bestDown && !down) ||
+			(down == bestDown && (load < bestLoad || (load == bestLoad && own < bestOwn)))
+		if better {
+			best, bestLoad, bestOwn, bestDown = p, load, own, down
+		}
+	}
+	return best
+}
+
+// Replayable reports whether req may be sent again after a failure: an
+// idempotent method (or an Idempotency-Key header) and a body that is empty
+// or can be re-created with GetBody.
+func Replayable(req *http.Request) bool {
+	switch req.Method {
+	case "", http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, http.MethodPut, http.MethodDelete:
+	default:
+		if req.Header.Get("Idempotency-Key") == "" && req.Header.Get("X-Idempotency-Key") == "" {
+			return false
+		}
+	}
+	return req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
+}
+
+// SetPeers tells the transport the cluster's peers, so RoundTrip can map a
+// request's host (a peer ID or any one of its addresses) to all of them.
+func (t *Transport) SetPeers(peers []Peer) {
+	m := make(map[string]Peer, len(peers)*3)
+	for _, p := range peers {
+		if p.ID != "" {
+			m[p.ID] = p
+		}
+		for _, a := range p.Addrs {
+			m[a] = p
+		}
+	}
+	t.mu.Lock()
+	t.peers = m
+	t.mu.Unlock()
+}
+
+// RoundTrip implements http.RoundTripper: the request goes to the peer that
+// req.URL.Host names (by ID or by one of its addresses, see SetPeers; an
+// unknown host is a one-address peer), over its least-loaded pair. The Host
+// header keeps the original host, so signed requests stay valid.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	t.mu.Lock()
+	peer, ok := t.peers[req.URL.Host]
+	t.mu.Unlock()
+	if !ok {
+		peer = Peer{ID: req.URL.Host, Addrs: []string{req.URL.Host}}
+	}
+	scheme := req.URL.Scheme
+	if scheme == "" {
+		scheme = t.cfg.Scheme
+	}
+	return t.do(req.Context(), peer, req, scheme, req.URL.Host)
+}
+
+// Do sends req to peer over its least-loaded usable pair and retries it on
+// another pair when it fails and is Replayable. req.URL carries only the
+// path and query; Do fills in the scheme and the chosen address. The
+// response body must be closed.
+func (t *Transport) Do(ctx context.Context, peer Peer, req *http.Request) (*http.Response, error) {
+	return t.do(ctx, peer, req, t.cfg.Scheme, "")
+}
+
+func (t *Transport) do(ctx context.Context, peer Peer, req *http.Request, scheme, host string) (*http.Response, error) {
+	if t.closed.Load() {
+		return nil, ErrClosed
+	}
+	ps, err := t.pairsFor(peer.Addrs)
+	if err != nil {
+		return nil, err
+	}
+	attempts := 1
+	if Replayable(req) {
+		attempts = t.cfg.MaxAttempts
+	}
+	tried := make(map[*pair]bool, 4)
+	var lastErr error
+	for i := 0; i < attempts; i++ {
+		p := t.pick(ps, tried)
+		if p == nil {
+			break
+		}
+		tried[p] = true
+		if i > 0 {
+			p.loc.retries.Add(1)
+			t.log.Debug("netx: retrying", "peer", peer.ID, "local", p.loc.addr, "remote", p.rem.addr, "err", lastErr)
+		}
+		resp, err := t.attempt(ctx, p, req, i, scheme, host)
+		if err == nil {
+			return resp, nil
+		}
+		lastErr = err
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, lastErr
+}
+
+func (t *Transport) attempt(ctx context.Context, p *pair, req *http.Request, n int, scheme, host string) (*http.Response, error) {
+	actx, cancel := context.WithCancelCause(ctx)
+	r := req.Clone(actx)
+	if n > 0 && req.Body != nil && req.Body != http.NoBody {
+		b, err := req.GetBody()
+		if err != nil {
+			cancel(nil)
+			return nil, fmt.Errorf("netx: replay body: %w", err)
+		}
+		r.Body = b
+	}
+	r.URL.Scheme = scheme
+	r.URL.Host = p.rem.addr
+	if r.Host == "" {
+		r.Host = host
+	}
+	f := &flight{cancel: cancel}
+	t.start(p, f)
+	resp, err := p.loc.rt.RoundTrip(r)
+	if err != nil {
+		cause := context.Cause(actx)
+		t.finish(p, f)
+		if ctx.Err() != nil { // the caller gave up: not the pair's fault
+			return nil, err
+		}
+		if errors.Is(cause, ErrPairDown) {
+			err = fmt.Errorf("%w: %w", ErrPairDown, err)
+		}
+		t.fail(p, err)
+		return nil, fmt.Errorf("netx: %s %s from %s: %w", req.Method, p.rem.addr, p.loc.name(), err)
+	}
+	if resp.Body == nil || resp.Body == http.NoBody {
+		t.finish(p, f)
+		return resp, nil
+	}
+	resp.Body = &body{rc: resp.Body, t: t, p: p, f: f, parent: ctx, actx: actx}
+	return resp, nil
+}
+
+func (loc *iface) name() string {
+	if loc.addr == "" {
+		return "any"
+	}
+	return loc.addr
+}
+
+func (t *Transport) start(p *pair, f *flight) {
+	p.mu.Lock()
+	p.flights[f] = struct{}{}
+	p.mu.Unlock()
+	p.inflight.Add(1)
+	p.loc.inflight.Add(1)
+	p.rem.inflight.Add(1)
+	p.requests.Add(1)
+	p.loc.requests.Add(1)
+	now := time.Now().UnixNano()
+	p.lastUsed.Store(now)
+	if p.inflight.Load() == 1 { // the clock of a stall starts with the request
+		p.lastProgress.Store(now)
+	}
+}
+
+func (t *Transport) finish(p *pair, f *flight) {
+	p.mu.Lock()
+	_, ok := p.flights[f]
+	delete(p.flights, f)
+	p.mu.Unlock()
+	if ok {
+		p.inflight.Add(-1)
+		p.loc.inflight.Add(-1)
+		p.rem.inflight.Add(-1)
+	}
+	f.cancel(nil)
+}
+
+// fail counts an error on p and takes it out.
+func (t *Transport) fail(p *pair, err error) {
+	p.errors.Add(1)
+	p.loc.errors.Add(1)
+	t.markDown(p, err, false)
+}
+
+func (t *Transport) markDown(p *pair, err error, abort bool) {
+	p.mu.Lock()
+	was := p.down.Swap(true)
+	if !was {
+		p.since = time.Now()
+	}
+	p.lastErr = err.Error()
+	var fl []*flight
+	if abort {
+		for f := range p.flights {
+			fl = append(fl, f)
+		}
+	}
+	p.mu.Unlock()
+	if !was {
+		t.log.Warn("netx: pair down", "local", p.loc.name(), "remote", p.rem.addr, "err", err, "aborted", len(fl))
+	}
+	for _, f := range fl {
+		f.cancel(ErrPairDown)
+	}
+}
+
+func (t *Transport) markUp(p *pair) {
+	p.mu.Lock()
+	was := p.down.Swap(false)
+	var downFor time.Duration
+	if was {
+		downFor = time.Since(p.since)
+		p.since = time.Now()
+	}
+	p.mu.Unlock()
+	if was {
+		t.log.Info("netx: pair up", "local", p.loc.name(), "remote", p.rem.addr, "down_for", downFor)
+	}
+}
+
+// body tracks a response body: the request stays in flight until the body
+// is drained or closed.
+type body struct {
+	rc     io.ReadCloser
+	t      *Transport
+	p      *pair
+	f      *flight
+	parent context.Context
+	actx   context.Context
+	done   atomic.Bool
+}
+
+func (b *body) Read(buf []byte) (int, error) {
+	n, err := b.rc.Read(buf)
+	if err == io.EOF {
+		b.end()
+	} else if err != nil {
+		if b.parent.Err() == nil {
+			if errors.Is(context.Cause(b.actx), ErrPairDown) {
+				err = fmt.Errorf("%w: %w", ErrPairDown, err)
+			}
+			if !b.done.Load() {
+				b.t.fail(b.p, err)
+			}
+		}
+		b.end()
+	}
+	return n, err
+}
+
+func (b *body) Close() error {
+	err := b.rc.Close()
+	b.end()
+	return err
+}
+
+func (b *body) end() {
+	if b.done.CompareAndSwap(false, true) {
+		b.t.finish(b.p, b.f)
+	}
+}
+
+// loop probes pairs that are down or idle and drops pairs unused for long.
+func (t *Transport) loop() {
+	defer t.wg.Done()
+	tick := time.NewTicker(t.cfg.FailAfter / 4)
+	defer tick.Stop()
+	for {
+		select {
+		case <-t.ctx.Done():
+			return
+		case now := <-tick.C:
+			t.check(now)
+		}
+	}
+}
+
+func (t *Transport) check(now time.Time) {
+	t.mu.Lock()
+	ps := make([]*pair, 0, len(t.pairs))
+	for k, p := range t.pairs {
+		if p.inflight.Load() == 0 && now.Sub(time.Unix(0, p.lastUsed.Load())) > t.cfg.PairTTL {
+			delete(t.pairs, k)
+			continue
+		}
+		ps = append(ps, p)
+	}
+	t.mu.Unlock()
+	for _, p := range ps {
+		idle := now.Sub(time.Unix(0, p.lastProgress.Load()))
+		p.mu.Lock()
+		due := !p.probing && now.Sub(p.lastProbe) >= t.cfg.ProbeInterval &&
+			(p.down.Load() || idle >= t.cfg.ProbeInterval)
+		if due {
+			p.probing = true
+			p.lastProbe = now
+		}
+		p.mu.Unlock()
+		if due {
+			t.wg.Add(1)
+			go t.probe(p)
+		}
+	}
+}
+
+func (t *Transport) probe(p *pair) {
+	defer t.wg.Done()
+	ctx, cancel := context.WithTimeout(t.ctx, t.cfg.FailAfter)
+	defer cancel()
+	err := t.probeOnce(ctx, p)
+	p.mu.Lock()
+	p.probing = false
+	p.mu.Unlock()
+	if t.ctx.Err() != nil {
+		return
+	}
+	if err == nil {
+		t.markUp(p)
+		return
+	}
+	idle := time.Since(time.Unix(0, p.lastProgress.Load()))
+	if p.down.Load() {
+		p.mu.Lock()
+		p.lastErr = err.Error()
+		p.mu.Unlock()
+	} else if idle > t.cfg.FailAfter {
+		t.markDown(p, fmt.Errorf("probe: %w", err), true)
+	}
+}
+
+func (t *Transport) probeOnce(ctx context.Context, p *pair) error {
+	if t.cfg.ProbePath == "" {
+		c, err := p.loc.dialer.DialContext(ctx, "tcp", p.rem.addr)
+		if err != nil {
+			return err
+		}
+		return c.Close()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, t.cfg.Scheme+"://"+p.rem.addr+t.cfg.ProbePath, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := p.loc.probeRT.RoundTrip(req)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode >= 500 {
+		return fmt.Errorf("probe status %d", resp.StatusCode)
+	}
+	return nil
+}
+
+// Close stops probing and closes idle connections. Requests in flight finish.
+func (t *Transport) Close() error {
+	if t.closed.Swap(true) {
+		return nil
+	}
+	t.cancel()
+	t.wg.Wait()
+	for _, loc := range t.locals {
+		loc.rt.CloseIdleConnections()
+		loc.probeRT.CloseIdleConnections()
+	}
+	return nil
+}
+
+// IfaceStats are the counters of one local interface, for metrics and admin.
+type IfaceStats struct {
+	Local     string `json:"local"` // source address; "" = unbound
+	State     State  `json:"state"`
+	PairsUp   int    `json:"pairs_up"`
+	PairsDown int    `json:"pairs_down"`
+	BytesSent uint64 `json:"bytes_sent"`
+	BytesRecv uint64 `json:"bytes_recv"`
+	Requests  uint64 `json:"requests"`
+	Errors    uint64 `json:"errors"`
+	Retries   uint64 `json:"retries"` // requests retried from this interface
+	InFlight  int64  `json:"in_flight"`
+}
+
+// PairStats are the counters of one (local, remote) pair.
+type PairStats struct {
+	Local     string    `json:"local"`
+	Remote    string    `json:"remote"`
+	State     State     `json:"state"`
+	Since     time.Time `json:"since"`
+	LastError string    `json:"last_error,omitempty"`
+	BytesSent uint64    `json:"bytes_sent"`
+	BytesRecv uint64    `json:"bytes_recv"`
+	Requests  uint64    `json:"requests"`
+	Errors    uint64    `json:"errors"`
+	InFlight  int64     `json:"in_flight"`
+}
+
+// Pairs returns the state of every known pair, sorted by local then remote.
+func (t *Transport) Pairs() []PairStats {
+	t.mu.Lock()
+	ps := make([]*pair, 0, len(t.pairs))
+	for _, p := range t.pairs {
+		ps = append(ps, p)
+	}
+	t.mu.Unlock()
+	out := make([]PairStats, 0, len(ps))
+	for _, p := range ps {
+		p.mu.Lock()
+		s := PairStats{Local: p.loc.addr, Remote: p.rem.addr, Since: p.since, LastError: p.lastErr}
+		p.mu.Unlock()
+		if p.down.Load() {
+			s.State = StateDown
+		}
+		s.BytesSent, s.BytesRecv = p.c.sent.Load(), p.c.recv.Load()
+		s.Requests, s.Errors, s.InFlight = p.requests.Load(), p.errors.Load(), p.inflight.Load()
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Local != out[j].Local {
+			return out[i].Local < out[j].Local
+		}
+		return out[i].Remote < out[j].Remote
+	})
+	return out
+}
+
+// Stats returns the counters of every local interface, in configured order.
+func (t *Transport) Stats() []IfaceStats {
+	pairs := t.Pairs()
+	out := make([]IfaceStats, 0, len(t.locals))
+	for _, loc := range t.locals {
+		s := IfaceStats{
+			Local:     loc.addr,
+			BytesSent: loc.c.sent.Load(),
+			BytesRecv: loc.c.recv.Load(),
+			Requests:  loc.requests.Load(),
+			Errors:    loc.errors.Load(),
+			Retries:   loc.retries.Load(),
+			InFlight:  loc.inflight.Load(),
+		}
+		for _, p := range pairs {
+			if p.Local != loc.addr {
+				continue
+			}
+			if p.State == StateDown {
+				s.PairsDown++
+			} else {
+				s.PairsUp++
+			}
+		}
+		switch {
+		case s.PairsDown > 0 && s.PairsUp == 0:
+			s.State = StateDown
+		case s.PairsDown > 0:
+			s.State = StateDegraded
+		}
+		out = append(out, s)
+	}
+	return out
+}
