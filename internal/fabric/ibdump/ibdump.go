@@ -1,0 +1,209 @@
+// Package ibdump parses the text files an InfiniBand subnet manager and its
+// diagnostic tools write: OpenSM's opensm-lfts.dump, opensm-subnet.lst,
+// guid2lid, neighbors, opensm.fdbs, opensm-lid-matrix.dump and osm.log, and
+// the output of ibnetdiscover and dump_fts/ibroute.
+//
+// Every parser streams its input line by line and hands records to a
+// callback, so a dump of hundreds of megabytes is never held in memory.
+// Errors are *ParseError values that name the file and line and wrap
+// ErrSyntax. Open transparently decompresses files whose name ends in .gz.
+package ibdump
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+)
+
+// ErrSyntax is wrapped by every *ParseError.
+var ErrSyntax = errors.New("ibdump: syntax error")
+
+// maxLine bounds a single input line; longer lines are a syntax error.
+const maxLine = 1 << 20
+
+// MaxUnicastLID is the highest unicast LID (0xBFFF); LIDs above it are rejected.
+const MaxUnicastLID = 0xBFFF
+
+// NoPort marks a LID a switch has no route for in LFT.Ports.
+const NoPort = 0xFF
+
+// ParseError reports where an input file is malformed.
+type ParseError struct {
+	File string
+	Line int
+	Msg  string
+}
+
+func (e *ParseError) Error() string { return fmt.Sprintf("%s:%d: %s", e.File, e.Line, e.Msg) }
+
+// Unwrap lets errors.Is(err, ErrSyntax) match.
+func (e *ParseError) Unwrap() error { return ErrSyntax }
+
+// lineReader yields lines without their terminator and counts them.
+type lineReader struct {
+	br   *bufio.Reader
+	name string
+	line int
+}
+
+func newLineReader(r io.Reader, name string) *lineReader {
+	return &lineReader{br: bufio.NewReaderSize(r, 256<<10), name: name}
+}
+
+// next returns the next line (valid until the following call), or io.EOF.
+func (lr *lineReader) next() ([]byte, error) {
+	b, err := lr.br.ReadSlice('\n')
+	if err == bufio.ErrBufferFull {
+		// A long line: accumulate up to maxLine.
+		buf := append([]byte(nil), b...)
+		for err == bufio.ErrBufferFull {
+			if len(buf) > maxLine {
+				lr.line++
+				return nil, lr.errf("line longer than %d bytes", maxLine)
+			}
+			b, err = lr.br.ReadSlice('\n')
+			buf = append(buf, b...)
+		}
+		b = buf
+	}
+	if err != nil && err != io.EOF {
+		return nil, fmt.Errorf("%s:%d: %w", lr.name, lr.line+1, err)
+	}
+	if len(b) == 0 && err == io.EOF {
+		return nil, io.EOF
+	}
+	lr.line++
+	if n := len(b); n > 0 && b[n-1] == '\n' {
+		b = b[:n-1]
+	}
+	if n := len(b); n > 0 && b[n-1] == '\r' {
+		b = b[:n-1]
+	}
+	return b, nil
+}
+
+func (lr *lineReader) errf(format string, args ...any) error {
+	return &ParseError{File: lr.name, Line: lr.line, Msg: fmt.Sprintf(format, args...)}
+}
+
+// Open opens a dump file for streaming, decompressing it when the name ends
+// in .gz. The caller closes the result.
+func Open(path string) (io.ReadCloser, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	if !strings.HasSuffix(path, ".gz") {
+		return f, nil
+	}
+	zr, err := gzip.NewReader(bufio.NewReaderSize(f, 256<<10))
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &gzFile{zr: zr, f: f}, nil
+}
+
+type gzFile struct {
+	zr *gzip.Reader
+	f  *os.File
+}
+
+func (g *gzFile) Read(p []byte) (int, error) { return g.zr.Read(p) }
+func (g *gzFile) Close() error {
+	err := g.zr.Close()
+	if cerr := g.f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// --- small byte-level scanners shared by the parsers ---
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' }
+
+func trimSpace(b []byte) []byte {
+	for len(b) > 0 && (isSpace(b[0]) || b[0] == '\r') {
+		b = b[1:]
+	}
+	for len(b) > 0 && (isSpace(b[len(b)-1]) || b[len(b)-1] == '\r') {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
+func hexVal(c byte) int {
+	switch {
+	case c >= '0' && c <= '9':
+		return int(c - '0')
+	case c >= 'a' && c <= 'f':
+		return int(c-'a') + 10
+	case c >= 'A' && c <= 'F':
+		return int(c-'A') + 10
+	}
+	return -1
+}
+
+// parseHex parses hex digits (an optional 0x prefix) at the start of b and
+// returns the value and the rest. ok is false when there are no digits or
+// more than 16.
+func parseHex(b []byte) (v uint64, rest []byte, ok bool) {
+	if len(b) >= 2 && b[0] == '0' && (b[1] == 'x' || b[1] == 'X') {
+		b = b[2:]
+	}
+	i := 0
+	for i < len(b) {
+		d := hexVal(b[i])
+		if d < 0 {
+			break
+		}
+		if i >= 16 {
+			return 0, b, false
+		}
+		v = v<<4 | uint64(d)
+		i++
+	}
+	return v, b[i:], i > 0
+}
+
+// parseDec parses decimal digits at the start of b (at most 9).
+func parseDec(b []byte) (v int, rest []byte, ok bool) {
+	i := 0
+	for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+		if i >= 9 {
+			return 0, b, false
+		}
+		v = v*10 + int(b[i]-'0')
+		i++
+	}
+	return v, b[i:], i > 0
+}
+
+// parseNum parses a number that is hex with a 0x prefix, decimal otherwise.
+func parseNum(b []byte) (v uint64, rest []byte, ok bool) {
+	if len(b) >= 2 && b[0] == '0' && (b[1] == 'x' || b[1] == 'X') {
+		return parseHex(b)
+	}
+	d, rest, ok := parseDec(b)
+	return uint64(d), rest, ok
+}
+
+func skipSpace(b []byte) []byte {
+	for len(b) > 0 && isSpace(b[0]) {
+		b = b[1:]
+	}
+	return b
+}
+
+func hasPrefix(b []byte, p string) bool {
+	return len(b) >= len(p) && string(b[:len(p)]) == p
+}
+
+func index(b []byte, s string) int { return bytes.Index(b, []byte(s)) }
+
+func lastIndex(b []byte, s string) int { return bytes.LastIndex(b, []byte(s)) }

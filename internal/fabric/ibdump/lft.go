@@ -1,0 +1,248 @@
+package ibdump
+
+import (
+	"io"
+)
+
+// LFT is one switch's linear forwarding table, from opensm-lfts.dump or from
+// dump_fts/ibroute output (the parser accepts both).
+type LFT struct {
+	GUID uint64 // switch node GUID
+	LID  uint16 // switch LID when the header names it (opensm-lfts.dump), else 0
+	Desc string // node description from the header
+	// Ports[lid] is the output port for destination lid (0 = the switch
+	// itself), NoPort where the table has no entry. len(Ports) is one more
+	// than the highest LID of the header range or of any entry.
+	Ports []uint8
+	Line  int // line of the header
+	// Entries counts the entry lines read for this switch.
+	Entries int
+}
+
+// Dest describes a destination LID as the comment of an LFT entry names it.
+type Dest struct {
+	LID      uint16
+	Type     string // "Channel Adapter", "Switch", "Router", ...
+	PortGUID uint64
+	Desc     string
+}
+
+// LFTHandler receives parsed switches. Switch gets ownership of lft.Ports.
+// Dest, when non-nil, is called once per LID, the first time an entry
+// comment describes it.
+type LFTHandler struct {
+	Switch func(lft *LFT) error
+	Dest   func(d Dest) error
+}
+
+// ParseLFTs streams an opensm-lfts.dump or dump_fts/ibroute output from r;
+// name is used in errors.
+func ParseLFTs(r io.Reader, name string, h LFTHandler) error {
+	lr := newLineReader(r, name)
+	var cur *LFT
+	var seen []bool
+	flush := func() error {
+		if cur == nil {
+			return nil
+		}
+		c := cur
+		cur = nil
+		if h.Switch != nil {
+			return h.Switch(c)
+		}
+		return nil
+	}
+	for {
+		line, err := lr.next()
+		if err == io.EOF {
+			return flush()
+		}
+		if err != nil {
+			return err
+		}
+		if len(line) >= 2 && line[0] == '0' && line[1] == 'x' {
+			// Entry: "0x0001 001 # comment" or "0x0001 005 : (comment)".
+			if cur == nil {
+				return lr.errf("LFT entry before a switch header")
+			}
+			lid, rest, ok := parseHex(line)
+			if !ok || lid > MaxUnicastLID {
+				return lr.errf("bad LID in LFT entry %q", clip(line))
+			}
+			rest = skipSpace(rest)
+			port, rest2, ok := parseDec(rest)
+			if !ok || port > 255 {
+				return lr.errf("bad port in LFT entry %q", clip(line))
+			}
+			if len(rest2) > 0 && !isSpace(rest2[0]) {
+				return lr.errf("bad port in LFT entry %q", clip(line))
+			}
+			if int(lid) >= len(cur.Ports) {
+				cur.Ports = growPorts(cur.Ports, int(lid)+1)
+			}
+			cur.Ports[lid] = uint8(port)
+			cur.Entries++
+			if h.Dest != nil {
+				if int(lid) >= len(seen) {
+					seen = growBools(seen, int(lid)+1)
+				}
+				if !seen[lid] {
+					seen[lid] = true
+					if d, ok := parseDestComment(rest2); ok {
+						d.LID = uint16(lid)
+						if err := h.Dest(d); err != nil {
+							return err
+						}
+					}
+				}
+			}
+			continue
+		}
+		t := trimSpace(line)
+		switch {
+		case len(t) == 0:
+		case hasPrefix(t, "Unicast lids ["):
+			if err := flush(); err != nil {
+				return err
+			}
+			sw, err := parseLFTHeader(t)
+			if err != "" {
+				return lr.errf("%s in %q", err, clip(t))
+			}
+			sw.Line = lr.line
+			cur = sw
+		case endsWith(t, "lids dumped"):
+			if cur == nil {
+				return lr.errf("footer without a switch header")
+			}
+			// OpenSM counts the LIDs of the range here, including the
+			// ones it omitted, so the number is not checked against the entries.
+			if _, _, ok := parseDec(t); !ok {
+				return lr.errf("bad footer %q", clip(t))
+			}
+			if err := flush(); err != nil {
+				return err
+			}
+		case hasPrefix(t, "Lid") || hasPrefix(t, "Port"):
+			// dump_fts column titles.
+		default:
+			return lr.errf("unexpected line %q", clip(t))
+		}
+	}
+}
+
+// parseLFTHeader parses
+//
+//	Unicast lids [0-22] of switch Lid 2 guid 0x0002c90300000100 ('leaf001'):
+//	Unicast lids [0x0-0x16] of switch DR path slid 0; dlid 0; 0,1,5 guid 0x0002c90300000400 (leaf004):
+func parseLFTHeader(t []byte) (*LFT, string) {
+	b := t[len("Unicast lids ["):]
+	_, b, ok := parseNum(b)
+	if !ok || len(b) == 0 || b[0] != '-' {
+		return nil, "bad LID range"
+	}
+	top, b, ok := parseNum(b[1:])
+	if !ok || len(b) == 0 || b[0] != ']' {
+		return nil, "bad LID range"
+	}
+	if top > MaxUnicastLID {
+		top = MaxUnicastLID
+	}
+	sw := &LFT{}
+	if i := index(b, " Lid "); i >= 0 {
+		lid, _, ok := parseDec(b[i+5:])
+		if !ok || lid > MaxUnicastLID {
+			return nil, "bad switch LID"
+		}
+		sw.LID = uint16(lid)
+	}
+	i := index(b, "guid 0x")
+	if i < 0 {
+		return nil, "no switch GUID"
+	}
+	guid, rest, ok := parseHex(b[i+5:])
+	if !ok {
+		return nil, "bad switch GUID"
+	}
+	sw.GUID = guid
+	rest = skipSpace(rest)
+	if len(rest) > 0 && rest[0] == '(' {
+		j := lastIndex(rest, ")")
+		if j < 1 {
+			return nil, "unterminated description"
+		}
+		d := rest[1:j]
+		if len(d) >= 2 && d[0] == '\'' && d[len(d)-1] == '\'' {
+			d = d[1 : len(d)-1]
+		}
+		sw.Desc = string(d)
+	}
+	sw.Ports = growPorts(nil, int(top)+1)
+	return sw, ""
+}
+
+// parseDestComment parses " # Channel Adapter portguid 0x...: 'desc'" or
+// " : (Switch portguid 0x...: 'leaf001')".
+func parseDestComment(b []byte) (Dest, bool) {
+	b = skipSpace(b)
+	switch {
+	case hasPrefix(b, "# "):
+		b = b[2:]
+	case hasPrefix(b, ": ("):
+		b = b[3:]
+		if len(b) > 0 && b[len(b)-1] == ')' {
+			b = b[:len(b)-1]
+		}
+	default:
+		return Dest{}, false
+	}
+	i := index(b, " portguid ")
+	if i < 0 {
+		return Dest{}, false
+	}
+	d := Dest{Type: string(b[:i])}
+	g, rest, ok := parseHex(b[i+len(" portguid "):])
+	if !ok {
+		return Dest{}, false
+	}
+	d.PortGUID = g
+	if q := index(rest, "'"); q >= 0 {
+		if e := lastIndex(rest, "'"); e > q {
+			d.Desc = string(rest[q+1 : e])
+		}
+	}
+	return d, true
+}
+
+func growPorts(p []uint8, n int) []uint8 {
+	if n <= len(p) {
+		return p
+	}
+	np := make([]uint8, n)
+	copy(np, p)
+	for i := len(p); i < n; i++ {
+		np[i] = NoPort
+	}
+	return np
+}
+
+func growBools(p []bool, n int) []bool {
+	if n <= len(p) {
+		return p
+	}
+	np := make([]bool, n)
+	copy(np, p)
+	return np
+}
+
+func endsWith(b []byte, s string) bool {
+	return len(b) >= len(s) && string(b[len(b)-len(s):]) == s
+}
+
+// clip shortens a line for an error message.
+func clip(b []byte) string {
+	if len(b) > 80 {
+		return string(b[:80]) + "..."
+	}
+	return string(b)
+}

@@ -1,0 +1,617 @@
+package fabric
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/slipstream-io/slipstream/internal/fabric/ibdump"
+)
+
+// File kinds recognised in a dump directory or file list.
+const (
+	FileLFTs          = "opensm-lfts.dump"
+	FileDumpFTS       = "dump_fts.out"
+	FileSubnet        = "opensm-subnet.lst"
+	FileIBNetDiscover = "ibnetdiscover.out"
+	FileGUID2LID      = "guid2lid"
+	FileNeighbors     = "neighbors"
+	FileOSMLog        = "osm.log"
+	FileOpenSMOut     = "opensm.out"
+	FileFDBs          = "opensm.fdbs"
+	FileLIDMatrix     = "opensm-lid-matrix.dump"
+)
+
+var knownFiles = []string{FileLFTs, FileDumpFTS, FileSubnet, FileIBNetDiscover, FileGUID2LID,
+	FileNeighbors, FileOSMLog, FileOpenSMOut, FileFDBs, FileLIDMatrix}
+
+// Files maps a file kind (one of the File* names) to a path.
+type Files map[string]string
+
+// FindFiles lists the dump files of a directory as OpenSM writes them
+// (each optionally gzipped: name.gz).
+func FindFiles(dir string) (Files, error) {
+	st, err := os.Stat(dir)
+	if err != nil {
+		return nil, err
+	}
+	if !st.IsDir() {
+		return nil, fmt.Errorf("%w: %s is not a directory", ErrNoDumps, dir)
+	}
+	fs := Files{}
+	for _, k := range knownFiles {
+		for _, name := range []string{k, k + ".gz"} {
+			p := filepath.Join(dir, name)
+			if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
+				fs[k] = p
+				break
+			}
+		}
+	}
+	if fs[FileLFTs] == "" && fs[FileDumpFTS] == "" {
+		return nil, fmt.Errorf("%w: no %s or %s in %s", ErrNoDumps, FileLFTs, FileDumpFTS, dir)
+	}
+	return fs, nil
+}
+
+// ClassifyFiles assigns explicit paths to file kinds, by name first
+// (ignoring .gz and a directory part) and by content otherwise.
+func ClassifyFiles(paths []string) (Files, error) {
+	fs := Files{}
+	for _, p := range paths {
+		base := strings.TrimSuffix(filepath.Base(p), ".gz")
+		kind := ""
+		for _, k := range knownFiles {
+			if base == k {
+				kind = k
+			}
+		}
+		if kind == "" {
+			k, err := sniff(p)
+			if err != nil {
+				return nil, err
+			}
+			kind = k
+		}
+		if kind == "" {
+			return nil, fmt.Errorf("%w: cannot tell what %s is", ErrNoDumps, p)
+		}
+		if old, dup := fs[kind]; dup {
+			return nil, fmt.Errorf("%w: %s and %s are both %s", ErrNoDumps, old, p, kind)
+		}
+		fs[kind] = p
+	}
+	if fs[FileLFTs] == "" && fs[FileDumpFTS] == "" {
+		return nil, fmt.Errorf("%w: need an LFT dump (opensm-lfts.dump or dump_fts output)", ErrNoDumps)
+	}
+	return fs, nil
+}
+
+// sniff guesses a file's kind from its first non-blank lines.
+func sniff(path string) (string, error) {
+	r, err := ibdump.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer r.Close()
+	sc := bufio.NewScanner(io.LimitReader(r, 64<<10))
+	sc.Buffer(make([]byte, 64<<10), 64<<10)
+	for n := 0; sc.Scan() && n < 20; n++ {
+		t := strings.TrimSpace(sc.Text())
+		switch {
+		case t == "" || t == "#":
+			continue
+		case strings.HasPrefix(t, "Unicast lids [") && strings.Contains(t, "DR path"):
+			return FileDumpFTS, nil
+		case strings.HasPrefix(t, "Unicast lids ["):
+			return FileLFTs, nil
+		case strings.HasPrefix(t, "{ "):
+			return FileSubnet, nil
+		case strings.HasPrefix(t, "# Topology file") || strings.HasPrefix(t, "vendid=") || strings.HasPrefix(t, "switchguid="):
+			return FileIBNetDiscover, nil
+		case strings.HasPrefix(t, "dump_ucast_routes"):
+			return FileFDBs, nil
+		case strings.HasPrefix(t, "Switch: guid"):
+			return FileLIDMatrix, nil
+		case strings.Contains(t, "OpenSM") && strings.Contains(t, " -> "):
+			return FileOSMLog, nil
+		case strings.HasPrefix(t, "0x") && strings.Contains(t, ":"):
+			return FileNeighbors, nil
+		case strings.HasPrefix(t, "0x") && len(strings.Fields(t)) == 3:
+			return FileGUID2LID, nil
+		case strings.HasPrefix(t, "---") || strings.HasPrefix(t, "OpenSM"):
+			return FileOpenSMOut, nil
+		}
+		return "", nil
+	}
+	return "", sc.Err()
+}
+
+// Load reads the OpenSM dumps of a directory (see FindFiles) into a Model.
+func Load(ctx context.Context, dir string) (*Model, error) {
+	fs, err := FindFiles(dir)
+	if err != nil {
+		return nil, err
+	}
+	return LoadFiles(ctx, fs)
+}
+
+// LoadPaths loads from a directory (one path) or from explicit files.
+func LoadPaths(ctx context.Context, paths []string) (*Model, error) {
+	if len(paths) == 1 {
+		if st, err := os.Stat(paths[0]); err == nil && st.IsDir() {
+			return Load(ctx, paths[0])
+		}
+	}
+	fs, err := ClassifyFiles(paths)
+	if err != nil {
+		return nil, err
+	}
+	return LoadFiles(ctx, fs)
+}
+
+// LoadFiles builds a Model from the given files. It needs an LFT dump and a
+// topology: opensm-subnet.lst, ibnetdiscover output, or neighbors (then
+// node descriptions come from the LFT comments). guid2lid adds LMC ranges;
+// osm.log and opensm.out tell which routing engine ran.
+func LoadFiles(ctx context.Context, fs Files) (*Model, error) {
+	b := newBuilder()
+	lftPath := fs[FileLFTs]
+	if lftPath == "" {
+		lftPath = fs[FileDumpFTS]
+	}
+	if lftPath == "" {
+		return nil, fmt.Errorf("%w: need an LFT dump", ErrNoDumps)
+	}
+	var err error
+	switch {
+	case fs[FileSubnet] != "":
+		err = withFile(fs[FileSubnet], func(r io.Reader, name string) error {
+			return ibdump.ParseSubnetList(r, name, b.subnetLink)
+		})
+	case fs[FileIBNetDiscover] != "":
+		err = withFile(fs[FileIBNetDiscover], func(r io.Reader, name string) error {
+			return ibdump.ParseIBNetDiscover(r, name, b.ibndNode)
+		})
+	case fs[FileNeighbors] != "":
+		err = withFile(fs[FileNeighbors], func(r io.Reader, name string) error {
+			return ibdump.ParseNeighbors(r, name, b.neighbor)
+		})
+		b.fromNeighbors = true
+	default:
+		return nil, fmt.Errorf("%w: need a topology (%s, %s or %s)", ErrNoDumps, FileSubnet, FileIBNetDiscover, FileNeighbors)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if p := fs[FileGUID2LID]; p != "" {
+		if err := withFile(p, func(r io.Reader, name string) error {
+			return ibdump.ParseGUID2LID(r, name, b.guid2lid)
+		}); err != nil {
+			return nil, err
+		}
+	}
+	lfts := make(map[uint64]*ibdump.LFT)
+	dests := make(map[uint16]ibdump.Dest)
+	h := ibdump.LFTHandler{Switch: func(l *ibdump.LFT) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if _, dup := lfts[l.GUID]; dup {
+			return &ibdump.ParseError{File: lftPath, Line: l.Line, Msg: fmt.Sprintf("switch %s listed twice", fmtGUID(l.GUID))}
+		}
+		lfts[l.GUID] = l
+		return nil
+	}}
+	if b.fromNeighbors {
+		h.Dest = func(d ibdump.Dest) error { dests[d.LID] = d; return nil }
+	}
+	if err := withFile(lftPath, func(r io.Reader, name string) error {
+		return ibdump.ParseLFTs(r, name, h)
+	}); err != nil {
+		return nil, err
+	}
+	if b.fromNeighbors {
+		b.applyDests(lfts, dests)
+	}
+	m, err := b.build(lfts, lftPath)
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range []string{FileOpenSMOut, FileOSMLog} {
+		p := fs[k]
+		if p == "" {
+			continue
+		}
+		if err := withFile(p, func(r io.Reader, name string) error {
+			l, err := ibdump.ParseSMLog(r, name)
+			if err != nil {
+				return err
+			}
+			if len(l.Requested) > 0 {
+				m.Engine.Requested = l.Requested
+			}
+			if l.Engine != "" {
+				m.Engine.Used = l.Engine
+			}
+			m.Engine.NotFatTree = m.Engine.NotFatTree || l.NotFatTree
+			return nil
+		}); err != nil {
+			return nil, err
+		}
+	}
+	if m.Engine.Used != "" && len(m.Engine.Requested) > 0 {
+		m.Engine.Fallback = true
+		for _, e := range m.Engine.Requested {
+			if e == m.Engine.Used {
+				m.Engine.Fallback = false
+			}
+		}
+	}
+	for _, k := range knownFiles {
+		if p := fs[k]; p != "" {
+			m.Files = append(m.Files, p)
+		}
+	}
+	return m, nil
+}
+
+func withFile(path string, fn func(r io.Reader, name string) error) error {
+	r, err := ibdump.Open(path)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	return fn(r, path)
+}
+
+// --- builder: collects nodes and cables from any topology source ---
+
+type bport struct {
+	guid     uint64
+	lid      uint16
+	lmc      uint8
+	peerNode uint64
+	peerPort int
+	linked   bool
+}
+
+type bnode struct {
+	guid   uint64
+	kind   NodeKind
+	desc   string
+	nports int
+	lid    uint16
+	ports  map[int]*bport
+}
+
+type builder struct {
+	nodes         map[uint64]*bnode
+	portOwner     map[uint64][2]uint64 // port GUID -> node GUID, port number
+	lmcByGUID     map[uint64]uint8
+	lidByGUID     map[uint64]uint16
+	fromNeighbors bool
+	err           error
+}
+
+func newBuilder() *builder {
+	return &builder{nodes: map[uint64]*bnode{}, portOwner: map[uint64][2]uint64{},
+		lmcByGUID: map[uint64]uint8{}, lidByGUID: map[uint64]uint16{}}
+}
+
+func (b *builder) node(guid uint64, kind NodeKind, desc string, nports int) *bnode {
+	n := b.nodes[guid]
+	if n == nil {
+		n = &bnode{guid: guid, kind: kind, desc: desc, nports: nports, ports: map[int]*bport{}}
+		b.nodes[guid] = n
+	}
+	if n.desc == "" {
+		n.desc = desc
+	}
+	if nports > n.nports {
+		n.nports = nports
+	}
+	return n
+}
+
+func (n *bnode) port(p int) *bport {
+	bp := n.ports[p]
+	if bp == nil {
+		bp = &bport{}
+		n.ports[p] = bp
+	}
+	if p > n.nports {
+		n.nports = p
+	}
+	return bp
+}
+
+func kindOf(t string) NodeKind {
+	switch {
+	case strings.HasPrefix(t, "SW"), t == "Switch":
+		return KindSwitch
+	case strings.HasPrefix(t, "RT"), t == "Rt":
+		return KindRouter
+	}
+	return KindCA
+}
+
+// link records a cable between (a, pa) and (c, pc), checking that both
+// ends agree.
+func (b *builder) link(a *bnode, pa int, c *bnode, pc int, where string) error {
+	x, y := a.port(pa), c.port(pc)
+	for _, e := range []struct {
+		p    *bport
+		node uint64
+		port int
+	}{{x, c.guid, pc}, {y, a.guid, pa}} {
+		if e.p.linked && (e.p.peerNode != e.node || e.p.peerPort != e.port) {
+			return fmt.Errorf("%w: %s: port cabled to two places", ErrTopology, where)
+		}
+		e.p.linked, e.p.peerNode, e.p.peerPort = true, e.node, e.port
+	}
+	return nil
+}
+
+func (b *builder) subnetLink(l ibdump.SubnetLink) error {
+	var ns [2]*bnode
+	for i, e := range []ibdump.LinkEnd{l.A, l.B} {
+		k := kindOf(e.Type)
+		n := b.node(e.NodeGUID, k, e.Desc, e.NumPorts)
+		ns[i] = n
+		p := n.port(e.Port)
+		p.guid = e.PortGUID
+		if k == KindSwitch {
+			n.lid = e.LID
+			n.port(0).guid = e.NodeGUID
+			n.port(0).lid = e.LID
+		} else {
+			p.lid = e.LID
+		}
+		b.portOwner[e.PortGUID] = [2]uint64{e.NodeGUID, uint64(e.Port)}
+	}
+	return b.link(ns[0], l.A.Port, ns[1], l.B.Port, fmt.Sprintf("line %d", l.Line))
+}
+
+func (b *builder) ibndNode(n *ibdump.Node) error {
+	if n.GUID == 0 {
+		return fmt.Errorf("%w: node %q at line %d has no GUID", ErrTopology, n.ID, n.Line)
+	}
+	k := kindOf(n.Type)
+	bn := b.node(n.GUID, k, n.Desc, n.NumPorts)
+	if k == KindSwitch {
+		bn.lid = n.LID
+		p0 := bn.port(0)
+		p0.guid, p0.lid, p0.lmc = n.GUID, n.LID, uint8(n.LMC)
+	}
+	for _, p := range n.Ports {
+		bp := bn.port(p.Port)
+		if k == KindSwitch {
+			bp.guid = n.GUID
+		} else {
+			bp.guid, bp.lid, bp.lmc = p.PortGUID, p.LID, uint8(p.LMC)
+			b.portOwner[p.PortGUID] = [2]uint64{n.GUID, uint64(p.Port)}
+		}
+		if p.RemoteGUID == 0 {
+			return fmt.Errorf("%w: line %d: peer %q has no GUID", ErrTopology, p.Line, p.RemoteID)
+		}
+		rk := KindCA
+		if strings.HasPrefix(p.RemoteID, "S-") {
+			rk = KindSwitch
+		}
+		rn := b.node(p.RemoteGUID, rk, p.RemoteDesc, 0)
+		if p.RemotePortGUID != 0 {
+			rn.port(p.RemotePort).guid = p.RemotePortGUID
+		}
+		if err := b.link(bn, p.Port, rn, p.RemotePort, fmt.Sprintf("line %d", p.Line)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// neighbor: switch node GUIDs and CA port GUIDs; a CA port becomes a node
+// of its own (its GUID is the port GUID), described later from the LFTs.
+func (b *builder) neighbor(n ibdump.Neighbor) error {
+	a := b.node(n.GUID, 0, "", 0)
+	c := b.node(n.RemoteGUID, 0, "", 0)
+	return b.link(a, n.Port, c, n.RemotePort, fmt.Sprintf("line %d", n.Line))
+}
+
+func (b *builder) guid2lid(g ibdump.GUIDLID) error {
+	n := g.Max - g.Min + 1
+	lmc := uint8(0)
+	for (1 << lmc) < int(n) {
+		lmc++
+	}
+	b.lmcByGUID[g.GUID] = lmc
+	b.lidByGUID[g.GUID] = g.Min
+	return nil
+}
+
+// applyDests types and names neighbors-only nodes from the LFTs: switches
+// are the nodes with an LFT, the others are CA ports described by the LFT
+// entry comments.
+func (b *builder) applyDests(lfts map[uint64]*ibdump.LFT, dests map[uint16]ibdump.Dest) {
+	byGUID := make(map[uint64]ibdump.Dest, len(dests))
+	for _, d := range dests {
+		byGUID[d.PortGUID] = d
+	}
+	for g, n := range b.nodes {
+		if l, ok := lfts[g]; ok {
+			n.kind, n.desc, n.lid = KindSwitch, l.Desc, l.LID
+			n.port(0).guid, n.port(0).lid = g, l.LID
+			continue
+		}
+		n.kind = KindCA
+		for num, p := range n.ports {
+			if num == 0 {
+				continue
+			}
+			p.guid = g
+			if d, ok := byGUID[g]; ok {
+				n.desc, p.lid = d.Desc, d.LID
+			}
+		}
+	}
+}
+
+func (b *builder) build(lfts map[uint64]*ibdump.LFT, lftPath string) (*Model, error) {
+	m := &Model{nodeByGUID: map[uint64]int32{}, portByGUID: map[uint64]int32{}, hostByName: map[string]int32{}}
+	guids := make([]uint64, 0, len(b.nodes))
+	for g := range b.nodes {
+		guids = append(guids, g)
+	}
+	sort.Slice(guids, func(i, j int) bool { return guids[i] < guids[j] })
+	nports := 0
+	for _, g := range guids {
+		nports += b.nodes[g].nports + 1
+	}
+	m.Ports = make([]Port, 0, nports)
+	for _, g := range guids {
+		bn := b.nodes[g]
+		if bn.kind == 0 {
+			bn.kind = KindCA
+		}
+		idx := int32(len(m.Nodes))
+		n := Node{GUID: g, Kind: bn.kind, Desc: bn.desc, NumPorts: bn.nports, LID: bn.lid,
+			portBase: int32(len(m.Ports)), sw: -1}
+		if n.Kind == KindCA {
+			n.Host = strings.Fields(n.Desc + " ?")[0]
+			if n.Desc == "" {
+				n.Host = fmtGUID(g)
+			}
+		}
+		if n.Kind == KindSwitch {
+			n.sw = int32(len(m.Switches))
+			m.Switches = append(m.Switches, idx)
+		}
+		m.Nodes = append(m.Nodes, n)
+		m.nodeByGUID[g] = idx
+		for p := 0; p <= bn.nports; p++ {
+			pt := Port{Node: idx, Num: uint8(p), Peer: -1}
+			if bp := bn.ports[p]; bp != nil {
+				pt.GUID, pt.LID, pt.LMC = bp.guid, bp.lid, bp.lmc
+				if pt.GUID == 0 && n.Kind == KindSwitch {
+					pt.GUID = g
+				}
+				if lmc, ok := b.lmcByGUID[pt.GUID]; ok && (n.Kind != KindSwitch || p == 0) {
+					pt.LMC = lmc
+					if pt.LID == 0 {
+						pt.LID = b.lidByGUID[pt.GUID]
+					}
+				}
+			}
+			if n.Kind == KindSwitch && p > 0 {
+				pt.LID, pt.LMC = 0, 0
+			}
+			if pt.GUID != 0 && (n.Kind != KindSwitch || p == 0) {
+				m.portByGUID[pt.GUID] = int32(len(m.Ports))
+			}
+			m.Ports = append(m.Ports, pt)
+		}
+	}
+	// cables
+	for i := range m.Ports {
+		pt := &m.Ports[i]
+		bn := b.nodes[m.Nodes[pt.Node].GUID]
+		bp := bn.ports[int(pt.Num)]
+		if bp == nil || !bp.linked {
+			continue
+		}
+		rn, ok := m.nodeByGUID[bp.peerNode]
+		if !ok || bp.peerPort > m.Nodes[rn].NumPorts {
+			return nil, fmt.Errorf("%w: cable to unknown port %s:%d", ErrTopology, fmtGUID(bp.peerNode), bp.peerPort)
+		}
+		pt.Peer = m.Nodes[rn].portBase + int32(bp.peerPort)
+	}
+	// LIDs
+	maxLID := 0
+	for _, pt := range m.Ports {
+		if pt.LID != 0 {
+			if top := int(pt.LID) + (1 << pt.LMC) - 1; top > maxLID {
+				maxLID = top
+			}
+		}
+	}
+	if maxLID > ibdump.MaxUnicastLID {
+		return nil, fmt.Errorf("%w: LID %#x out of the unicast range", ErrTopology, maxLID)
+	}
+	m.lidPort = make([]int32, maxLID+1)
+	m.lidEP = make([]int32, maxLID+1)
+	for i := range m.lidPort {
+		m.lidPort[i], m.lidEP[i] = -1, -1
+	}
+	hostEPs := map[string][]int32{}
+	for i, pt := range m.Ports {
+		if pt.LID == 0 {
+			continue
+		}
+		n := m.Nodes[pt.Node]
+		if n.Kind == KindSwitch && pt.Num != 0 {
+			continue
+		}
+		for l := int(pt.LID); l < int(pt.LID)+(1<<pt.LMC); l++ {
+			if m.lidPort[l] >= 0 && m.lidPort[l] != int32(i) {
+				return nil, fmt.Errorf("%w: LID %#x assigned to two ports", ErrTopology, l)
+			}
+			m.lidPort[l] = int32(i)
+		}
+		if n.Kind == KindCA {
+			e := int32(len(m.Endpoints))
+			m.Endpoints = append(m.Endpoints, Endpoint{Port: int32(i)})
+			hostEPs[n.Host] = append(hostEPs[n.Host], e)
+			for l := int(pt.LID); l < int(pt.LID)+(1<<pt.LMC); l++ {
+				m.lidEP[l] = e
+			}
+		}
+	}
+	for _, name := range sortedKeys(hostEPs) {
+		h := int32(len(m.Hosts))
+		m.Hosts = append(m.Hosts, Host{Name: name, Endpoints: hostEPs[name]})
+		m.hostByName[name] = h
+		for _, e := range hostEPs[name] {
+			m.Endpoints[e].Host = h
+		}
+	}
+	// LFTs
+	m.lft = make([][]uint8, len(m.Switches))
+	for g, l := range lfts {
+		ni, ok := m.nodeByGUID[g]
+		if !ok || m.Nodes[ni].Kind != KindSwitch {
+			return nil, fmt.Errorf("%w: %s:%d: switch %s (%s) is not in the topology", ErrTopology, lftPath, l.Line, fmtGUID(g), l.Desc)
+		}
+		m.lft[m.Nodes[ni].sw] = l.Ports
+	}
+	for s, ni := range m.Switches {
+		if m.lft[s] == nil {
+			return nil, fmt.Errorf("%w: %s has no LFT for switch %s (%s)", ErrTopology, lftPath, fmtGUID(m.Nodes[ni].GUID), m.Nodes[ni].Desc)
+		}
+	}
+	m.finish()
+	return m, nil
+}
+
+// finish derives per-endpoint and per-port helpers.
+func (m *Model) finish() {
+	m.epLeaf = make([]int32, len(m.Endpoints))
+	for i, e := range m.Endpoints {
+		m.epLeaf[i] = -1
+		if peer := m.Ports[e.Port].Peer; peer >= 0 {
+			if n := m.Nodes[m.Ports[peer].Node]; n.Kind == KindSwitch {
+				m.epLeaf[i] = n.sw
+			}
+		}
+	}
+	m.core = make([]bool, len(m.Ports))
+	for i, p := range m.Ports {
+		if p.Peer >= 0 && m.Nodes[p.Node].Kind == KindSwitch && m.Nodes[m.Ports[p.Peer].Node].Kind == KindSwitch {
+			m.core[i] = true
+		}
+	}
+}
