@@ -1,0 +1,220 @@
+package store
+
+import (
+	"context"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/slipstream-io/slipstream/internal/object"
+)
+
+// entry is one object in the index. info is immutable once published;
+// changes replace the entry's info pointer under the bucket lock.
+type entry struct {
+	info  *object.Info
+	mp    int
+	atime atomic.Int64 // unix nanoseconds of the last access, in memory
+}
+
+func newEntry(info object.Info, mp int) *entry {
+	e := &entry{info: &info, mp: mp}
+	at := info.AccessTime
+	if at.IsZero() {
+		at = info.ModTime
+	}
+	e.atime.Store(at.UnixNano())
+	return e
+}
+
+// snapshot returns a copy of the entry's Info with the in-memory access time.
+func (e *entry) snapshot() object.Info {
+	info := cloneInfo(*e.info)
+	info.AccessTime = time.Unix(0, e.atime.Load()).UTC()
+	return info
+}
+
+// bucketIndex is the sorted key index of one bucket.
+type bucketIndex struct {
+	mu   sync.RWMutex
+	keys []string // sorted
+	m    map[string]*entry
+}
+
+func (s *Store) bucket(name string, create bool) *bucketIndex {
+	s.mu.RLock()
+	bi := s.buckets[name]
+	s.mu.RUnlock()
+	if bi != nil || !create {
+		return bi
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if bi = s.buckets[name]; bi == nil {
+		bi = &bucketIndex{m: make(map[string]*entry)}
+		s.buckets[name] = bi
+	}
+	return bi
+}
+
+func (s *Store) lookup(bucket, key string) *entry {
+	bi := s.bucket(bucket, false)
+	if bi == nil {
+		return nil
+	}
+	bi.mu.RLock()
+	defer bi.mu.RUnlock()
+	return bi.m[key]
+}
+
+// set publishes e for key and returns the entry it replaces, if any.
+func (bi *bucketIndex) set(key string, e *entry) *entry {
+	bi.mu.Lock()
+	defer bi.mu.Unlock()
+	old := bi.m[key]
+	bi.m[key] = e
+	if old == nil {
+		i, _ := slices.BinarySearch(bi.keys, key)
+		bi.keys = slices.Insert(bi.keys, i, key)
+	}
+	return old
+}
+
+// remove drops key if its entry is still e (any entry if e is nil) and
+// returns the removed entry.
+func (bi *bucketIndex) remove(key string, e *entry) *entry {
+	bi.mu.Lock()
+	defer bi.mu.Unlock()
+	old := bi.m[key]
+	if old == nil || (e != nil && old != e) {
+		return nil
+	}
+	delete(bi.m, key)
+	if i, ok := slices.BinarySearch(bi.keys, key); ok {
+		bi.keys = slices.Delete(bi.keys, i, i+1)
+	}
+	return old
+}
+
+func (bi *bucketIndex) len() int {
+	bi.mu.RLock()
+	defer bi.mu.RUnlock()
+	return len(bi.m)
+}
+
+// DefaultMaxKeys is the page size of List when ListOptions.MaxKeys is 0.
+const DefaultMaxKeys = 1000
+
+// List returns one page of the local objects of bucket, sorted by key, with
+// S3 semantics for prefix, delimiter, start-after and max-keys. A common
+// prefix equal to StartAfter is not repeated, so NextMarker can be passed
+// back as StartAfter.
+func (s *Store) List(ctx context.Context, bucket string, opts object.ListOptions) (object.ListResult, error) {
+	var res object.ListResult
+	if err := object.ValidateBucketName(bucket); err != nil {
+		return res, err
+	}
+	if err := ctx.Err(); err != nil {
+		return res, err
+	}
+	max := opts.MaxKeys
+	if max <= 0 {
+		max = DefaultMaxKeys
+	}
+	bi := s.bucket(bucket, false)
+	if bi == nil {
+		return res, nil
+	}
+	bi.mu.RLock()
+	defer bi.mu.RUnlock()
+	keys := bi.keys
+	n := len(keys)
+	i := sort.SearchStrings(keys, opts.Prefix)
+	if opts.StartAfter >= opts.Prefix {
+		sa := opts.StartAfter
+		i = sort.Search(n, func(j int) bool { return keys[j] > sa })
+	}
+	count := 0
+	last := ""
+	for i < n {
+		k := keys[i]
+		if !strings.HasPrefix(k, opts.Prefix) {
+			break
+		}
+		if opts.Delimiter != "" {
+			rest := k[len(opts.Prefix):]
+			if j := strings.Index(rest, opts.Delimiter); j >= 0 {
+				cp := opts.Prefix + rest[:j+len(opts.Delimiter)]
+				if cp != opts.StartAfter {
+					if count == max {
+						res.IsTruncated = true
+						break
+					}
+					res.CommonPrefixes = append(res.CommonPrefixes, cp)
+					count++
+					last = cp
+				}
+				// Skip every key under cp: they are contiguous.
+				base := i
+				i = base + sort.Search(n-base, func(j int) bool { return !strings.HasPrefix(keys[base+j], cp) })
+				continue
+			}
+		}
+		if count == max {
+			res.IsTruncated = true
+			break
+		}
+		res.Objects = append(res.Objects, bi.m[k].snapshot())
+		count++
+		last = k
+		i++
+	}
+	if res.IsTruncated {
+		res.NextMarker = last
+	}
+	return res, nil
+}
+
+// Walk calls fn for every local object of bucket ("" = all buckets), in no
+// particular order, on a snapshot taken bucket by bucket. It stops at the
+// first error fn returns and returns it.
+func (s *Store) Walk(ctx context.Context, bucket string, fn func(object.Info) error) error {
+	var names []string
+	if bucket != "" {
+		if err := object.ValidateBucketName(bucket); err != nil {
+			return err
+		}
+		names = []string{bucket}
+	} else {
+		s.mu.RLock()
+		for b := range s.buckets {
+			names = append(names, b)
+		}
+		s.mu.RUnlock()
+		sort.Strings(names)
+	}
+	for _, b := range names {
+		bi := s.bucket(b, false)
+		if bi == nil {
+			continue
+		}
+		bi.mu.RLock()
+		infos := make([]object.Info, 0, len(bi.m))
+		for _, e := range bi.m {
+			infos = append(infos, e.snapshot())
+		}
+		bi.mu.RUnlock()
+		for _, info := range infos {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if err := fn(info); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,497 @@
+package store
+
+import (
+	"context"
+	"crypto/md5"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"hash/crc32"
+	"io"
+	"maps"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/slipstream-io/slipstream/internal/object"
+	"github.com/slipstream-io/slipstream/internal/placement"
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// PutOptions go with a Put.
+type PutOptions struct {
+	object.PutOptions           // Size (-1 unknown), ContentMD5, ContentType, UserMeta
+	ModTime           time.Time // zero = now
+	ETag              string    // if set, stored as the ETag instead of the computed MD5; Content-MD5 is still checked if given
+	BackendETag       string
+	BackendVersion    string
+	Dirty             bool // not yet destaged: never evicted
+}
+
+// work is a file being written under a mountpath's tmp/ directory. Until
+// it is committed, abort removes it and returns its space reservation.
+type work struct {
+	s        *Store
+	mp       *mountpath
+	f        workFile
+	path     string
+	reserved int64
+	closed   bool
+	done     bool
+}
+
+func (s *Store) newWork(mp *mountpath) (*work, error) {
+	f, err := s.createWork(mp.tmpDir)
+	if err != nil {
+		if isNoSpace(err) {
+			return nil, noSpace(mp, err)
+		}
+		return nil, fmt.Errorf("store: create work file on %s: %w", mp.path, err)
+	}
+	return &work{s: s, mp: mp, f: f, path: f.Name()}, nil
+}
+
+// abort discards the work file unless it was committed.
+func (w *work) abort() {
+	if w.done {
+		return
+	}
+	w.done = true
+	if !w.closed {
+		w.f.Close()
+	}
+	os.Remove(w.path)
+	w.mp.release(w.reserved)
+	w.reserved = 0
+}
+
+// reserve grows the work's space reservation to total bytes.
+func (w *work) reserve(ctx context.Context, total int64) error {
+	if total <= w.reserved {
+		return nil
+	}
+	if err := w.s.reserve(ctx, w.mp, total-w.reserved); err != nil {
+		return err
+	}
+	w.reserved = total
+	return nil
+}
+
+// write writes p fully; on ENOSPC it evicts on the mountpath and retries once.
+func (w *work) write(ctx context.Context, p []byte) error {
+	retried := false
+	for len(p) > 0 {
+		n, err := w.f.Write(p)
+		p = p[n:]
+		if err == nil {
+			continue
+		}
+		if !isNoSpace(err) {
+			return fmt.Errorf("store: write %s: %w", w.path, err)
+		}
+		if retried {
+			return noSpace(w.mp, err)
+		}
+		retried = true
+		w.s.evictMountpath(ctx, w.mp, int64(len(p))+bufSize)
+	}
+	return nil
+}
+
+// digests are what a body's bytes are checked against.
+type digests struct {
+	size   int64
+	md5    []byte // nil if not computed
+	crc32c uint32
+}
+
+// ingest streams r into the work file: at most limit bytes if limit >= 0
+// (object.ErrTooLarge beyond it), hashing inline with one pooled buffer.
+func (w *work) ingest(ctx context.Context, r io.Reader, limit int64, wantMD5 bool) (digests, error) {
+	var d digests
+	var md hash.Hash
+	if wantMD5 {
+		md = md5.New()
+	}
+	crc := crc32.New(castagnoli)
+	if limit >= 0 {
+		if err := w.reserve(ctx, limit); err != nil {
+			return d, err
+		}
+	}
+	bp := w.s.bufs.Get().(*[]byte)
+	defer w.s.bufs.Put(bp)
+	buf := *bp
+	for {
+		if err := ctx.Err(); err != nil {
+			return d, err
+		}
+		// Fill the buffer to keep write calls large whatever the reader's
+		// chunking (HTTP bodies arrive in small pieces).
+		nr, rerr := io.ReadFull(r, buf)
+		if rerr == io.ErrUnexpectedEOF {
+			rerr = io.EOF
+		}
+		if nr > 0 {
+			if limit >= 0 && d.size+int64(nr) > limit {
+				return d, fmt.Errorf("%w: more than the declared %d bytes", object.ErrTooLarge, limit)
+			}
+			if err := w.reserve(ctx, d.size+int64(nr)); err != nil {
+				return d, err
+			}
+			chunk := buf[:nr]
+			if err := w.write(ctx, chunk); err != nil {
+				return d, err
+			}
+			if md != nil {
+				md.Write(chunk)
+			}
+			crc.Write(chunk)
+			d.size += int64(nr)
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			if err := ctx.Err(); err != nil {
+				return d, err
+			}
+			return d, fmt.Errorf("store: read body: %w", rerr)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return d, err
+	}
+	if limit >= 0 && d.size < limit {
+		return d, fmt.Errorf("%w: got %d of %d bytes", object.ErrIncompleteBody, d.size, limit)
+	}
+	if md != nil {
+		d.md5 = md.Sum(nil)
+	}
+	d.crc32c = crc.Sum32()
+	return d, nil
+}
+
+// seal stores the metadata xattr on the work file, fsyncs and closes it.
+func (w *work) seal(name string, meta []byte) error {
+	if err := unix.Fsetxattr(int(w.f.Fd()), name, meta, 0); err != nil {
+		if isNoSpace(err) {
+			return noSpace(w.mp, err)
+		}
+		return fmt.Errorf("store: set metadata on %s: %w", w.path, err)
+	}
+	if err := w.f.Sync(); err != nil {
+		if isNoSpace(err) {
+			return noSpace(w.mp, err)
+		}
+		return fmt.Errorf("store: fsync %s: %w", w.path, err)
+	}
+	w.closed = true
+	if err := w.f.Close(); err != nil {
+		return fmt.Errorf("store: close %s: %w", w.path, err)
+	}
+	return nil
+}
+
+func checksumString(c uint32) string { return fmt.Sprintf("crc32c:%08x", c) }
+
+// Put streams r into bucket/key on its HRW mountpath. See the package doc
+// for the commit protocol. On any error nothing is left behind and an
+// older version stays intact.
+func (s *Store) Put(ctx context.Context, bucket, key string, r io.Reader, opts PutOptions) (object.Info, error) {
+	if err := validate(bucket, key); err != nil {
+		return object.Info{}, err
+	}
+	if s.isClosed() {
+		return object.Info{}, ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return object.Info{}, err
+	}
+	if opts.ContentMD5 != nil && len(opts.ContentMD5) != md5.Size {
+		return object.Info{}, fmt.Errorf("%w: Content-MD5 is %d bytes, want %d", object.ErrInvalidArgument, len(opts.ContentMD5), md5.Size)
+	}
+	info := object.Info{
+		Bucket:         bucket,
+		Key:            key,
+		ContentType:    opts.ContentType,
+		UserMeta:       maps.Clone(opts.UserMeta),
+		ModTime:        opts.ModTime.UTC(),
+		BackendETag:    opts.BackendETag,
+		BackendVersion: opts.BackendVersion,
+		Dirty:          opts.Dirty,
+	}
+	if info.ModTime.IsZero() {
+		info.ModTime = s.now().UTC()
+	}
+	// Fail early, before reading the body, if the metadata cannot fit.
+	probe := info
+	probe.ETag, probe.Checksum, probe.Size = strings.Repeat("0", 40), checksumString(0), 1<<62
+	if _, err := encodeInfo(probe); err != nil {
+		return object.Info{}, err
+	}
+
+	mp := s.mountpathFor(bucket, key)
+	w, err := s.newWork(mp)
+	if err != nil {
+		return object.Info{}, err
+	}
+	defer w.abort()
+	limit := opts.Size
+	if limit < 0 {
+		limit = -1
+	}
+	d, err := w.ingest(ctx, r, limit, opts.ETag == "" || opts.ContentMD5 != nil)
+	if err != nil {
+		return object.Info{}, err
+	}
+	if opts.ContentMD5 != nil && string(opts.ContentMD5) != string(d.md5) {
+		return object.Info{}, fmt.Errorf("%w: got %x, Content-MD5 says %x", object.ErrBadDigest, d.md5, opts.ContentMD5)
+	}
+	info.Size = d.size
+	info.ETag = opts.ETag
+	if info.ETag == "" {
+		info.ETag = hex.EncodeToString(d.md5)
+	}
+	info.ETag = strings.Trim(info.ETag, `"`)
+	info.Checksum = checksumString(d.crc32c)
+	info.AccessTime = info.ModTime
+	if err := s.commit(ctx, w, info); err != nil {
+		return object.Info{}, err
+	}
+	return cloneInfo(info), nil
+}
+
+// commit seals w with info and renames it over bucket/key on w's mountpath.
+func (s *Store) commit(ctx context.Context, w *work, info object.Info) error {
+	meta, err := encodeInfo(info)
+	if err != nil {
+		return err
+	}
+	if err := w.seal(xattrInfo, meta); err != nil {
+		return err
+	}
+	mp := w.mp
+	dir, file := mp.objectPath(info.Bucket, info.Key)
+	if err := mkdirSynced(dir, mp.objDir); err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	bi := s.bucket(info.Bucket, true)
+	l := s.keyLock(info.Bucket, info.Key)
+	l.Lock()
+	if err := os.Rename(w.path, file); err != nil {
+		l.Unlock()
+		if isNoSpace(err) {
+			return noSpace(mp, err)
+		}
+		return fmt.Errorf("store: commit %s/%s: %w", info.Bucket, info.Key, err)
+	}
+	w.done = true
+	e := newEntry(info, mp.idx)
+	old := bi.set(info.Key, e)
+	mp.commitSpace(w.reserved, info.Size)
+	w.reserved = 0
+	pk := placement.ObjectName(info.Bucket, info.Key)
+	if old != nil {
+		omp := s.mps[old.mp]
+		omp.dropSpace(old.info.Size)
+		if old.mp != mp.idx {
+			omp.polRemove(pk)
+			_, ofile := omp.objectPath(info.Bucket, info.Key)
+			os.Remove(ofile)
+		}
+	}
+	if info.Dirty {
+		mp.polRemove(pk)
+	} else {
+		mp.polAdd(pk, info.Size)
+	}
+	l.Unlock()
+	if err := syncDir(dir); err != nil {
+		return fmt.Errorf("store: fsync %s: %w", dir, err)
+	}
+	s.maybeKick(mp)
+	return nil
+}
+
+// Delete removes bucket/key durably. object.ErrNotFound if absent.
+func (s *Store) Delete(ctx context.Context, bucket, key string) error {
+	if err := validate(bucket, key); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	dir, err := s.remove(bucket, key, nil)
+	if err != nil {
+		return err
+	}
+	if err := syncDir(dir); err != nil {
+		return fmt.Errorf("store: fsync %s: %w", dir, err)
+	}
+	return nil
+}
+
+// remove unlinks bucket/key and drops it from the index and its policy. If
+// check is set it is called under the key lock and may veto. It returns the
+// directory to fsync.
+func (s *Store) remove(bucket, key string, check func(*entry) error) (string, error) {
+	bi := s.bucket(bucket, false)
+	l := s.keyLock(bucket, key)
+	l.Lock()
+	defer l.Unlock()
+	var e *entry
+	if bi != nil {
+		bi.mu.RLock()
+		e = bi.m[key]
+		bi.mu.RUnlock()
+	}
+	if e == nil {
+		return "", fmt.Errorf("%w: %s/%s", object.ErrNotFound, bucket, key)
+	}
+	if check != nil {
+		if err := check(e); err != nil {
+			return "", err
+		}
+	}
+	mp := s.mps[e.mp]
+	dir, file := mp.objectPath(bucket, key)
+	if err := os.Remove(file); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("store: delete %s/%s: %w", bucket, key, err)
+	}
+	bi.remove(key, e)
+	mp.dropSpace(e.info.Size)
+	mp.polRemove(placement.ObjectName(bucket, key))
+	return dir, nil
+}
+
+// Stat returns the metadata of bucket/key. object.ErrNotFound if absent.
+func (s *Store) Stat(ctx context.Context, bucket, key string) (object.Info, error) {
+	if err := validate(bucket, key); err != nil {
+		return object.Info{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return object.Info{}, err
+	}
+	bi := s.bucket(bucket, false)
+	if bi != nil {
+		bi.mu.RLock()
+		defer bi.mu.RUnlock()
+		if e := bi.m[key]; e != nil {
+			return e.snapshot(), nil
+		}
+	}
+	return object.Info{}, fmt.Errorf("%w: %s/%s", object.ErrNotFound, bucket, key)
+}
+
+// UpdateMeta rewrites the metadata of bucket/key atomically and durably:
+// fn edits a copy, which replaces the stored metadata unless fn fails.
+// Bucket, Key, Size and Checksum cannot change (object.ErrInvalidArgument).
+// Clearing Dirty makes the object evictable; setting it protects it.
+func (s *Store) UpdateMeta(ctx context.Context, bucket, key string, fn func(*object.Info) error) (object.Info, error) {
+	if err := validate(bucket, key); err != nil {
+		return object.Info{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return object.Info{}, err
+	}
+	l := s.keyLock(bucket, key)
+	l.Lock()
+	defer l.Unlock()
+	bi := s.bucket(bucket, false)
+	var e *entry
+	if bi != nil {
+		bi.mu.RLock()
+		e = bi.m[key]
+		bi.mu.RUnlock()
+	}
+	if e == nil {
+		return object.Info{}, fmt.Errorf("%w: %s/%s", object.ErrNotFound, bucket, key)
+	}
+	old := e.snapshot()
+	ni := cloneInfo(old)
+	if err := fn(&ni); err != nil {
+		return object.Info{}, err
+	}
+	if ni.Bucket != old.Bucket || ni.Key != old.Key || ni.Size != old.Size || ni.Checksum != old.Checksum {
+		return object.Info{}, fmt.Errorf("%w: UpdateMeta cannot change bucket, key, size or checksum", object.ErrInvalidArgument)
+	}
+	ni.ETag = strings.Trim(ni.ETag, `"`)
+	mp := s.mps[e.mp]
+	_, file := mp.objectPath(bucket, key)
+	if err := writeInfoInPlace(file, ni, true); err != nil {
+		if errors.Is(err, ErrMetaTooLarge) {
+			return object.Info{}, err
+		}
+		return object.Info{}, fmt.Errorf("store: update metadata of %s/%s: %w", bucket, key, err)
+	}
+	ne := newEntry(ni, e.mp)
+	ne.atime.Store(e.atime.Load())
+	bi.set(key, ne)
+	pk := placement.ObjectName(bucket, key)
+	switch {
+	case ni.Dirty && !old.Dirty:
+		mp.polRemove(pk)
+	case !ni.Dirty && old.Dirty:
+		mp.polAdd(pk, ni.Size)
+	}
+	return cloneInfo(ni), nil
+}
+
+// flushAccessTimes writes in-memory access times that moved by more than a
+// second back to the objects' metadata, without fsync.
+func (s *Store) flushAccessTimes() {
+	s.mu.RLock()
+	names := make([]string, 0, len(s.buckets))
+	for b := range s.buckets {
+		names = append(names, b)
+	}
+	s.mu.RUnlock()
+	for _, b := range names {
+		bi := s.bucket(b, false)
+		bi.mu.RLock()
+		var stale []string
+		for k, e := range bi.m {
+			if e.atime.Load()-e.info.AccessTime.UnixNano() > 1e9 {
+				stale = append(stale, k)
+			}
+		}
+		bi.mu.RUnlock()
+		for _, k := range stale {
+			l := s.keyLock(b, k)
+			l.Lock()
+			bi.mu.RLock()
+			e := bi.m[k]
+			bi.mu.RUnlock()
+			if e != nil {
+				info := e.snapshot()
+				_, file := s.mps[e.mp].objectPath(b, k)
+				if err := writeInfoInPlace(file, info, false); err != nil {
+					s.log.Warn("store: persist access time", "bucket", b, "key", k, "err", err)
+				} else {
+					ne := newEntry(info, e.mp)
+					bi.set(k, ne)
+				}
+			}
+			l.Unlock()
+		}
+	}
+}
+
+// objectFile is the path of a committed object (for tests and tools).
+func (s *Store) objectFile(bucket, key string) string {
+	e := s.lookup(bucket, key)
+	if e == nil {
+		return ""
+	}
+	_, f := s.mps[e.mp].objectPath(bucket, key)
+	return filepath.Clean(f)
+}

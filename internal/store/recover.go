@@ -1,0 +1,190 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/slipstream-io/slipstream/internal/object"
+	"github.com/slipstream-io/slipstream/internal/placement"
+)
+
+// found is an object discovered on disk at Open.
+type found struct {
+	info object.Info
+	mp   int
+}
+
+// recover cleans every mountpath and rebuilds indexes, policies and space
+// accounting from what is on disk.
+func (s *Store) recover(ctx context.Context) error {
+	results := make([][]found, len(s.mps))
+	errs := make([]error, len(s.mps))
+	done := make(chan int)
+	for i, mp := range s.mps {
+		go func() {
+			results[i], errs[i] = s.scanMountpath(ctx, mp)
+			done <- i
+		}()
+	}
+	for range s.mps {
+		<-done
+	}
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	// Merge. A key found on two mountpaths (the mountpath list changed)
+	// keeps its newest version.
+	byKey := map[string]found{}
+	for _, fs := range results {
+		for _, f := range fs {
+			pk := placement.ObjectName(f.info.Bucket, f.info.Key)
+			prev, dup := byKey[pk]
+			if dup {
+				loser := f
+				if f.info.ModTime.After(prev.info.ModTime) {
+					loser, byKey[pk] = prev, f
+				}
+				_, file := s.mps[loser.mp].objectPath(loser.info.Bucket, loser.info.Key)
+				s.log.Warn("store: removing older duplicate", "bucket", loser.info.Bucket, "key", loser.info.Key, "mountpath", s.mps[loser.mp].path)
+				os.Remove(file)
+				continue
+			}
+			byKey[pk] = f
+		}
+	}
+	all := make([]found, 0, len(byKey))
+	for _, f := range byKey {
+		all = append(all, f)
+	}
+	// Feed the policies oldest access first, so recency survives a restart.
+	sort.Slice(all, func(i, j int) bool {
+		ai, aj := accessOf(all[i].info), accessOf(all[j].info)
+		if !ai.Equal(aj) {
+			return ai.Before(aj)
+		}
+		return all[i].info.Key < all[j].info.Key
+	})
+	for _, f := range all {
+		bi := s.bucket(f.info.Bucket, true)
+		bi.m[f.info.Key] = newEntry(f.info, f.mp)
+		mp := s.mps[f.mp]
+		mp.objBytes += f.info.Size
+		mp.objCount++
+		if !f.info.Dirty {
+			mp.pol.Add(placement.ObjectName(f.info.Bucket, f.info.Key), f.info.Size)
+		}
+	}
+	for _, bi := range s.buckets {
+		bi.keys = make([]string, 0, len(bi.m))
+		for k := range bi.m {
+			bi.keys = append(bi.keys, k)
+		}
+		sort.Strings(bi.keys)
+	}
+	for _, mp := range s.mps {
+		if err := s.recoverUploads(mp); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func accessOf(info object.Info) (t time.Time) {
+	if !info.AccessTime.IsZero() {
+		return info.AccessTime
+	}
+	return info.ModTime
+}
+
+// scanMountpath empties tmp/ and reads every object of mp.
+func (s *Store) scanMountpath(ctx context.Context, mp *mountpath) ([]found, error) {
+	tmp, err := os.ReadDir(mp.tmpDir)
+	if err != nil {
+		return nil, fmt.Errorf("store: recover %s: %w", mp.path, err)
+	}
+	for _, d := range tmp {
+		p := filepath.Join(mp.tmpDir, d.Name())
+		s.log.Info("store: removing leftover work file", "path", p)
+		if err := os.RemoveAll(p); err != nil {
+			return nil, fmt.Errorf("store: recover %s: %w", mp.path, err)
+		}
+	}
+	if len(tmp) > 0 {
+		_ = syncDir(mp.tmpDir)
+	}
+	var out []found
+	buckets, err := os.ReadDir(mp.objDir)
+	if err != nil {
+		return nil, fmt.Errorf("store: recover %s: %w", mp.path, err)
+	}
+	for _, bd := range buckets {
+		bucket := bd.Name()
+		bdir := filepath.Join(mp.objDir, bucket)
+		if !bd.IsDir() || object.ValidateBucketName(bucket) != nil {
+			s.log.Warn("store: removing stray entry", "path", bdir)
+			os.RemoveAll(bdir)
+			continue
+		}
+		fans, err := os.ReadDir(bdir)
+		if err != nil {
+			return nil, fmt.Errorf("store: recover %s: %w", mp.path, err)
+		}
+		for _, fd := range fans {
+			fdir := filepath.Join(bdir, fd.Name())
+			if !fd.IsDir() || len(fd.Name()) != 2 {
+				s.log.Warn("store: removing stray entry", "path", fdir)
+				os.RemoveAll(fdir)
+				continue
+			}
+			files, err := os.ReadDir(fdir)
+			if err != nil {
+				return nil, fmt.Errorf("store: recover %s: %w", mp.path, err)
+			}
+			for _, f := range files {
+				if err := ctx.Err(); err != nil {
+					return nil, err
+				}
+				p := filepath.Join(fdir, f.Name())
+				info, err := s.checkObjectFile(p, bucket, fd.Name(), f)
+				if err != nil {
+					s.log.Warn("store: removing orphan object file", "path", p, "reason", err)
+					os.RemoveAll(p)
+					continue
+				}
+				out = append(out, found{info: info, mp: mp.idx})
+			}
+		}
+	}
+	return out, nil
+}
+
+// checkObjectFile validates one object file found at Open.
+func (s *Store) checkObjectFile(p, bucket, fan string, d os.DirEntry) (object.Info, error) {
+	if !d.Type().IsRegular() {
+		return object.Info{}, fmt.Errorf("not a regular file")
+	}
+	info, err := readInfo(p)
+	if err != nil {
+		return object.Info{}, fmt.Errorf("metadata: %w", err)
+	}
+	if info.Bucket != bucket || object.ValidateKey(info.Key) != nil {
+		return object.Info{}, fmt.Errorf("metadata names %q/%q", info.Bucket, info.Key)
+	}
+	if n := objectName(info.Key); n != d.Name() || n[:2] != fan {
+		return object.Info{}, fmt.Errorf("file name is not the hash of key %q", info.Key)
+	}
+	st, err := os.Stat(p)
+	if err != nil {
+		return object.Info{}, err
+	}
+	if st.Size() != info.Size {
+		return object.Info{}, fmt.Errorf("file has %d bytes, metadata says %d", st.Size(), info.Size)
+	}
+	return info, nil
+}

@@ -1,0 +1,257 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/slipstream-io/slipstream/internal/object"
+)
+
+// MountpathStats describes the space of one mountpath.
+type MountpathStats struct {
+	Path                 string
+	Capacity, Used, Free int64 // filesystem (or MaxBytes model)
+	Objects              int64 // what the store holds there
+	Bytes                int64
+}
+
+// checkEvery is how often the background loop looks at the watermarks when
+// nothing kicks it.
+const checkEvery = 10 * time.Second
+
+func (mp *mountpath) polAdd(k string, size int64) {
+	mp.polMu.Lock()
+	mp.pol.Add(k, size)
+	mp.polMu.Unlock()
+}
+
+func (mp *mountpath) polRemove(k string) {
+	mp.polMu.Lock()
+	mp.pol.Remove(k)
+	mp.polMu.Unlock()
+}
+
+func (mp *mountpath) polTouch(k string) {
+	mp.polMu.Lock()
+	mp.pol.Touch(k)
+	mp.polMu.Unlock()
+}
+
+func (mp *mountpath) release(n int64) {
+	if n == 0 {
+		return
+	}
+	mp.spaceMu.Lock()
+	mp.reserved -= n
+	mp.spaceMu.Unlock()
+}
+
+// commitSpace turns a reservation into a stored object of size bytes.
+func (mp *mountpath) commitSpace(reserved, size int64) {
+	mp.spaceMu.Lock()
+	mp.reserved -= reserved
+	mp.objBytes += size
+	mp.objCount++
+	mp.spaceMu.Unlock()
+}
+
+func (mp *mountpath) dropSpace(size int64) {
+	mp.spaceMu.Lock()
+	mp.objBytes -= size
+	mp.objCount--
+	mp.spaceMu.Unlock()
+}
+
+func (mp *mountpath) addParts(delta int64) {
+	mp.spaceMu.Lock()
+	mp.partBytes += delta
+	mp.spaceMu.Unlock()
+}
+
+// stats measures mp: the MaxBytes model if set, else the filesystem.
+func (s *Store) stats(mp *mountpath) MountpathStats {
+	mp.spaceMu.Lock()
+	st := MountpathStats{Path: mp.path, Objects: mp.objCount, Bytes: mp.objBytes}
+	held := mp.objBytes + mp.partBytes + mp.reserved
+	mp.spaceMu.Unlock()
+	var fs unix.Statfs_t
+	fsErr := unix.Statfs(mp.root, &fs)
+	fsCap := int64(fs.Blocks) * fs.Bsize
+	fsFree := int64(fs.Bavail) * fs.Bsize
+	if s.cfg.MaxBytes > 0 {
+		st.Capacity = s.cfg.MaxBytes
+		st.Used = held
+		st.Free = max(0, st.Capacity-held)
+		if fsErr == nil && fsFree < st.Free {
+			st.Free = fsFree
+		}
+		return st
+	}
+	if fsErr != nil {
+		return st
+	}
+	st.Capacity = fsCap
+	st.Used = int64(fs.Blocks-fs.Bfree) * fs.Bsize
+	st.Free = fsFree
+	return st
+}
+
+// usedPct is the share of mp in use, like df: used / (used + available).
+func usedPct(st MountpathStats) float64 {
+	if st.Used+st.Free <= 0 {
+		return 0
+	}
+	return 100 * float64(st.Used) / float64(st.Used+st.Free)
+}
+
+// Mountpaths reports the space of every mountpath, in configuration order.
+func (s *Store) Mountpaths() []MountpathStats {
+	out := make([]MountpathStats, len(s.mps))
+	for i, mp := range s.mps {
+		out[i] = s.stats(mp)
+	}
+	return out
+}
+
+// reserve sets n bytes aside on mp for a write in progress, evicting on mp
+// if they do not fit; object.ErrNoSpace if eviction cannot make room.
+func (s *Store) reserve(ctx context.Context, mp *mountpath, n int64) error {
+	for attempt := 0; ; attempt++ {
+		var short int64
+		mp.spaceMu.Lock()
+		if s.cfg.MaxBytes > 0 {
+			short = mp.objBytes + mp.partBytes + mp.reserved + n - s.cfg.MaxBytes
+		} else {
+			var fs unix.Statfs_t
+			if err := unix.Statfs(mp.root, &fs); err == nil {
+				short = n - int64(fs.Bavail)*fs.Bsize
+			}
+		}
+		if short <= 0 {
+			mp.reserved += n
+			mp.spaceMu.Unlock()
+			return nil
+		}
+		mp.spaceMu.Unlock()
+		if attempt > 0 {
+			return fmt.Errorf("%w: mountpath %s: %d more bytes needed after eviction", object.ErrNoSpace, mp.path, short)
+		}
+		s.evictMountpath(ctx, mp, short)
+	}
+}
+
+// maybeKick wakes the background evictor if mp is over the high watermark.
+func (s *Store) maybeKick(mp *mountpath) {
+	if usedPct(s.stats(mp)) < s.cfg.HighWatermark {
+		return
+	}
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (s *Store) background() {
+	defer close(s.bgDone)
+	t := time.NewTicker(checkEvery)
+	defer t.Stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { <-s.stop; cancel() }()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		case <-s.kick:
+		}
+		for _, mp := range s.mps {
+			st := s.stats(mp)
+			if usedPct(st) >= s.cfg.HighWatermark {
+				freed := s.evictMountpath(ctx, mp, bytesAbove(st, s.cfg.LowWatermark))
+				s.log.Info("store: evicted over high watermark", "mountpath", mp.path, "freed", freed)
+			}
+		}
+	}
+}
+
+// bytesAbove is how many bytes must go for st to be under pct percent.
+func bytesAbove(st MountpathStats, pct float64) int64 {
+	total := st.Used + st.Free
+	target := int64(float64(total) * pct / 100)
+	if st.Used <= target {
+		return 0
+	}
+	return st.Used - target + 1
+}
+
+// Evict removes clean objects by the policy until every mountpath is under
+// the low watermark, and returns the bytes freed.
+func (s *Store) Evict(ctx context.Context) (int64, error) {
+	var freed int64
+	for _, mp := range s.mps {
+		if err := ctx.Err(); err != nil {
+			return freed, err
+		}
+		if need := bytesAbove(s.stats(mp), s.cfg.LowWatermark); need > 0 {
+			freed += s.evictMountpath(ctx, mp, need)
+		}
+	}
+	return freed, ctx.Err()
+}
+
+// evictMountpath evicts victims of mp's policy until need bytes are freed
+// or no evictable object is left; it returns the bytes freed. Evicted
+// objects are clean copies, so their directory is not fsynced.
+func (s *Store) evictMountpath(ctx context.Context, mp *mountpath, need int64) int64 {
+	if need <= 0 {
+		return 0
+	}
+	mp.evictMu.Lock()
+	defer mp.evictMu.Unlock()
+	var freed int64
+	for freed < need && ctx.Err() == nil {
+		mp.polMu.Lock()
+		k, _, ok := mp.pol.Evict()
+		mp.polMu.Unlock()
+		if !ok {
+			break
+		}
+		bucket, key, _ := strings.Cut(k, "/")
+		var size int64
+		_, err := s.remove(bucket, key, func(e *entry) error {
+			if e.mp != mp.idx || e.info.Dirty {
+				return ErrDirty
+			}
+			size = e.info.Size
+			return nil
+		})
+		if err == nil {
+			freed += size
+			s.log.Debug("store: evicted", "bucket", bucket, "key", key, "size", size)
+		}
+	}
+	return freed
+}
+
+// EvictObject evicts one clean object: ErrDirty if it is not yet destaged,
+// object.ErrNotFound if absent.
+func (s *Store) EvictObject(ctx context.Context, bucket, key string) error {
+	if err := validate(bucket, key); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	_, err := s.remove(bucket, key, func(e *entry) error {
+		if e.info.Dirty {
+			return fmt.Errorf("%w: %s/%s", ErrDirty, bucket, key)
+		}
+		return nil
+	})
+	return err
+}

@@ -1,0 +1,407 @@
+// Package store is the local object store of a Slipstream node: objects kept
+// as plain files on the node's mountpaths (one directory per drive).
+//
+// # Layout of a mountpath
+//
+//	<mp>/.slipstream.lock            flock: one process per mountpath
+//	<mp>/tmp/                        work files being written (wiped at Open)
+//	<mp>/obj/<bucket>/<hh>/<name>    committed objects
+//	<mp>/mpu/<bucket>/<uploadID>/    a multipart upload: upload.json, part-NNNNN
+//
+// <name> is the hex SHA-256 of the object key and <hh> its first two
+// characters, so no key can name a path outside the mountpath whatever it
+// contains, and names stay short (keys may be 1024 bytes, file names 255).
+// The key itself lives in the metadata. A bucket/key is placed on the
+// mountpath placement.Mountpath picks for placement.ObjectName(bucket, key).
+//
+// # Commit protocol and metadata
+//
+// A PUT streams the body into a work file under tmp/ through one loop that
+// feeds the file, MD5 (the ETag) and CRC32C with pooled buffers. When the body
+// is complete and checked (size, Content-MD5), the object's metadata
+// (object.Info as JSON) is set as the user xattr "user.slipstream.info" on
+// the work file, the file is fsynced, renamed over its final name and the
+// directory is fsynced. The rename is the commit point: data and metadata
+// become visible together, an overwrite replaces the old version atomically
+// (readers that hold the old file keep reading it), and a crash leaves either
+// the old or the new version, never a torn one. Metadata rewrites after
+// commit (UpdateMeta: clearing Dirty after destage, persisting access times)
+// replace the xattr in place; ext4 journals an xattr replacement as one
+// transaction, so that too is all-or-nothing. The filesystem must support
+// user xattrs (ext4, xfs, btrfs, tmpfs >= 6.6); Open checks it. Metadata is
+// limited to MaxMetaBytes because ext4 keeps xattrs in one block.
+//
+// Open takes the mountpath lock, removes everything under tmp/, and rebuilds
+// the in-memory indexes by reading the xattr of every object file; files
+// without valid metadata, with a size that disagrees with it, or with a name
+// that is not the hash of their key are removed as orphans. Multipart
+// upload directories without a committed upload.json are removed too.
+//
+// # Index
+//
+// Every bucket has a sorted in-memory key index (rebuilt at Open) holding
+// each object's Info, mountpath and access time. List seeks it with binary
+// search, so a page costs O(log n + page) whatever the bucket holds, and
+// skipping a common prefix is one more binary search; walking the hashed
+// directories could not return keys in order at all. Inserting a new key
+// moves the tail of a slice (memmove), cheap next to the fsyncs of a PUT for
+// the hundreds of thousands of objects a node holds.
+//
+// # Space
+//
+// Each mountpath has an eviction policy (package evict, "lru" or "s3fifo")
+// fed with its clean objects; dirty objects (not yet destaged) are never
+// handed to it and so are never evicted. Access times are kept in memory and
+// written back to the xattrs lazily (at Close, without fsync). A background
+// loop evicts a mountpath from the high to the low watermark; a PUT that
+// does not fit (MaxBytes, or ENOSPC from the filesystem) first evicts what it
+// needs on its own mountpath and fails with object.ErrNoSpace only if that
+// is not enough. Other mountpaths are unaffected.
+package store
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+	"golang.org/x/sys/unix"
+
+	"github.com/slipstream-io/slipstream/internal/object"
+	"github.com/slipstream-io/slipstream/internal/placement"
+	"github.com/slipstream-io/slipstream/internal/store/evict"
+)
+
+// Errors of the store beyond the shared ones of package object.
+var (
+	ErrConfig       = errors.New("store: invalid config")
+	ErrClosed       = errors.New("store: closed")
+	ErrDirty        = errors.New("store: object is dirty (not yet destaged) and cannot be evicted")
+	ErrMetaTooLarge = errors.New("store: object metadata too large")
+	ErrBusy         = errors.New("store: mountpath in use by another process")
+	ErrNoXattr      = errors.New("store: filesystem does not support user xattrs")
+)
+
+// MaxMetaBytes bounds the encoded metadata of one object (it is stored in
+// an xattr, and ext4 keeps all xattrs of a file in one 4 KiB block).
+const MaxMetaBytes = 3900
+
+// Config configures a Store.
+type Config struct {
+	Mountpaths    []string // one directory per drive; created if missing; at least one
+	HighWatermark float64  // percent of a mountpath's filesystem in use at which eviction starts (default 90)
+	LowWatermark  float64  // eviction stops below this (default 80)
+	Policy        string   // eviction policy: "lru" or "s3fifo" (default "s3fifo")
+	MaxBytes      int64    // optional cap on bytes stored per mountpath (0 = filesystem capacity); lets tests and demos model a small cache
+}
+
+func (c Config) withDefaults() Config {
+	if c.HighWatermark == 0 {
+		c.HighWatermark = 90
+	}
+	if c.LowWatermark == 0 {
+		c.LowWatermark = 80
+	}
+	if c.Policy == "" {
+		c.Policy = "s3fifo"
+	}
+	c.Mountpaths = append([]string(nil), c.Mountpaths...)
+	return c
+}
+
+func (c Config) validate() error {
+	if len(c.Mountpaths) == 0 {
+		return fmt.Errorf("%w: Mountpaths: at least one mountpath is needed", ErrConfig)
+	}
+	seen := map[string]bool{}
+	for i, m := range c.Mountpaths {
+		if m == "" {
+			return fmt.Errorf("%w: Mountpaths[%d] is empty", ErrConfig, i)
+		}
+		abs, err := filepath.Abs(m)
+		if err != nil {
+			return fmt.Errorf("%w: Mountpaths[%d]: %v", ErrConfig, i, err)
+		}
+		if seen[abs] {
+			return fmt.Errorf("%w: Mountpaths[%d]: %q is listed twice", ErrConfig, i, m)
+		}
+		seen[abs] = true
+	}
+	if c.LowWatermark <= 0 || c.HighWatermark > 100 || c.LowWatermark >= c.HighWatermark {
+		return fmt.Errorf("%w: watermarks: need 0 < LowWatermark (%g) < HighWatermark (%g) <= 100", ErrConfig, c.LowWatermark, c.HighWatermark)
+	}
+	if _, err := evict.New(c.Policy); err != nil {
+		return fmt.Errorf("%w: Policy: %w", ErrConfig, err)
+	}
+	if c.MaxBytes < 0 {
+		return fmt.Errorf("%w: MaxBytes is negative (%d)", ErrConfig, c.MaxBytes)
+	}
+	return nil
+}
+
+// workFile is what a PUT writes into; *os.File in production, a
+// fault-injecting wrapper in tests.
+type workFile interface {
+	io.Writer
+	Sync() error
+	Close() error
+	Name() string
+	Fd() uintptr
+}
+
+var _ workFile = (*os.File)(nil)
+
+const (
+	numKeyLocks = 1024
+	bufSize     = 256 << 10
+)
+
+// Store is the local object store over a node's mountpaths. It is safe for
+// concurrent use.
+type Store struct {
+	cfg   Config
+	log   *slog.Logger
+	mps   []*mountpath
+	paths []string // as configured: the HRW identities of the mountpaths
+
+	keyLocks [numKeyLocks]sync.RWMutex
+
+	mu      sync.RWMutex
+	buckets map[string]*bucketIndex
+
+	upMu    sync.Mutex
+	uploads map[string]*upload
+
+	bufs sync.Pool
+
+	// createWork opens a new work file in dir; replaced by fault-injecting
+	// tests.
+	createWork func(dir string) (workFile, error)
+	now        func() time.Time
+
+	kick      chan struct{}
+	stop      chan struct{}
+	bgDone    chan struct{}
+	closeOnce sync.Once
+	closed    chan struct{}
+}
+
+// Open opens (creating if needed) the mountpaths of cfg, recovers them and
+// rebuilds the indexes.
+func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Store, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Store{
+		cfg:     cfg,
+		log:     log,
+		paths:   cfg.Mountpaths,
+		buckets: make(map[string]*bucketIndex),
+		uploads: make(map[string]*upload),
+		now:     time.Now,
+		kick:    make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+		bgDone:  make(chan struct{}),
+		closed:  make(chan struct{}),
+	}
+	s.bufs.New = func() any { b := make([]byte, bufSize); return &b }
+	s.createWork = func(dir string) (workFile, error) { return os.CreateTemp(dir, "work-*") }
+	for i, p := range cfg.Mountpaths {
+		mp, err := openMountpath(i, p, cfg.Policy)
+		if err != nil {
+			s.closeMountpaths()
+			return nil, err
+		}
+		s.mps = append(s.mps, mp)
+	}
+	if err := s.recover(ctx); err != nil {
+		s.closeMountpaths()
+		return nil, err
+	}
+	go s.background()
+	return s, nil
+}
+
+// Close stops background work, writes access times back lazily and
+// releases the mountpaths.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		close(s.closed)
+		close(s.stop)
+		<-s.bgDone
+		s.flushAccessTimes()
+		s.closeMountpaths()
+	})
+	return nil
+}
+
+func (s *Store) isClosed() bool {
+	select {
+	case <-s.closed:
+		return true
+	default:
+		return false
+	}
+}
+
+func (s *Store) closeMountpaths() {
+	for _, mp := range s.mps {
+		mp.close()
+	}
+}
+
+// mountpath is one drive of the store.
+type mountpath struct {
+	idx                    int
+	path                   string // as configured
+	root                   string
+	tmpDir, objDir, mpuDir string
+	lock                   *os.File
+
+	polMu sync.Mutex
+	pol   evict.Policy
+
+	evictMu sync.Mutex
+
+	spaceMu   sync.Mutex
+	objBytes  int64
+	objCount  int64
+	partBytes int64
+	reserved  int64
+}
+
+func openMountpath(idx int, path, policy string) (*mountpath, error) {
+	root := filepath.Clean(path)
+	mp := &mountpath{
+		idx: idx, path: path, root: root,
+		tmpDir: filepath.Join(root, "tmp"),
+		objDir: filepath.Join(root, "obj"),
+		mpuDir: filepath.Join(root, "mpu"),
+	}
+	pol, err := evict.New(policy)
+	if err != nil {
+		return nil, err
+	}
+	mp.pol = pol
+	for _, d := range []string{root, mp.tmpDir, mp.objDir, mp.mpuDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, fmt.Errorf("store: mountpath %s: %w", path, err)
+		}
+	}
+	lf, err := os.OpenFile(filepath.Join(root, ".slipstream.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("store: mountpath %s: %w", path, err)
+	}
+	if err := unix.Flock(int(lf.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		lf.Close()
+		return nil, fmt.Errorf("%w: %s: %v", ErrBusy, path, err)
+	}
+	mp.lock = lf
+	if err := probeXattr(mp.tmpDir); err != nil {
+		mp.close()
+		return nil, fmt.Errorf("%w: %s: %v", ErrNoXattr, path, err)
+	}
+	return mp, nil
+}
+
+func probeXattr(dir string) error {
+	f, err := os.CreateTemp(dir, "probe-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	return unix.Fsetxattr(int(f.Fd()), xattrInfo, []byte("{}"), 0)
+}
+
+func (mp *mountpath) close() {
+	if mp.lock != nil {
+		_ = unix.Flock(int(mp.lock.Fd()), unix.LOCK_UN)
+		mp.lock.Close()
+		mp.lock = nil
+	}
+}
+
+// objectName is the on-disk file name of key: its hex SHA-256.
+func objectName(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:])
+}
+
+// objectPath returns the directory and file of bucket/key on mp. bucket must
+// be valid (object.ValidateBucketName).
+func (mp *mountpath) objectPath(bucket, key string) (dir, file string) {
+	n := objectName(key)
+	dir = filepath.Join(mp.objDir, bucket, n[:2])
+	return dir, filepath.Join(dir, n)
+}
+
+// mountpathFor is the HRW mountpath of bucket/key.
+func (s *Store) mountpathFor(bucket, key string) *mountpath {
+	return s.mps[placement.Mountpath(s.paths, placement.ObjectName(bucket, key))]
+}
+
+func (s *Store) keyLock(bucket, key string) *sync.RWMutex {
+	return &s.keyLocks[xxhash.Sum64String(placement.ObjectName(bucket, key))%numKeyLocks]
+}
+
+func validate(bucket, key string) error {
+	if err := object.ValidateBucketName(bucket); err != nil {
+		return err
+	}
+	return object.ValidateKey(key)
+}
+
+// mkdirSynced makes dir (and its parents up to stop) if missing, fsyncing
+// the parent of every directory it creates so the new entries are durable.
+func mkdirSynced(dir, stop string) error {
+	err := os.Mkdir(dir, 0o755)
+	switch {
+	case err == nil:
+		return syncDir(filepath.Dir(dir))
+	case errors.Is(err, os.ErrExist):
+		return nil
+	case errors.Is(err, os.ErrNotExist) && dir != stop && filepath.Dir(dir) != dir:
+		if err := mkdirSynced(filepath.Dir(dir), stop); err != nil {
+			return err
+		}
+		return mkdirSynced(dir, stop)
+	}
+	return err
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// isNoSpace reports whether err is the filesystem running out of space.
+func isNoSpace(err error) bool {
+	return errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT)
+}
+
+func noSpace(mp *mountpath, err error) error {
+	if err == nil {
+		return fmt.Errorf("%w: mountpath %s is full", object.ErrNoSpace, mp.path)
+	}
+	return fmt.Errorf("%w: mountpath %s: %v", object.ErrNoSpace, mp.path, err)
+}
