@@ -1,0 +1,442 @@
+// Package s3 is a backend over an S3 bucket through the AWS SDK for Go v2.
+// It works with AWS and with S3-compatible servers (MinIO, Ceph RGW,
+// versitygw) given an endpoint and path-style addressing. Objects up to the
+// part size are uploaded with one PutObject; larger ones (or ones of unknown
+// size) with a multipart upload whose parts are read one at a time from the
+// stream and sent a few in parallel, so memory stays at parallel × part size.
+package s3
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/aws/smithy-go"
+
+	"github.com/slipstream-io/slipstream/internal/backend"
+	"github.com/slipstream-io/slipstream/internal/object"
+)
+
+const (
+	defaultPartSize = 8 << 20
+	defaultParallel = 4
+	defaultConns    = 64
+)
+
+// Backend is an S3 bucket (and optional key prefix) used as a backend.
+type Backend struct {
+	client   *s3.Client
+	bucket   string
+	prefix   string
+	partSize int64
+	parallel int
+	name     string
+	bufs     sync.Pool
+}
+
+var _ backend.Backend = (*Backend)(nil)
+
+// New builds a client from spec. With AccessKey/SecretKey set it uses them
+// (and does not read the AWS config files); otherwise it uses the default
+// AWS credential chain.
+func New(ctx context.Context, spec backend.Spec) (*Backend, error) {
+	if spec.Kind == "" {
+		spec.Kind = "s3"
+	}
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	region := spec.Region
+	if region == "" {
+		region = "us-east-1"
+	}
+	conns := spec.MaxConnsPerHost
+	if conns <= 0 {
+		conns = defaultConns
+	}
+	hc := awshttp.NewBuildableClient().WithTransportOptions(func(tr *http.Transport) {
+		tr.MaxIdleConns = conns * 2
+		tr.MaxIdleConnsPerHost = conns
+	})
+	tune := func(o *s3.Options) {
+		o.UsePathStyle = spec.PathStyle
+		if spec.Endpoint != "" {
+			o.BaseEndpoint = aws.String(spec.Endpoint)
+		}
+		// Only checksums the operation requires: S3-compatible servers vary
+		// in their support of the newer default checksums.
+		o.RequestChecksumCalculation = aws.RequestChecksumCalculationWhenRequired
+		o.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
+	}
+	var client *s3.Client
+	if spec.AccessKey != "" {
+		client = s3.New(s3.Options{
+			Region:      region,
+			Credentials: credentials.NewStaticCredentialsProvider(spec.AccessKey, spec.SecretKey, ""),
+			HTTPClient:  hc,
+		}, tune)
+	} else {
+		cfg, err := config.LoadDefaultConfig(ctx, config.WithRegion(region), config.WithHTTPClient(hc))
+		if err != nil {
+			return nil, fmt.Errorf("s3 backend: load AWS config: %w", err)
+		}
+		client = s3.NewFromConfig(cfg, tune)
+	}
+	b := &Backend{
+		client:   client,
+		bucket:   spec.Bucket,
+		prefix:   spec.Prefix,
+		partSize: spec.PartSize,
+		parallel: spec.UploadParallel,
+		name:     "s3://" + spec.Bucket + "/" + spec.Prefix,
+	}
+	if b.partSize <= 0 {
+		b.partSize = defaultPartSize
+	}
+	if b.parallel <= 0 {
+		b.parallel = defaultParallel
+	}
+	b.bufs.New = func() any { buf := make([]byte, b.partSize); return &buf }
+	return b, nil
+}
+
+func (b *Backend) String() string { return b.name }
+
+// Client exposes the SDK client (tests use it to prepare buckets).
+func (b *Backend) Client() *s3.Client { return b.client }
+
+func (b *Backend) mapErr(op, key string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var ae smithy.APIError
+	if errors.As(err, &ae) {
+		switch ae.ErrorCode() {
+		case "NoSuchKey", "NotFound":
+			return fmt.Errorf("%w: %s", backend.ErrNotFound, key)
+		case "InvalidRange":
+			return fmt.Errorf("%w: %s", backend.ErrInvalidRange, key)
+		}
+	}
+	var re *awshttp.ResponseError
+	if errors.As(err, &re) {
+		switch re.HTTPStatusCode() {
+		case http.StatusNotFound:
+			if ae == nil || ae.ErrorCode() != "NoSuchBucket" {
+				return fmt.Errorf("%w: %s", backend.ErrNotFound, key)
+			}
+		case http.StatusRequestedRangeNotSatisfiable:
+			return fmt.Errorf("%w: %s", backend.ErrInvalidRange, key)
+		}
+	}
+	return fmt.Errorf("s3 backend: %s %s/%s: %w: %w", op, b.bucket, b.prefix+key, object.ErrBackend, err)
+}
+
+func unquote(etag *string) string { return strings.Trim(aws.ToString(etag), `"`) }
+
+// Stat implements backend.Backend.
+func (b *Backend) Stat(ctx context.Context, key string) (backend.Attrs, error) {
+	out, err := b.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &b.bucket, Key: aws.String(b.prefix + key)})
+	if err != nil {
+		return backend.Attrs{}, b.mapErr("head", key, err)
+	}
+	return backend.Attrs{
+		Key: key, Size: aws.ToInt64(out.ContentLength), ETag: unquote(out.ETag), Version: aws.ToString(out.VersionId),
+		ModTime: aws.ToTime(out.LastModified), ContentType: aws.ToString(out.ContentType), UserMeta: lower(out.Metadata),
+	}, nil
+}
+
+func lower(m map[string]string) map[string]string {
+	if len(m) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[strings.ToLower(k)] = v
+	}
+	return out
+}
+
+func rangeHeader(r *object.Range) string {
+	switch {
+	case r.Suffix > 0:
+		return fmt.Sprintf("bytes=-%d", r.Suffix)
+	case r.Length < 0:
+		return fmt.Sprintf("bytes=%d-", r.Offset)
+	case r.Length == 0:
+		return "" // caller handles empty ranges
+	default:
+		return fmt.Sprintf("bytes=%d-%d", r.Offset, r.Offset+r.Length-1)
+	}
+}
+
+// Get implements backend.Backend.
+func (b *Backend) Get(ctx context.Context, key string, rng *object.Range) (io.ReadCloser, backend.Attrs, error) {
+	in := &s3.GetObjectInput{Bucket: &b.bucket, Key: aws.String(b.prefix + key)}
+	if rng != nil {
+		if rng.Length == 0 && rng.Suffix == 0 {
+			return nil, backend.Attrs{}, fmt.Errorf("%w: empty range of %s", backend.ErrInvalidRange, key)
+		}
+		in.Range = aws.String(rangeHeader(rng))
+	}
+	out, err := b.client.GetObject(ctx, in)
+	if err != nil {
+		return nil, backend.Attrs{}, b.mapErr("get", key, err)
+	}
+	a := backend.Attrs{
+		Key: key, Size: aws.ToInt64(out.ContentLength), ETag: unquote(out.ETag), Version: aws.ToString(out.VersionId),
+		ModTime: aws.ToTime(out.LastModified), ContentType: aws.ToString(out.ContentType), UserMeta: lower(out.Metadata),
+	}
+	if cr := aws.ToString(out.ContentRange); cr != "" {
+		if i := strings.LastIndexByte(cr, '/'); i >= 0 {
+			if total, err := strconv.ParseInt(cr[i+1:], 10, 64); err == nil {
+				a.Size = total
+			}
+		}
+	} else if rng != nil {
+		// A server that ignored the range sent the whole object; cut it.
+		off, n, err := rng.Resolve(a.Size)
+		if err != nil {
+			out.Body.Close()
+			return nil, backend.Attrs{}, fmt.Errorf("%w: %s", backend.ErrInvalidRange, key)
+		}
+		if _, err := io.CopyN(io.Discard, out.Body, off); err != nil {
+			out.Body.Close()
+			return nil, backend.Attrs{}, b.mapErr("get", key, err)
+		}
+		return struct {
+			io.Reader
+			io.Closer
+		}{io.LimitReader(out.Body, n), out.Body}, a, nil
+	}
+	return out.Body, a, nil
+}
+
+// Put implements backend.Backend.
+func (b *Backend) Put(ctx context.Context, key string, r io.Reader, size int64, pa backend.PutAttrs) (backend.Attrs, error) {
+	bufp := b.bufs.Get().(*[]byte)
+	first := *bufp
+	n, err := io.ReadFull(r, first)
+	switch {
+	case err == io.EOF || err == io.ErrUnexpectedEOF:
+		defer b.bufs.Put(bufp)
+		if size >= 0 && int64(n) < size {
+			return backend.Attrs{}, fmt.Errorf("s3 backend: put %s: %w", key, object.ErrIncompleteBody)
+		}
+		if size >= 0 && int64(n) > size {
+			return backend.Attrs{}, fmt.Errorf("s3 backend: put %s: %w", key, object.ErrTooLarge)
+		}
+		return b.putSingle(ctx, key, first[:n], pa)
+	case err != nil:
+		b.bufs.Put(bufp)
+		return backend.Attrs{}, fmt.Errorf("s3 backend: put %s: read body: %w", key, err)
+	}
+	if size == int64(n) {
+		// Exactly one part long: make sure nothing follows.
+		var one [1]byte
+		if m, _ := io.ReadFull(r, one[:]); m > 0 {
+			b.bufs.Put(bufp)
+			return backend.Attrs{}, fmt.Errorf("s3 backend: put %s: %w", key, object.ErrTooLarge)
+		}
+		defer b.bufs.Put(bufp)
+		return b.putSingle(ctx, key, first, pa)
+	}
+	return b.putMultipart(ctx, key, bufp, r, size, pa)
+}
+
+func (b *Backend) putSingle(ctx context.Context, key string, body []byte, pa backend.PutAttrs) (backend.Attrs, error) {
+	in := &s3.PutObjectInput{
+		Bucket: &b.bucket, Key: aws.String(b.prefix + key), Body: bytes.NewReader(body),
+		ContentLength: aws.Int64(int64(len(body))), Metadata: pa.UserMeta,
+	}
+	if pa.ContentType != "" {
+		in.ContentType = aws.String(pa.ContentType)
+	}
+	out, err := b.client.PutObject(ctx, in)
+	if err != nil {
+		return backend.Attrs{}, b.mapErr("put", key, err)
+	}
+	return backend.Attrs{Key: key, Size: int64(len(body)), ETag: unquote(out.ETag), Version: aws.ToString(out.VersionId),
+		ModTime: time.Now(), ContentType: pa.ContentType, UserMeta: pa.UserMeta}, nil
+}
+
+// putMultipart uploads first (a full part) and the rest of r as parts, up to
+// b.parallel at a time.
+func (b *Backend) putMultipart(ctx context.Context, key string, firstp *[]byte, r io.Reader, size int64, pa backend.PutAttrs) (backend.Attrs, error) {
+	fullKey := b.prefix + key
+	cin := &s3.CreateMultipartUploadInput{Bucket: &b.bucket, Key: &fullKey, Metadata: pa.UserMeta}
+	if pa.ContentType != "" {
+		cin.ContentType = aws.String(pa.ContentType)
+	}
+	cr, err := b.client.CreateMultipartUpload(ctx, cin)
+	if err != nil {
+		b.bufs.Put(firstp)
+		return backend.Attrs{}, b.mapErr("create upload", key, err)
+	}
+	uploadID := cr.UploadId
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+
+	var (
+		mu    sync.Mutex
+		parts []types.CompletedPart
+		wg    sync.WaitGroup
+		sem   = make(chan struct{}, b.parallel)
+		total int64
+	)
+	upload := func(num int32, bufp *[]byte, n int) {
+		defer wg.Done()
+		defer func() { <-sem }()
+		defer b.bufs.Put(bufp)
+		out, err := b.client.UploadPart(ctx, &s3.UploadPartInput{
+			Bucket: &b.bucket, Key: &fullKey, UploadId: uploadID, PartNumber: aws.Int32(num),
+			Body: bytes.NewReader((*bufp)[:n]), ContentLength: aws.Int64(int64(n)),
+		})
+		if err != nil {
+			cancel(b.mapErr("upload part", key, err))
+			return
+		}
+		mu.Lock()
+		parts = append(parts, types.CompletedPart{ETag: out.ETag, PartNumber: aws.Int32(num)})
+		mu.Unlock()
+	}
+	bufp, n := firstp, len(*firstp)
+	var readErr error
+	for num := int32(1); ; num++ {
+		if num > object.MaxPartNumber {
+			readErr = fmt.Errorf("s3 backend: put %s: more than %d parts of %d bytes", key, object.MaxPartNumber, b.partSize)
+			b.bufs.Put(bufp)
+			break
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			b.bufs.Put(bufp)
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		total += int64(n)
+		wg.Add(1)
+		go upload(num, bufp, n)
+		if n < int(b.partSize) {
+			break // that was the last, short part
+		}
+		bufp = b.bufs.Get().(*[]byte)
+		var err error
+		n, err = io.ReadFull(r, *bufp)
+		if err == io.EOF {
+			b.bufs.Put(bufp)
+			break
+		}
+		if err != nil && err != io.ErrUnexpectedEOF {
+			b.bufs.Put(bufp)
+			readErr = fmt.Errorf("s3 backend: put %s: read body: %w", key, err)
+			break
+		}
+	}
+	wg.Wait()
+	if readErr == nil && ctx.Err() != nil {
+		readErr = context.Cause(ctx)
+	}
+	if readErr == nil && size >= 0 && total != size {
+		if total < size {
+			readErr = fmt.Errorf("s3 backend: put %s: %w", key, object.ErrIncompleteBody)
+		} else {
+			readErr = fmt.Errorf("s3 backend: put %s: %w", key, object.ErrTooLarge)
+		}
+	}
+	if readErr != nil {
+		actx, acancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		_, _ = b.client.AbortMultipartUpload(actx, &s3.AbortMultipartUploadInput{Bucket: &b.bucket, Key: &fullKey, UploadId: uploadID})
+		acancel()
+		return backend.Attrs{}, readErr
+	}
+	sortParts(parts)
+	out, err := b.client.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{
+		Bucket: &b.bucket, Key: &fullKey, UploadId: uploadID,
+		MultipartUpload: &types.CompletedMultipartUpload{Parts: parts},
+	})
+	if err != nil {
+		actx, acancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		_, _ = b.client.AbortMultipartUpload(actx, &s3.AbortMultipartUploadInput{Bucket: &b.bucket, Key: &fullKey, UploadId: uploadID})
+		acancel()
+		return backend.Attrs{}, b.mapErr("complete upload", key, err)
+	}
+	return backend.Attrs{Key: key, Size: total, ETag: unquote(out.ETag), Version: aws.ToString(out.VersionId),
+		ModTime: time.Now(), ContentType: pa.ContentType, UserMeta: pa.UserMeta}, nil
+}
+
+func sortParts(p []types.CompletedPart) {
+	for i := 1; i < len(p); i++ {
+		for j := i; j > 0 && *p[j].PartNumber < *p[j-1].PartNumber; j-- {
+			p[j], p[j-1] = p[j-1], p[j]
+		}
+	}
+}
+
+// Delete implements backend.Backend.
+func (b *Backend) Delete(ctx context.Context, key string) error {
+	_, err := b.client.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &b.bucket, Key: aws.String(b.prefix + key)})
+	if err := b.mapErr("delete", key, err); err != nil && !errors.Is(err, backend.ErrNotFound) {
+		return err
+	}
+	return nil
+}
+
+// List implements backend.Backend.
+func (b *Backend) List(ctx context.Context, opts backend.ListOptions) (backend.ListPage, error) {
+	limit := opts.Limit
+	if limit <= 0 || limit > 1000 {
+		limit = 1000
+	}
+	in := &s3.ListObjectsV2Input{Bucket: &b.bucket, Prefix: aws.String(b.prefix + opts.Prefix), MaxKeys: aws.Int32(int32(limit))}
+	if opts.Delimiter != "" {
+		in.Delimiter = aws.String(opts.Delimiter)
+	}
+	if opts.StartAfter != "" {
+		sa := b.prefix + opts.StartAfter
+		if opts.Delimiter != "" && strings.HasSuffix(sa, opts.Delimiter) {
+			// Continue after a common prefix: skip every key under it.
+			sa += "\U0010FFFF"
+		}
+		in.StartAfter = aws.String(sa)
+	}
+	out, err := b.client.ListObjectsV2(ctx, in)
+	if err != nil {
+		return backend.ListPage{}, b.mapErr("list", opts.Prefix, err)
+	}
+	var page backend.ListPage
+	for _, o := range out.Contents {
+		k := strings.TrimPrefix(aws.ToString(o.Key), b.prefix)
+		page.Objects = append(page.Objects, backend.Attrs{Key: k, Size: aws.ToInt64(o.Size), ETag: unquote(o.ETag), ModTime: aws.ToTime(o.LastModified)})
+		if k > page.Next {
+			page.Next = k
+		}
+	}
+	for _, p := range out.CommonPrefixes {
+		k := strings.TrimPrefix(aws.ToString(p.Prefix), b.prefix)
+		page.CommonPrefixes = append(page.CommonPrefixes, k)
+		if k > page.Next {
+			page.Next = k
+		}
+	}
+	page.Truncated = aws.ToBool(out.IsTruncated)
+	if !page.Truncated {
+		page.Next = ""
+	}
+	return page, nil
+}
