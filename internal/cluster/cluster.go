@@ -1,0 +1,558 @@
+// Package cluster keeps Slipstream's replicated cluster metadata: the cluster
+// map (nodes, their addresses, mountpaths and health), bucket properties and
+// volume tables, with a version that grows with every change.
+//
+// The map is a state machine replicated with hashicorp/raft (durable log in
+// raft-boltdb, file snapshots holding the map as JSON). Three nodes are voters
+// by default; later nodes join as non-voters. Every node serves the package's
+// HTTP handler under "/cluster/" on its intra-cluster listener: nodes join
+// through it, followers forward mutations to the leader through it, and nodes
+// and smart clients fetch and long-poll the map through it. The leader probes
+// every member and records nodes going down and coming back through the log.
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+
+	"github.com/slipstream-io/slipstream/internal/object"
+)
+
+// Sentinel errors. Bucket errors use object.ErrBucketExists and
+// object.ErrBucketNotFound; invalid properties wrap object.ErrInvalidArgument
+// or object.ErrInvalidBucketName.
+var (
+	ErrNoLeader       = errors.New("cluster: no leader")
+	ErrNotLeader      = errors.New("cluster: not the leader")
+	ErrNodeNotFound   = errors.New("cluster: no such node")
+	ErrVolumeNotFound = errors.New("cluster: no such volume")
+	ErrInvalid        = errors.New("cluster: invalid request")
+	ErrClosed         = errors.New("cluster: closed")
+)
+
+// Defaults.
+const (
+	DefaultVoters            = 3
+	DefaultHeartbeatInterval = 500 * time.Millisecond
+	DefaultDownAfter         = 2 * time.Second
+)
+
+// RaftTimeouts tunes the consensus library. Zero fields keep hashicorp/raft's
+// defaults (1s heartbeat and election timeouts, 500ms leader lease). Tests
+// shorten them.
+type RaftTimeouts struct {
+	Heartbeat         time.Duration
+	Election          time.Duration
+	LeaderLease       time.Duration
+	Commit            time.Duration
+	SnapshotInterval  time.Duration
+	SnapshotThreshold uint64
+	TrailingLogs      uint64
+}
+
+// Config configures one node's membership in the cluster.
+type Config struct {
+	NodeID  string
+	DataDir string // raft state lives in DataDir (created if missing)
+	// RaftBind is the host:port the raft transport listens on. Port 0 picks
+	// a free port (the map records the real one).
+	RaftBind string
+	// RaftAdvertise is the address other nodes dial; defaults to the bound address.
+	RaftAdvertise string
+	// Self describes this node. ID and RaftAddr are filled from NodeID and the
+	// transport; IntraAddrs must list at least one address on which the node
+	// serves Handler under "/cluster/".
+	Self NodeInfo
+	// Seeds are intra HTTP base URLs of other nodes (e.g.
+	// "http://127.0.0.2:9201"), tried in turn when joining.
+	Seeds []string
+	// Bootstrap makes a node without raft state start a one-node cluster with
+	// itself. Exactly one node of a new cluster sets it.
+	Bootstrap bool
+	// Voters is the number of voting members (default 3); more nodes join as
+	// non-voters.
+	Voters     int
+	HTTPClient *http.Client
+	Log        *slog.Logger
+	// HeartbeatInterval is how often the leader probes every member
+	// (default 500ms); DownAfter is how long a member may stay silent before
+	// the leader marks it down (default 2s).
+	HeartbeatInterval time.Duration
+	DownAfter         time.Duration
+	Raft              RaftTimeouts
+}
+
+func (cfg *Config) setDefaults() error {
+	if cfg.NodeID == "" {
+		cfg.NodeID = cfg.Self.ID
+	}
+	if cfg.NodeID == "" {
+		return fmt.Errorf("%w: config: NodeID is empty", ErrInvalid)
+	}
+	if cfg.Self.ID != "" && cfg.Self.ID != cfg.NodeID {
+		return fmt.Errorf("%w: config: Self.ID %q differs from NodeID %q", ErrInvalid, cfg.Self.ID, cfg.NodeID)
+	}
+	cfg.Self = cfg.Self.Clone()
+	cfg.Self.ID = cfg.NodeID
+	if cfg.DataDir == "" {
+		return fmt.Errorf("%w: config: DataDir is empty", ErrInvalid)
+	}
+	if cfg.RaftBind == "" {
+		return fmt.Errorf("%w: config: RaftBind is empty", ErrInvalid)
+	}
+	if len(cfg.Self.IntraAddrs) == 0 {
+		return fmt.Errorf("%w: config: Self.IntraAddrs is empty", ErrInvalid)
+	}
+	if cfg.Voters <= 0 {
+		cfg.Voters = DefaultVoters
+	}
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = &http.Client{}
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.HeartbeatInterval <= 0 {
+		cfg.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if cfg.DownAfter <= 0 {
+		cfg.DownAfter = DefaultDownAfter
+	}
+	return nil
+}
+
+// Cluster is one node's view of, and handle on, the replicated metadata.
+type Cluster struct {
+	cfg   Config
+	self  NodeInfo
+	log   *slog.Logger
+	hc    *http.Client
+	pub   *publisher
+	raft  *raft.Raft
+	trans *raft.NetworkTransport
+	store *raftboltdb.BoltStore
+
+	ctx       context.Context // cancelled by Leave/Close; ends background loops
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// New opens (or creates) the node's raft state under cfg.DataDir, starts the
+// raft transport and, in the background, joins the cluster: a node with
+// Bootstrap and no state starts a one-node cluster; any other new node asks
+// the seeds to admit it; a restarted node re-announces itself if its
+// addresses changed. New does not wait for a leader: call WaitForLeader.
+func New(ctx context.Context, cfg Config) (*Cluster, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(cfg.DataDir, "raft")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	hlog := newHCLogger(cfg.Log)
+
+	c := &Cluster{cfg: cfg, log: cfg.Log, hc: cfg.HTTPClient, pub: newPublisher()}
+	var err error
+	cleanup := func() {
+		if c.trans != nil {
+			c.trans.Close()
+		}
+		if c.store != nil {
+			c.store.Close()
+		}
+	}
+	c.store, err = raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, "raft.db")})
+	if err != nil {
+		return nil, fmt.Errorf("cluster: open log store: %w", err)
+	}
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, 2, hlog)
+	if err != nil {
+		cleanup()
+		return nil, fmt.Errorf("cluster: open snapshot store: %w", err)
+	}
+	bind, err := net.ResolveTCPAddr("tcp", cfg.RaftBind)
+	if err != nil {
+		cleanup()
+		return nil, fmt.Errorf("cluster: raft bind %q: %w", cfg.RaftBind, err)
+	}
+	var adv net.Addr
+	if cfg.RaftAdvertise != "" {
+		if adv, err = net.ResolveTCPAddr("tcp", cfg.RaftAdvertise); err != nil {
+			cleanup()
+			return nil, fmt.Errorf("cluster: raft advertise %q: %w", cfg.RaftAdvertise, err)
+		}
+	}
+	c.trans, err = raft.NewTCPTransportWithLogger(bind.String(), adv, 3, 5*time.Second, hlog)
+	if err != nil {
+		cleanup()
+		return nil, fmt.Errorf("cluster: raft transport on %s: %w", cfg.RaftBind, err)
+	}
+	c.self = cfg.Self
+	c.self.RaftAddr = string(c.trans.LocalAddr())
+
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cfg.NodeID)
+	rc.Logger = hlog
+	t := cfg.Raft
+	if t.Heartbeat > 0 {
+		rc.HeartbeatTimeout = t.Heartbeat
+	}
+	if t.Election > 0 {
+		rc.ElectionTimeout = t.Election
+	}
+	if t.LeaderLease > 0 {
+		rc.LeaderLeaseTimeout = t.LeaderLease
+	}
+	if rc.LeaderLeaseTimeout > rc.HeartbeatTimeout {
+		rc.LeaderLeaseTimeout = rc.HeartbeatTimeout
+	}
+	if t.Commit > 0 {
+		rc.CommitTimeout = t.Commit
+	}
+	if t.SnapshotInterval > 0 {
+		rc.SnapshotInterval = t.SnapshotInterval
+	}
+	if t.SnapshotThreshold > 0 {
+		rc.SnapshotThreshold = t.SnapshotThreshold
+	}
+	if t.TrailingLogs > 0 {
+		rc.TrailingLogs = t.TrailingLogs
+	}
+	if err := raft.ValidateConfig(rc); err != nil {
+		cleanup()
+		return nil, fmt.Errorf("%w: raft config: %v", ErrInvalid, err)
+	}
+
+	existing, err := raft.HasExistingState(c.store, c.store, snaps)
+	if err != nil {
+		cleanup()
+		return nil, fmt.Errorf("cluster: read raft state: %w", err)
+	}
+	if !existing && !cfg.Bootstrap && len(cfg.Seeds) == 0 {
+		cleanup()
+		return nil, fmt.Errorf("%w: config: a new node needs Seeds or Bootstrap", ErrInvalid)
+	}
+	logs, err := raft.NewLogCache(512, c.store)
+	if err != nil {
+		cleanup()
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	c.raft, err = raft.NewRaft(rc, &fsm{pub: c.pub}, logs, c.store, snaps, c.trans)
+	if err != nil {
+		cleanup()
+		return nil, fmt.Errorf("cluster: start raft: %w", err)
+	}
+	if !existing && cfg.Bootstrap {
+		boot := raft.Configuration{Servers: []raft.Server{{
+			Suffrage: raft.Voter, ID: rc.LocalID, Address: c.trans.LocalAddr(),
+		}}}
+		if err := c.raft.BootstrapCluster(boot).Error(); err != nil {
+			c.raft.Shutdown()
+			cleanup()
+			return nil, fmt.Errorf("cluster: bootstrap: %w", err)
+		}
+	}
+	c.log.Info("cluster node started", "id", cfg.NodeID, "raft", c.self.RaftAddr,
+		"existingState", existing, "bootstrap", cfg.Bootstrap && !existing)
+
+	c.ctx, c.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	c.wg.Add(2)
+	go c.announceLoop()
+	go c.healthLoop()
+	return c, nil
+}
+
+// Map returns the current cluster map. It is shared and must not be modified.
+func (c *Cluster) Map() *Map { return c.pub.current() }
+
+// Self returns this node's info as it announces it (RaftAddr filled in).
+func (c *Cluster) Self() NodeInfo { return c.self.Clone() }
+
+// NodeID returns this node's ID.
+func (c *Cluster) NodeID() string { return c.self.ID }
+
+// LeaderID returns the ID of the current leader, or "" when none is known.
+func (c *Cluster) LeaderID() string {
+	_, id := c.raft.LeaderWithID()
+	return string(id)
+}
+
+// IsLeader reports whether this node is the raft leader.
+func (c *Cluster) IsLeader() bool { return c.raft.State() == raft.Leader }
+
+// WaitForLeader blocks until a leader is known and this node appears in the
+// map, i.e. the node has joined and can serve.
+func (c *Cluster) WaitForLeader(ctx context.Context) error {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if c.LeaderID() != "" {
+			if _, ok := c.Map().Nodes[c.self.ID]; ok {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %w", ErrNoLeader, ctx.Err())
+		case <-c.ctx.Done():
+			return ErrClosed
+		case <-t.C:
+		}
+	}
+}
+
+// Watch returns a channel that delivers the current map and then every newer
+// version, in increasing version order. It has latest-value semantics: a slow
+// reader skips intermediate versions but always gets the newest one. The
+// channel is closed when ctx ends or the cluster is closed.
+func (c *Cluster) Watch(ctx context.Context) <-chan *Map {
+	out := make(chan *Map)
+	go func() {
+		defer close(out)
+		var last uint64
+		sent := false
+		for {
+			m, changed := c.pub.snapshot()
+			if !sent || m.Version > last {
+				select {
+				case out <- m:
+					last, sent = m.Version, true
+				case <-changed:
+				case <-ctx.Done():
+					return
+				case <-c.ctx.Done():
+					return
+				}
+				continue
+			}
+			select {
+			case <-changed:
+			case <-ctx.Done():
+				return
+			case <-c.ctx.Done():
+				return
+			}
+		}
+	}()
+	return out
+}
+
+// CreateBucket adds a bucket (defaults applied, Created set to now if zero).
+// It fails with object.ErrBucketExists if the name is taken.
+func (c *Cluster) CreateBucket(ctx context.Context, b BucketProps) error {
+	b = b.WithDefaults()
+	if b.Created.IsZero() {
+		b.Created = time.Now().UTC()
+	}
+	if err := b.Check(); err != nil {
+		return err
+	}
+	return c.propose(ctx, command{Op: opBucketCreate, Bucket: &b})
+}
+
+// UpdateBucket replaces the properties of an existing bucket (its creation
+// time is kept). It fails with object.ErrBucketNotFound.
+func (c *Cluster) UpdateBucket(ctx context.Context, b BucketProps) error {
+	b = b.WithDefaults()
+	if err := b.Check(); err != nil {
+		return err
+	}
+	return c.propose(ctx, command{Op: opBucketUpdate, Bucket: &b})
+}
+
+// DeleteBucket removes a bucket from the map. It fails with
+// object.ErrBucketNotFound. Emptying the bucket is the caller's job.
+func (c *Cluster) DeleteBucket(ctx context.Context, name string) error {
+	return c.propose(ctx, command{Op: opBucketDelete, Name: name})
+}
+
+// PutVolume creates or replaces a volume (its creation time is kept).
+func (c *Cluster) PutVolume(ctx context.Context, v VolumeSpec) error {
+	v = v.WithDefaults()
+	if v.Created.IsZero() {
+		v.Created = time.Now().UTC()
+	}
+	if err := v.Check(); err != nil {
+		return err
+	}
+	return c.propose(ctx, command{Op: opVolumePut, Volume: &v})
+}
+
+// DeleteVolume removes a volume. It fails with ErrVolumeNotFound.
+func (c *Cluster) DeleteVolume(ctx context.Context, name string) error {
+	return c.propose(ctx, command{Op: opVolumeDelete, Name: name})
+}
+
+// SetNodeState records a node's state. It fails with ErrNodeNotFound. The
+// leader's health checks move nodes between up and down; they leave nodes in
+// maintenance alone.
+func (c *Cluster) SetNodeState(ctx context.Context, id string, state NodeState) error {
+	if !state.Valid() {
+		return fmt.Errorf("%w: node state %q", ErrInvalid, state)
+	}
+	return c.propose(ctx, command{Op: opNodeState, Name: id, State: state})
+}
+
+// Leave removes this node from the cluster (from the raft configuration and
+// from the map), then closes it. A leader hands leadership over first.
+func (c *Cluster) Leave(ctx context.Context) error {
+	c.cancel()
+	c.wg.Wait()
+	if c.IsLeader() {
+		cf := c.raft.GetConfiguration()
+		if cf.Error() == nil && len(cf.Configuration().Servers) == 1 {
+			return c.Close(ctx)
+		}
+		if err := c.raft.LeadershipTransfer().Error(); err != nil {
+			c.log.Warn("leadership transfer before leave failed", "err", err)
+		}
+	}
+	err := c.retry(ctx, func() error {
+		if c.IsLeader() {
+			return c.removeMember(ctx, c.self.ID)
+		}
+		return c.postLeader(ctx, "/cluster/leave", leaveRequest{ID: c.self.ID}, nil)
+	})
+	if cerr := c.Close(ctx); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// Close stops the node's raft instance and background work. The node stays
+// a member: restarting it with the same DataDir rejoins with its state.
+func (c *Cluster) Close(ctx context.Context) error {
+	c.closeOnce.Do(func() {
+		c.cancel()
+		c.wg.Wait()
+		errs := []error{c.raft.Shutdown().Error(), c.trans.Close(), c.store.Close()}
+		c.closeErr = errors.Join(errs...)
+		c.log.Info("cluster node stopped", "id", c.self.ID)
+	})
+	return c.closeErr
+}
+
+// propose applies cmd through the leader, retrying while there is no leader
+// or leadership moves, until ctx ends.
+func (c *Cluster) propose(ctx context.Context, cmd command) error {
+	uncertain := false
+	return c.retry(ctx, func() error {
+		var err error
+		if c.IsLeader() {
+			err = c.applyLocal(ctx, cmd)
+		} else {
+			err = c.postLeader(ctx, "/cluster/apply", cmd, nil)
+		}
+		if errors.Is(err, raft.ErrLeadershipLost) || errors.Is(err, errUnreachable) {
+			// The entry may or may not have been committed.
+			uncertain = true
+		}
+		if uncertain && (cmd.Op == opBucketDelete && errors.Is(err, object.ErrBucketNotFound) ||
+			cmd.Op == opVolumeDelete && errors.Is(err, ErrVolumeNotFound)) {
+			return nil
+		}
+		return err
+	})
+}
+
+// retry runs f until it returns nil or an error that a new leader cannot
+// fix, or ctx ends.
+func (c *Cluster) retry(ctx context.Context, f func() error) error {
+	delay := 20 * time.Millisecond
+	for {
+		err := f()
+		if err == nil || !retryable(err) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %w (last error: %v)", ErrNoLeader, ctx.Err(), err)
+		case <-time.After(delay):
+		}
+		if delay < 500*time.Millisecond {
+			delay *= 2
+		}
+	}
+}
+
+func retryable(err error) bool {
+	for _, e := range []error{ErrNoLeader, ErrNotLeader, errUnreachable, raft.ErrNotLeader,
+		raft.ErrLeadershipLost, raft.ErrLeadershipTransferInProgress, raft.ErrEnqueueTimeout} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// applyLocal appends cmd to the log on this node, which must be the leader,
+// and returns the state machine's verdict.
+func (c *Cluster) applyLocal(ctx context.Context, cmd command) error {
+	data, err := encodeJSON(cmd)
+	if err != nil {
+		return err
+	}
+	f := c.raft.Apply(data, timeoutFrom(ctx, 10*time.Second))
+	if err := f.Error(); err != nil {
+		if errors.Is(err, raft.ErrRaftShutdown) {
+			return ErrClosed
+		}
+		return err
+	}
+	if err, ok := f.Response().(error); ok {
+		return err
+	}
+	return nil
+}
+
+func timeoutFrom(ctx context.Context, def time.Duration) time.Duration {
+	if d, ok := ctx.Deadline(); ok {
+		if t := time.Until(d); t > 0 {
+			return t
+		}
+		return time.Millisecond
+	}
+	return def
+}
+
+// newHCLogger adapts slog to the hclog interface raft wants.
+func newHCLogger(l *slog.Logger) hclog.Logger {
+	return hclog.New(&hclog.LoggerOptions{
+		Name:   "raft",
+		Level:  hclog.Info,
+		Output: slogWriter{l},
+	})
+}
+
+type slogWriter struct{ l *slog.Logger }
+
+func (w slogWriter) Write(p []byte) (int, error) {
+	line := strings.TrimSpace(string(p))
+	lvl := slog.LevelInfo
+	switch {
+	case strings.Contains(line, "[ERROR]"):
+		lvl = slog.LevelError
+	case strings.Contains(line, "[WARN]"):
+		lvl = slog.LevelWarn
+	case strings.Contains(line, "[DEBUG]"), strings.Contains(line, "[TRACE]"):
+		lvl = slog.LevelDebug
+	}
+	w.l.Log(context.Background(), lvl, line)
+	return len(p), nil
+}

@@ -1,0 +1,441 @@
+package cluster_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/slipstream-io/slipstream/internal/cluster"
+	"github.com/slipstream-io/slipstream/internal/cluster/clustertest"
+	"github.com/slipstream-io/slipstream/internal/object"
+)
+
+func testCtx(t *testing.T, d time.Duration) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func hasBucket(name string) func(*cluster.Map) bool {
+	return func(m *cluster.Map) bool { _, ok := m.Bucket(name); return ok }
+}
+
+func follower(t *testing.T, tc *clustertest.Cluster) *clustertest.Node {
+	t.Helper()
+	for _, n := range tc.Nodes() {
+		if c := n.Cluster(); c != nil && !c.IsLeader() {
+			return n
+		}
+	}
+	t.Fatal("no follower")
+	return nil
+}
+
+func voterIDs(m *cluster.Map) []string {
+	var ids []string
+	for _, id := range m.NodeIDs() {
+		if m.Nodes[id].Voter {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+func TestThreeNodesBucketOnFollower(t *testing.T) {
+	tc := clustertest.Start(t, clustertest.Options{N: 3})
+	ctx := testCtx(t, 30*time.Second)
+	if _, err := tc.Leader(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f := follower(t, tc)
+	start := f.Cluster().Map().Version
+	if err := f.Cluster().CreateBucket(ctx, cluster.BucketProps{Name: "alpha", Copies: 2}); err != nil {
+		t.Fatalf("create on follower: %v", err)
+	}
+	if err := tc.WaitAll(ctx, hasBucket("alpha")); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range tc.Nodes() {
+		m := n.Cluster().Map()
+		b, _ := m.Bucket("alpha")
+		if b.Copies != 2 || b.Mode != cluster.ModeLocal || b.Created.IsZero() {
+			t.Errorf("%s: bucket props %+v", n.ID, b)
+		}
+		if m.Version <= start {
+			t.Errorf("%s: version %d did not grow past %d", n.ID, m.Version, start)
+		}
+		if got := voterIDs(m); !slices.Equal(got, []string{"n1", "n2", "n3"}) {
+			t.Errorf("%s: voters %v", n.ID, got)
+		}
+		self, ok := m.Node(n.ID)
+		if !ok || !slices.Equal(self.Mountpaths, n.Mountpaths) || self.IntraAddrs[0] != n.URL[len("http://"):] {
+			t.Errorf("%s: self entry %+v", n.ID, self)
+		}
+	}
+	// Errors come back as sentinels across forwarding.
+	for _, n := range tc.Nodes() {
+		err := n.Cluster().CreateBucket(ctx, cluster.BucketProps{Name: "alpha"})
+		if !errors.Is(err, object.ErrBucketExists) {
+			t.Errorf("%s: duplicate create: %v, want ErrBucketExists", n.ID, err)
+		}
+		if err := n.Cluster().DeleteBucket(ctx, "nope"); !errors.Is(err, object.ErrBucketNotFound) {
+			t.Errorf("%s: delete missing: %v, want ErrBucketNotFound", n.ID, err)
+		}
+		if err := n.Cluster().SetNodeState(ctx, "ghost", cluster.StateMaintenance); !errors.Is(err, cluster.ErrNodeNotFound) {
+			t.Errorf("%s: state of missing node: %v, want ErrNodeNotFound", n.ID, err)
+		}
+	}
+	if err := f.Cluster().CreateBucket(ctx, cluster.BucketProps{Name: "Bad_Name"}); !errors.Is(err, object.ErrInvalidBucketName) {
+		t.Errorf("bad name: %v", err)
+	}
+	// Update, volumes and delete from another follower.
+	g := tc.Node((f.Index + 1) % 3)
+	if err := g.Cluster().UpdateBucket(ctx, cluster.BucketProps{Name: "alpha", Copies: 3, Validate: "ttl:1m"}); err != nil {
+		t.Fatalf("update: %v", err)
+	}
+	if err := g.Cluster().PutVolume(ctx, cluster.VolumeSpec{Name: "vol1", Size: 1 << 30, Copies: 2}); err != nil {
+		t.Fatalf("put volume: %v", err)
+	}
+	if err := g.Cluster().DeleteVolume(ctx, "vol2"); !errors.Is(err, cluster.ErrVolumeNotFound) {
+		t.Errorf("delete missing volume: %v", err)
+	}
+	if err := tc.WaitAll(ctx, func(m *cluster.Map) bool {
+		b, _ := m.Bucket("alpha")
+		v, ok := m.Volume("vol1")
+		return b.Copies == 3 && b.Validate == "ttl:1m" && ok && v.ChunkSize == cluster.DefaultChunkSize
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Cluster().DeleteBucket(ctx, "alpha"); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	if err := tc.WaitAll(ctx, func(m *cluster.Map) bool { _, ok := m.Bucket("alpha"); return !ok }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLeaderKillAndRestart(t *testing.T) {
+	tc := clustertest.Start(t, clustertest.Options{N: 3})
+	ctx := testCtx(t, 60*time.Second)
+	leader, err := tc.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if err := leader.Cluster().CreateBucket(ctx, cluster.BucketProps{Name: fmt.Sprintf("bkt%d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tc.WaitAll(ctx, hasBucket("bkt4")); err != nil {
+		t.Fatal(err)
+	}
+	before := leader.Cluster().Map().Version
+	tc.Stop(leader)
+
+	next, err := tc.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next == leader {
+		t.Fatal("stopped node still leads")
+	}
+	m := next.Cluster().Map()
+	for i := range 5 {
+		if _, ok := m.Bucket(fmt.Sprintf("bkt%d", i)); !ok {
+			t.Errorf("bucket bkt%d lost after failover", i)
+		}
+	}
+	// Writes keep working through the surviving follower.
+	f := follower(t, tc)
+	if err := f.Cluster().CreateBucket(ctx, cluster.BucketProps{Name: "after"}); err != nil {
+		t.Fatalf("create after failover: %v", err)
+	}
+	// The new leader notices the old one is gone.
+	if err := tc.WaitAll(ctx, func(m *cluster.Map) bool {
+		n, _ := m.Node(leader.ID)
+		return n.State == cluster.StateDown && m.Version > before
+	}); err != nil {
+		t.Fatalf("old leader never marked down: %v", err)
+	}
+
+	// The old leader comes back with its data dir and catches up.
+	tc.Restart(leader, true)
+	if err := tc.WaitMap(ctx, leader, func(m *cluster.Map) bool {
+		n, _ := m.Node(leader.ID)
+		_, ok := m.Bucket("after")
+		return ok && n.State == cluster.StateUp
+	}); err != nil {
+		t.Fatalf("restarted node did not catch up: %v", err)
+	}
+	if err := tc.WaitAll(ctx, func(m *cluster.Map) bool { return len(m.UpNodeIDs()) == 3 }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRestartWithNewAddresses(t *testing.T) {
+	tc := clustertest.Start(t, clustertest.Options{N: 3, Raft: func() cluster.RaftTimeouts {
+		r := clustertest.FastRaft()
+		r.SnapshotInterval = 100 * time.Millisecond
+		r.SnapshotThreshold = 4
+		r.TrailingLogs = 2
+		return r
+	}()})
+	ctx := testCtx(t, 60*time.Second)
+	if _, err := tc.Leader(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f := follower(t, tc)
+	for i := range 10 {
+		if err := f.Cluster().CreateBucket(ctx, cluster.BucketProps{Name: fmt.Sprintf("snap%d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tc.WaitAll(ctx, hasBucket("snap9")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(400 * time.Millisecond) // let snapshots happen
+	oldURL, oldRaft := f.URL, f.RaftBind
+	tc.Stop(f)
+	tc.Restart(f, false)
+	if f.URL == oldURL || f.RaftBind == oldRaft {
+		t.Fatalf("restart kept addresses %s %s", f.URL, f.RaftBind)
+	}
+	want := f.Cluster().Self()
+	if err := tc.WaitAll(ctx, func(m *cluster.Map) bool {
+		n, ok := m.Node(f.ID)
+		return ok && n.RaftAddr == want.RaftAddr && slices.Equal(n.IntraAddrs, want.IntraAddrs) && n.State == cluster.StateUp
+	}); err != nil {
+		t.Fatalf("new addresses not announced: %v", err)
+	}
+	m := f.Cluster().Map()
+	for i := range 10 {
+		if _, ok := m.Bucket(fmt.Sprintf("snap%d", i)); !ok {
+			t.Errorf("restarted node lost bucket snap%d", i)
+		}
+	}
+	// The cluster still commits through the restarted node.
+	if err := f.Cluster().CreateBucket(ctx, cluster.BucketProps{Name: "again"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tc.WaitAll(ctx, hasBucket("again")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestFiveNodesNonVoters(t *testing.T) {
+	tc := clustertest.Start(t, clustertest.Options{N: 5})
+	ctx := testCtx(t, 60*time.Second)
+	leader, err := tc.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tc.WaitAll(ctx, func(m *cluster.Map) bool { return len(voterIDs(m)) == 3 && len(m.Nodes) == 5 }); err != nil {
+		t.Fatalf("want 3 voters of 5: %v", err)
+	}
+	voters := voterIDs(leader.Cluster().Map())
+	var nonVoter *clustertest.Node
+	for _, n := range tc.Nodes() {
+		if !slices.Contains(voters, n.ID) {
+			nonVoter = n
+			break
+		}
+	}
+	if err := nonVoter.Cluster().CreateBucket(ctx, cluster.BucketProps{Name: "from-nonvoter"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tc.WaitAll(ctx, hasBucket("from-nonvoter")); err != nil {
+		t.Fatal(err)
+	}
+	// Lose a voter that is not the leader: a live non-voter is promoted.
+	var lost *clustertest.Node
+	for _, n := range tc.Nodes() {
+		if slices.Contains(voters, n.ID) && n != leader {
+			lost = n
+			break
+		}
+	}
+	tc.Stop(lost)
+	if err := tc.WaitMap(ctx, leader, func(m *cluster.Map) bool {
+		live := 0
+		for _, id := range voterIDs(m) {
+			if m.Nodes[id].State == cluster.StateUp {
+				live++
+			}
+		}
+		return live == 3
+	}); err != nil {
+		t.Fatalf("no non-voter promoted: %v", err)
+	}
+}
+
+func TestNodeDownDetection(t *testing.T) {
+	tc := clustertest.Start(t, clustertest.Options{N: 3, DownAfter: 600 * time.Millisecond})
+	ctx := testCtx(t, 30*time.Second)
+	leader, err := tc.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := follower(t, tc)
+	tc.Stop(f)
+	stopped := time.Now()
+	if err := tc.WaitMap(ctx, leader, func(m *cluster.Map) bool {
+		n, _ := m.Node(f.ID)
+		return n.State == cluster.StateDown
+	}); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(stopped)
+	if took < 600*time.Millisecond {
+		t.Errorf("marked down after %v, before DownAfter", took)
+	}
+	t.Logf("down detected after %v", took)
+	if got := leader.Cluster().Map().UpNodeIDs(); len(got) != 2 || slices.Contains(got, f.ID) {
+		t.Errorf("up nodes %v", got)
+	}
+	// Maintenance is left alone by health checks.
+	if err := leader.Cluster().SetNodeState(ctx, f.ID, cluster.StateMaintenance); err != nil {
+		t.Fatal(err)
+	}
+	tc.Restart(f, true)
+	time.Sleep(500 * time.Millisecond)
+	if n, _ := leader.Cluster().Map().Node(f.ID); n.State != cluster.StateMaintenance {
+		t.Errorf("state %q, want maintenance kept", n.State)
+	}
+	if err := f.Cluster().SetNodeState(ctx, f.ID, cluster.StateUp); err != nil {
+		t.Fatal(err)
+	}
+	// Down again, then back up by itself.
+	tc.Stop(f)
+	if err := tc.WaitMap(ctx, leader, func(m *cluster.Map) bool { n, _ := m.Node(f.ID); return n.State == cluster.StateDown }); err != nil {
+		t.Fatal(err)
+	}
+	tc.Restart(f, true)
+	if err := tc.WaitAll(ctx, func(m *cluster.Map) bool { n, _ := m.Node(f.ID); return n.State == cluster.StateUp }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestWatchVersionsInOrder(t *testing.T) {
+	tc := clustertest.Start(t, clustertest.Options{N: 3})
+	ctx := testCtx(t, 30*time.Second)
+	if _, err := tc.Leader(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f := follower(t, tc)
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	w := f.Cluster().Watch(wctx)
+	first := <-w
+	const n = 20
+	done := make(chan error, 1)
+	go func() {
+		for i := range n {
+			if err := tc.Node(i%3).Cluster().CreateBucket(ctx, cluster.BucketProps{Name: fmt.Sprintf("watch%02d", i)}); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	last := first.Version
+	seen := 0
+	for m := range w {
+		if m.Version <= last {
+			t.Fatalf("version %d after %d", m.Version, last)
+		}
+		last = m.Version
+		seen++
+		if len(m.Buckets) == n {
+			break
+		}
+		if seen%5 == 0 {
+			time.Sleep(30 * time.Millisecond) // a slow reader skips versions but never blocks the FSM
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if last < first.Version+n {
+		t.Errorf("final version %d, want >= %d", last, first.Version+n)
+	}
+	stop()
+	for range w { // closed after cancel
+	}
+}
+
+func TestLongPollMap(t *testing.T) {
+	tc := clustertest.Start(t, clustertest.Options{N: 3})
+	ctx := testCtx(t, 30*time.Second)
+	if _, err := tc.Leader(ctx); err != nil {
+		t.Fatal(err)
+	}
+	n := tc.Node(2)
+	hc := &http.Client{}
+	m, err := cluster.FetchMap(ctx, hc, n.URL, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Nodes) != 3 || m.Version == 0 {
+		t.Fatalf("map %+v", m)
+	}
+	// Nothing changes: the poll returns the same version after the wait.
+	t0 := time.Now()
+	same, err := cluster.FetchMap(ctx, hc, n.URL, m.Version, 200*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if same.Version != m.Version || time.Since(t0) < 150*time.Millisecond {
+		t.Errorf("empty poll: version %d after %v", same.Version, time.Since(t0))
+	}
+	got := make(chan *cluster.Map, 1)
+	go func() {
+		nm, err := cluster.FetchMap(ctx, hc, n.URL, m.Version, 20*time.Second)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- nm
+	}()
+	time.Sleep(100 * time.Millisecond)
+	if err := tc.Node(0).Cluster().CreateBucket(ctx, cluster.BucketProps{Name: "polled"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case nm := <-got:
+		if nm == nil || nm.Version <= m.Version {
+			t.Fatalf("poll answer %+v", nm)
+		}
+	case <-ctx.Done():
+		t.Fatal("long poll never answered")
+	}
+}
+
+func TestLeave(t *testing.T) {
+	tc := clustertest.Start(t, clustertest.Options{N: 3})
+	ctx := testCtx(t, 30*time.Second)
+	leader, err := tc.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := leader.Cluster().Leave(ctx); err != nil {
+		t.Fatalf("leader leave: %v", err)
+	}
+	next, err := tc.Leader(ctx)
+	if err != nil || next == leader {
+		t.Fatalf("no new leader: %v", err)
+	}
+	if err := tc.WaitMap(ctx, next, func(m *cluster.Map) bool {
+		_, ok := m.Node(leader.ID)
+		return !ok && len(m.Nodes) == 2
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// A two-node cluster still commits.
+	if err := next.Cluster().CreateBucket(ctx, cluster.BucketProps{Name: "two-nodes"}); err != nil {
+		t.Fatal(err)
+	}
+}

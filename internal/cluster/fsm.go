@@ -1,0 +1,238 @@
+package cluster
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/slipstream-io/slipstream/internal/object"
+)
+
+// Operations of the replicated state machine.
+const (
+	opNodePut      = "node.put"
+	opNodeState    = "node.state"
+	opNodeRemove   = "node.remove"
+	opBucketCreate = "bucket.create"
+	opBucketUpdate = "bucket.update"
+	opBucketDelete = "bucket.delete"
+	opVolumePut    = "volume.put"
+	opVolumeDelete = "volume.delete"
+)
+
+// command is one entry of the raft log, JSON-encoded. Everything that must be
+// deterministic (times, defaults) is filled in by the proposer, never by the
+// state machine.
+type command struct {
+	Op     string       `json:"op"`
+	Node   *NodeInfo    `json:"node,omitempty"`
+	Name   string       `json:"name,omitempty"` // node ID, bucket or volume name
+	State  NodeState    `json:"state,omitempty"`
+	Bucket *BucketProps `json:"bucket,omitempty"`
+	Volume *VolumeSpec  `json:"volume,omitempty"`
+}
+
+func decodeCommand(b []byte) (command, error) {
+	var c command
+	if err := json.Unmarshal(b, &c); err != nil {
+		return c, fmt.Errorf("%w: bad command: %v", ErrInvalid, err)
+	}
+	return c, nil
+}
+
+// applyCommand returns the map that results from applying c to m. It returns
+// m itself (same pointer) when c changes nothing or fails; otherwise a new map
+// with Version+1. m is never modified.
+func applyCommand(m *Map, c command) (*Map, error) {
+	var mut func(n *Map) error
+	switch c.Op {
+	case opNodePut:
+		if c.Node == nil || c.Node.ID == "" {
+			return m, fmt.Errorf("%w: node.put without a node", ErrInvalid)
+		}
+		if old, ok := m.Nodes[c.Node.ID]; ok && nodeEqual(old, *c.Node) {
+			return m, nil
+		}
+		mut = func(n *Map) error { n.Nodes[c.Node.ID] = c.Node.Clone(); return nil }
+	case opNodeState:
+		old, ok := m.Nodes[c.Name]
+		if !ok {
+			return m, fmt.Errorf("%w: %q", ErrNodeNotFound, c.Name)
+		}
+		if !c.State.Valid() {
+			return m, fmt.Errorf("%w: node state %q", ErrInvalid, c.State)
+		}
+		if old.State == c.State {
+			return m, nil
+		}
+		mut = func(n *Map) error { old.State = c.State; n.Nodes[c.Name] = old; return nil }
+	case opNodeRemove:
+		if _, ok := m.Nodes[c.Name]; !ok {
+			return m, nil
+		}
+		mut = func(n *Map) error { delete(n.Nodes, c.Name); return nil }
+	case opBucketCreate:
+		if c.Bucket == nil {
+			return m, fmt.Errorf("%w: bucket.create without props", ErrInvalid)
+		}
+		if old, ok := m.Buckets[c.Bucket.Name]; ok {
+			if bucketEqual(old, *c.Bucket) {
+				return m, nil // a retried proposal of the same create
+			}
+			return m, fmt.Errorf("%w: %q", object.ErrBucketExists, c.Bucket.Name)
+		}
+		mut = func(n *Map) error { n.Buckets[c.Bucket.Name] = *c.Bucket; return nil }
+	case opBucketUpdate:
+		if c.Bucket == nil {
+			return m, fmt.Errorf("%w: bucket.update without props", ErrInvalid)
+		}
+		old, ok := m.Buckets[c.Bucket.Name]
+		if !ok {
+			return m, fmt.Errorf("%w: %q", object.ErrBucketNotFound, c.Bucket.Name)
+		}
+		nb := *c.Bucket
+		nb.Created = old.Created
+		if bucketEqual(old, nb) {
+			return m, nil
+		}
+		mut = func(n *Map) error { n.Buckets[nb.Name] = nb; return nil }
+	case opBucketDelete:
+		if _, ok := m.Buckets[c.Name]; !ok {
+			return m, fmt.Errorf("%w: %q", object.ErrBucketNotFound, c.Name)
+		}
+		mut = func(n *Map) error { delete(n.Buckets, c.Name); return nil }
+	case opVolumePut:
+		if c.Volume == nil {
+			return m, fmt.Errorf("%w: volume.put without a spec", ErrInvalid)
+		}
+		nv := *c.Volume
+		if old, ok := m.Volumes[nv.Name]; ok {
+			nv.Created = old.Created
+			if old == nv {
+				return m, nil
+			}
+		}
+		mut = func(n *Map) error { n.Volumes[nv.Name] = nv; return nil }
+	case opVolumeDelete:
+		if _, ok := m.Volumes[c.Name]; !ok {
+			return m, fmt.Errorf("%w: %q", ErrVolumeNotFound, c.Name)
+		}
+		mut = func(n *Map) error { delete(n.Volumes, c.Name); return nil }
+	default:
+		return m, fmt.Errorf("%w: unknown operation %q", ErrInvalid, c.Op)
+	}
+	n := m.Clone()
+	if err := mut(n); err != nil {
+		return m, err
+	}
+	n.Version++
+	return n, nil
+}
+
+func nodeEqual(a, b NodeInfo) bool {
+	return a.sameIdentity(b) && a.State == b.State && a.Voter == b.Voter && a.Joined.Equal(b.Joined)
+}
+
+func bucketEqual(a, b BucketProps) bool {
+	return a.Name == b.Name && a.Created.Equal(b.Created) && a.Copies == b.Copies &&
+		a.Mode == b.Mode && a.Backend == b.Backend && a.Validate == b.Validate
+}
+
+// fsm is the raft state machine: it holds the current map and publishes
+// every new version to the watchers.
+type fsm struct {
+	pub *publisher
+}
+
+var _ raft.FSM = (*fsm)(nil)
+
+// Apply applies one log entry. It returns nil or an error value, which the
+// proposer reads from the ApplyFuture's Response.
+func (f *fsm) Apply(l *raft.Log) any {
+	if l.Type != raft.LogCommand {
+		return nil
+	}
+	c, err := decodeCommand(l.Data)
+	if err != nil {
+		return err
+	}
+	cur := f.pub.current()
+	next, err := applyCommand(cur, c)
+	if next != cur {
+		f.pub.publish(next)
+	}
+	return err
+}
+
+// Snapshot captures the current map; the map is immutable, so no copy is needed.
+func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
+	return &fsmSnapshot{m: f.pub.current()}, nil
+}
+
+// Restore replaces the state with a snapshot.
+func (f *fsm) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	m := NewMap()
+	if err := json.NewDecoder(rc).Decode(m); err != nil {
+		return fmt.Errorf("cluster: restore snapshot: %w", err)
+	}
+	if m.Nodes == nil {
+		m.Nodes = map[string]NodeInfo{}
+	}
+	if m.Buckets == nil {
+		m.Buckets = map[string]BucketProps{}
+	}
+	if m.Volumes == nil {
+		m.Volumes = map[string]VolumeSpec{}
+	}
+	f.pub.publish(m)
+	return nil
+}
+
+type fsmSnapshot struct{ m *Map }
+
+func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	if err := json.NewEncoder(sink).Encode(s.m); err != nil {
+		_ = sink.Cancel()
+		return fmt.Errorf("cluster: write snapshot: %w", err)
+	}
+	return sink.Close()
+}
+
+func (s *fsmSnapshot) Release() {}
+
+// publisher holds the latest map and wakes watchers when it changes. publish
+// never blocks.
+type publisher struct {
+	mu      sync.Mutex
+	m       *Map
+	changed chan struct{} // closed and replaced on every publish
+}
+
+func newPublisher() *publisher {
+	return &publisher{m: NewMap(), changed: make(chan struct{})}
+}
+
+func (p *publisher) current() *Map {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.m
+}
+
+// snapshot returns the current map and a channel closed when it is replaced.
+func (p *publisher) snapshot() (*Map, <-chan struct{}) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.m, p.changed
+}
+
+func (p *publisher) publish(m *Map) {
+	p.mu.Lock()
+	p.m = m
+	close(p.changed)
+	p.changed = make(chan struct{})
+	p.mu.Unlock()
+}

@@ -1,0 +1,167 @@
+package cluster
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// healthLoop runs on every node and acts only while the node leads: every
+// HeartbeatInterval it probes each member's GET /cluster/health, marks a
+// member down after DownAfter without an answer and up again when it
+// answers, keeps NodeInfo.Voter in line with the raft configuration, and
+// promotes a live non-voter when there are fewer voters than Config.Voters.
+func (c *Cluster) healthLoop() {
+	defer c.wg.Done()
+	t := time.NewTicker(c.cfg.HeartbeatInterval)
+	defer t.Stop()
+	var lastOK map[string]time.Time // nil while not leading
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-t.C:
+		}
+		if !c.IsLeader() {
+			lastOK = nil
+			continue
+		}
+		if lastOK == nil {
+			lastOK = map[string]time.Time{} // every member gets a full DownAfter of grace
+		}
+		c.healthRound(lastOK)
+	}
+}
+
+func (c *Cluster) healthRound(lastOK map[string]time.Time) {
+	m := c.Map()
+	now := time.Now()
+	timeout := min(max(c.cfg.HeartbeatInterval, 100*time.Millisecond), c.cfg.DownAfter)
+	ctx, cancel := context.WithTimeout(c.ctx, timeout)
+	var (
+		mu  sync.Mutex
+		ok  = map[string]bool{}
+		wg  sync.WaitGroup
+		ids = m.NodeIDs()
+	)
+	for _, id := range ids {
+		if _, seen := lastOK[id]; !seen {
+			lastOK[id] = now
+		}
+		if id == c.self.ID {
+			ok[id] = true
+			continue
+		}
+		n := m.Nodes[id]
+		wg.Go(func() {
+			alive := c.probe(ctx, n)
+			mu.Lock()
+			ok[id] = alive
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	cancel()
+	if c.ctx.Err() != nil || !c.IsLeader() {
+		return
+	}
+	for id := range lastOK {
+		if _, member := m.Nodes[id]; !member {
+			delete(lastOK, id)
+		}
+	}
+	actx, acancel := context.WithTimeout(c.ctx, 5*time.Second)
+	defer acancel()
+	for _, id := range ids {
+		n := m.Nodes[id]
+		switch {
+		case ok[id]:
+			lastOK[id] = time.Now()
+			if n.State == StateDown {
+				c.setState(actx, id, StateUp)
+			}
+		case n.State == StateUp && time.Since(lastOK[id]) > c.cfg.DownAfter:
+			c.setState(actx, id, StateDown)
+		}
+	}
+	c.syncVoters(actx, ok)
+}
+
+func (c *Cluster) setState(ctx context.Context, id string, s NodeState) {
+	if err := c.applyLocal(ctx, command{Op: opNodeState, Name: id, State: s}); err != nil {
+		c.log.Warn("recording node state failed", "node", id, "state", s, "err", err)
+		return
+	}
+	c.log.Info("node state changed", "node", id, "state", s)
+}
+
+// probe reports whether the node answers GET /cluster/health on any of its
+// intra addresses.
+func (c *Cluster) probe(ctx context.Context, n NodeInfo) bool {
+	for _, base := range n.IntraURLs() {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+PathHealth, nil)
+		if err != nil {
+			continue
+		}
+		resp, err := c.hc.Do(req)
+		if err != nil {
+			continue
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			return true
+		}
+	}
+	return false
+}
+
+// syncVoters promotes live non-voters while voters are missing and records
+// each member's suffrage in the map.
+func (c *Cluster) syncVoters(ctx context.Context, alive map[string]bool) {
+	cf := c.raft.GetConfiguration()
+	if cf.Error() != nil {
+		return
+	}
+	servers := cf.Configuration().Servers
+	voters := 0
+	var candidates []raft.Server
+	for _, s := range servers {
+		if s.Suffrage == raft.Voter {
+			voters++
+		} else if alive[string(s.ID)] {
+			candidates = append(candidates, s)
+		}
+	}
+	slices.SortFunc(candidates, func(a, b raft.Server) int { return strings.Compare(string(a.ID), string(b.ID)) })
+	for _, s := range candidates {
+		if voters >= c.cfg.Voters {
+			break
+		}
+		if err := c.raft.AddVoter(s.ID, s.Address, 0, timeoutFrom(ctx, 5*time.Second)).Error(); err != nil {
+			c.log.Warn("promoting non-voter failed", "node", s.ID, "err", err)
+			return
+		}
+		c.log.Info("non-voter promoted", "node", s.ID)
+		voters++
+	}
+	if cf = c.raft.GetConfiguration(); cf.Error() != nil {
+		return
+	}
+	m := c.Map()
+	for _, s := range cf.Configuration().Servers {
+		n, ok := m.Nodes[string(s.ID)]
+		if !ok || n.Voter == (s.Suffrage == raft.Voter) {
+			continue
+		}
+		n = n.Clone()
+		n.Voter = s.Suffrage == raft.Voter
+		if err := c.applyLocal(ctx, command{Op: opNodePut, Node: &n}); err != nil {
+			c.log.Warn("recording suffrage failed", "node", s.ID, "err", err)
+		}
+	}
+}

@@ -1,0 +1,347 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/slipstream-io/slipstream/internal/object"
+)
+
+// Paths served by Handler. The node mounts Handler under "/cluster/".
+const (
+	PathJoin   = "/cluster/join"
+	PathApply  = "/cluster/apply"
+	PathLeave  = "/cluster/leave"
+	PathMap    = "/cluster/map"
+	PathHealth = "/cluster/health"
+)
+
+// HeaderVersion carries the map version on GET /cluster/map answers.
+const HeaderVersion = "X-Slipstream-Map-Version"
+
+// headerForwarded marks a request that a node already forwarded to whom it
+// believed to be the leader; it is never forwarded again.
+const headerForwarded = "X-Slipstream-Forwarded"
+
+// maxLongPoll bounds the wait of GET /cluster/map?after=V.
+const maxLongPoll = 60 * time.Second
+
+// errUnreachable means no address of the target node answered.
+var errUnreachable = errors.New("cluster: node unreachable")
+
+// errorCodes maps errors to the codes that travel over HTTP, in one place.
+var errorCodes = []struct {
+	code   string
+	status int
+	err    error
+}{
+	{"bucket_exists", http.StatusConflict, object.ErrBucketExists},
+	{"no_such_bucket", http.StatusNotFound, object.ErrBucketNotFound},
+	{"invalid_bucket_name", http.StatusBadRequest, object.ErrInvalidBucketName},
+	{"invalid_argument", http.StatusBadRequest, object.ErrInvalidArgument},
+	{"no_such_node", http.StatusNotFound, ErrNodeNotFound},
+	{"no_such_volume", http.StatusNotFound, ErrVolumeNotFound},
+	{"invalid", http.StatusBadRequest, ErrInvalid},
+	{"no_leader", http.StatusServiceUnavailable, ErrNoLeader},
+	{"not_leader", http.StatusServiceUnavailable, ErrNotLeader},
+	{"not_leader", http.StatusServiceUnavailable, raft.ErrNotLeader},
+	{"not_leader", http.StatusServiceUnavailable, raft.ErrLeadershipLost},
+	{"not_leader", http.StatusServiceUnavailable, raft.ErrLeadershipTransferInProgress},
+	{"closed", http.StatusServiceUnavailable, ErrClosed},
+	{"closed", http.StatusServiceUnavailable, raft.ErrRaftShutdown},
+}
+
+type errorBody struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// remoteError is an error returned by another node: its message, and the
+// sentinel its code names.
+type remoteError struct {
+	msg string
+	err error
+}
+
+func (e *remoteError) Error() string { return e.msg }
+func (e *remoteError) Unwrap() error { return e.err }
+
+func errorFromBody(status int, b errorBody) error {
+	for _, ec := range errorCodes {
+		if ec.code == b.Code {
+			return &remoteError{msg: b.Message, err: ec.err}
+		}
+	}
+	if status == http.StatusServiceUnavailable {
+		return &remoteError{msg: b.Message, err: ErrNoLeader}
+	}
+	return fmt.Errorf("cluster: remote error (HTTP %d): %s", status, b.Message)
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	code, status := "internal", http.StatusInternalServerError
+	for _, ec := range errorCodes {
+		if errors.Is(err, ec.err) {
+			code, status = ec.code, ec.status
+			break
+		}
+	}
+	writeJSON(w, status, errorBody{Code: code, Message: err.Error()})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func encodeJSON(v any) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: encode: %w", err)
+	}
+	return b, nil
+}
+
+type leaveRequest struct {
+	ID string `json:"id"`
+}
+
+// Health is the answer of GET /cluster/health.
+type Health struct {
+	ID        string `json:"id"`
+	RaftState string `json:"raftState"`
+	Leader    string `json:"leader"`
+	Version   uint64 `json:"version"`
+}
+
+// Handler serves the cluster endpoints under "/cluster/" (full paths, no
+// prefix stripping):
+//
+//	POST /cluster/join    body NodeInfo: admit a node (forwarded to the leader)
+//	POST /cluster/apply   body: a mutation (forwarded to the leader)
+//	POST /cluster/leave   body {"id"}: remove a node (forwarded to the leader)
+//	GET  /cluster/map     the map as JSON; ?after=V waits (up to ?wait=, default
+//	                      30s, max 60s) for a version newer than V
+//	GET  /cluster/health  this node's raft state, leader and map version
+func (c *Cluster) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST "+PathJoin, c.serveJoin)
+	mux.HandleFunc("POST "+PathApply, c.serveApply)
+	mux.HandleFunc("POST "+PathLeave, c.serveLeave)
+	mux.HandleFunc("GET "+PathMap, c.serveMap)
+	mux.HandleFunc("GET "+PathHealth, c.serveHealth)
+	return mux
+}
+
+// leaderOnly runs f if this node leads; otherwise it relays the request to
+// the leader once.
+func (c *Cluster) leaderOnly(w http.ResponseWriter, r *http.Request, body any, f func(ctx context.Context) (any, error)) {
+	ctx := r.Context()
+	if c.IsLeader() {
+		out, err := f(ctx)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, out)
+		return
+	}
+	if r.Header.Get(headerForwarded) != "" {
+		writeError(w, ErrNotLeader)
+		return
+	}
+	var out json.RawMessage
+	if err := c.postLeader(ctx, r.URL.Path, body, &out); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(out)
+}
+
+func decodeBody(r *http.Request, v any) error {
+	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(v); err != nil {
+		return fmt.Errorf("%w: body: %v", ErrInvalid, err)
+	}
+	return nil
+}
+
+func (c *Cluster) serveJoin(w http.ResponseWriter, r *http.Request) {
+	var info NodeInfo
+	if err := decodeBody(r, &info); err != nil {
+		writeError(w, err)
+		return
+	}
+	c.leaderOnly(w, r, info, func(ctx context.Context) (any, error) { return c.admit(ctx, info) })
+}
+
+func (c *Cluster) serveApply(w http.ResponseWriter, r *http.Request) {
+	var cmd command
+	if err := decodeBody(r, &cmd); err != nil {
+		writeError(w, err)
+		return
+	}
+	c.leaderOnly(w, r, cmd, func(ctx context.Context) (any, error) {
+		return struct{}{}, c.applyLocal(ctx, cmd)
+	})
+}
+
+func (c *Cluster) serveLeave(w http.ResponseWriter, r *http.Request) {
+	var req leaveRequest
+	if err := decodeBody(r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	c.leaderOnly(w, r, req, func(ctx context.Context) (any, error) {
+		return struct{}{}, c.removeMember(ctx, req.ID)
+	})
+}
+
+func (c *Cluster) serveMap(w http.ResponseWriter, r *http.Request) {
+	m, changed := c.pub.snapshot()
+	if s := r.URL.Query().Get("after"); s != "" {
+		after, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			writeError(w, fmt.Errorf("%w: after=%q", ErrInvalid, s))
+			return
+		}
+		wait := 30 * time.Second
+		if s := r.URL.Query().Get("wait"); s != "" {
+			if wait, err = time.ParseDuration(s); err != nil || wait < 0 {
+				writeError(w, fmt.Errorf("%w: wait=%q", ErrInvalid, s))
+				return
+			}
+		}
+		wait = min(wait, maxLongPoll)
+		timer := time.NewTimer(wait)
+		defer timer.Stop()
+	poll:
+		for m.Version <= after {
+			select {
+			case <-changed:
+				m, changed = c.pub.snapshot()
+			case <-timer.C:
+				break poll
+			case <-r.Context().Done():
+				return
+			case <-c.ctx.Done():
+				break poll
+			}
+		}
+	}
+	w.Header().Set(HeaderVersion, strconv.FormatUint(m.Version, 10))
+	writeJSON(w, http.StatusOK, m)
+}
+
+func (c *Cluster) serveHealth(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, Health{
+		ID: c.self.ID, RaftState: c.raft.State().String(), Leader: c.LeaderID(), Version: c.Map().Version,
+	})
+}
+
+// FetchMap gets the map from a node's intra base URL (e.g.
+// "http://127.0.0.2:9201"). With after > 0 it waits up to wait for a version
+// newer than after and returns the current map when the wait ends.
+func FetchMap(ctx context.Context, hc *http.Client, baseURL string, after uint64, wait time.Duration) (*Map, error) {
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	u := BaseURL(baseURL) + PathMap
+	if after > 0 {
+		u += "?after=" + strconv.FormatUint(after, 10) + "&wait=" + wait.String()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: fetch map: %w", err)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%w: fetch map from %s: %v", errUnreachable, baseURL, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		var eb errorBody
+		_ = json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&eb)
+		return nil, errorFromBody(resp.StatusCode, eb)
+	}
+	m := NewMap()
+	if err := json.NewDecoder(resp.Body).Decode(m); err != nil {
+		return nil, fmt.Errorf("cluster: fetch map from %s: %w", baseURL, err)
+	}
+	return m, nil
+}
+
+// postLeader sends a request to the current leader, trying each of its intra
+// addresses.
+func (c *Cluster) postLeader(ctx context.Context, path string, body, out any) error {
+	_, id := c.raft.LeaderWithID()
+	if id == "" {
+		return ErrNoLeader
+	}
+	if string(id) == c.self.ID {
+		return ErrNotLeader // leadership is moving; try again
+	}
+	leader, ok := c.Map().Nodes[string(id)]
+	if !ok || len(leader.IntraAddrs) == 0 {
+		return fmt.Errorf("%w: leader %q is not in the map yet", ErrNoLeader, id)
+	}
+	return c.postAny(ctx, leader.IntraURLs(), path, body, out, true)
+}
+
+// postAny POSTs to each base URL in turn until one answers.
+func (c *Cluster) postAny(ctx context.Context, bases []string, path string, body, out any, forwarded bool) error {
+	data, err := encodeJSON(body)
+	if err != nil {
+		return err
+	}
+	var last error = errUnreachable
+	for _, base := range bases {
+		err := c.post(ctx, BaseURL(base)+path, data, out, forwarded)
+		if err == nil || !errors.Is(err, errUnreachable) {
+			return err
+		}
+		last = err
+	}
+	return last
+}
+
+func (c *Cluster) post(ctx context.Context, url string, data []byte, out any, forwarded bool) error {
+	ctx, cancel := context.WithTimeout(ctx, timeoutFrom(ctx, 15*time.Second))
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(data))
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if forwarded {
+		req.Header.Set(headerForwarded, "1")
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %v", errUnreachable, url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		var eb errorBody
+		if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&eb); err != nil {
+			eb.Message = fmt.Sprintf("%s: HTTP %d", url, resp.StatusCode)
+		}
+		return errorFromBody(resp.StatusCode, eb)
+	}
+	if out != nil {
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+			return fmt.Errorf("%w: %s: bad answer: %v", errUnreachable, url, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,331 @@
+package cluster
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/slipstream-io/slipstream/internal/object"
+)
+
+// NodeState is the health of a node as the cluster map records it.
+type NodeState string
+
+// Node states.
+const (
+	StateUp          NodeState = "up"
+	StateDown        NodeState = "down"
+	StateMaintenance NodeState = "maintenance"
+)
+
+// Valid reports whether s is one of the known states.
+func (s NodeState) Valid() bool {
+	return s == StateUp || s == StateDown || s == StateMaintenance
+}
+
+// NodeInfo describes one member of the cluster. Addresses are lists so a node
+// can be reached on each of its interfaces. An intra address is either
+// "host:port" (plain HTTP) or a base URL such as "https://host:port".
+type NodeInfo struct {
+	ID          string    `json:"id"`
+	PublicAddrs []string  `json:"publicAddrs,omitempty"`
+	IntraAddrs  []string  `json:"intraAddrs,omitempty"`
+	RaftAddr    string    `json:"raftAddr"`
+	Mountpaths  []string  `json:"mountpaths,omitempty"`
+	State       NodeState `json:"state"`
+	Voter       bool      `json:"voter"`
+	Joined      time.Time `json:"joined"`
+}
+
+// Clone returns a deep copy of n.
+func (n NodeInfo) Clone() NodeInfo {
+	n.PublicAddrs = slices.Clone(n.PublicAddrs)
+	n.IntraAddrs = slices.Clone(n.IntraAddrs)
+	n.Mountpaths = slices.Clone(n.Mountpaths)
+	return n
+}
+
+// IntraURLs returns the node's intra-cluster addresses as HTTP base URLs
+// (no trailing slash).
+func (n NodeInfo) IntraURLs() []string {
+	out := make([]string, 0, len(n.IntraAddrs))
+	for _, a := range n.IntraAddrs {
+		out = append(out, BaseURL(a))
+	}
+	return out
+}
+
+// sameIdentity reports whether a and b announce the same addresses and
+// mountpaths (state, voter and join time are not compared).
+func (n NodeInfo) sameIdentity(o NodeInfo) bool {
+	return n.ID == o.ID && n.RaftAddr == o.RaftAddr &&
+		slices.Equal(n.PublicAddrs, o.PublicAddrs) &&
+		slices.Equal(n.IntraAddrs, o.IntraAddrs) &&
+		slices.Equal(n.Mountpaths, o.Mountpaths)
+}
+
+// BaseURL turns an address ("host:port" or a URL) into an HTTP base URL
+// without a trailing slash.
+func BaseURL(addr string) string {
+	if !strings.Contains(addr, "://") {
+		addr = "http://" + addr
+	}
+	return strings.TrimRight(addr, "/")
+}
+
+// Bucket modes.
+const (
+	ModeLocal     = "local"
+	ModeCache     = "cache"
+	ModeWriteback = "writeback"
+)
+
+// Backend kinds.
+const (
+	BackendS3 = "s3"
+	BackendFS = "fs"
+)
+
+// BackendSpec names the remote backend of a cache or writeback bucket.
+type BackendSpec struct {
+	Kind      string `json:"kind,omitempty"` // "s3" or "fs"
+	Endpoint  string `json:"endpoint,omitempty"`
+	Region    string `json:"region,omitempty"`
+	Bucket    string `json:"bucket,omitempty"`
+	Prefix    string `json:"prefix,omitempty"`
+	PathStyle bool   `json:"pathStyle,omitempty"`
+	AccessKey string `json:"accessKey,omitempty"`
+	SecretKey string `json:"secretKey,omitempty"`
+	Path      string `json:"path,omitempty"` // for "fs"
+}
+
+// BucketProps are the properties of one bucket.
+type BucketProps struct {
+	Name     string      `json:"name"`
+	Created  time.Time   `json:"created"`
+	Copies   int         `json:"copies"`
+	Mode     string      `json:"mode"`
+	Backend  BackendSpec `json:"backend"`
+	Validate string      `json:"validate"` // "never", "always" or "ttl:<duration>"
+}
+
+// WithDefaults returns b with empty fields set to their defaults: one copy,
+// mode "local", validation "never".
+func (b BucketProps) WithDefaults() BucketProps {
+	if b.Copies == 0 {
+		b.Copies = 1
+	}
+	if b.Mode == "" {
+		b.Mode = ModeLocal
+	}
+	if b.Validate == "" {
+		b.Validate = string(ValidateNever)
+	}
+	return b
+}
+
+// Check reports the first invalid field of b (after defaults), wrapping
+// object.ErrInvalidBucketName or object.ErrInvalidArgument.
+func (b BucketProps) Check() error {
+	if err := object.ValidateBucketName(b.Name); err != nil {
+		return err
+	}
+	if b.Copies < 1 || b.Copies > 16 {
+		return fmt.Errorf("%w: bucket %q: copies must be 1..16, got %d", object.ErrInvalidArgument, b.Name, b.Copies)
+	}
+	switch b.Mode {
+	case ModeLocal:
+	case ModeCache, ModeWriteback:
+		switch b.Backend.Kind {
+		case BackendS3:
+			if b.Backend.Bucket == "" {
+				return fmt.Errorf("%w: bucket %q: backend.bucket is required for an s3 backend", object.ErrInvalidArgument, b.Name)
+			}
+		case BackendFS:
+			if b.Backend.Path == "" {
+				return fmt.Errorf("%w: bucket %q: backend.path is required for an fs backend", object.ErrInvalidArgument, b.Name)
+			}
+		default:
+			return fmt.Errorf("%w: bucket %q: backend.kind must be %q or %q for mode %q, got %q",
+				object.ErrInvalidArgument, b.Name, BackendS3, BackendFS, b.Mode, b.Backend.Kind)
+		}
+	default:
+		return fmt.Errorf("%w: bucket %q: mode must be local, cache or writeback, got %q", object.ErrInvalidArgument, b.Name, b.Mode)
+	}
+	if _, _, err := ParseValidate(b.Validate); err != nil {
+		return fmt.Errorf("bucket %q: %w", b.Name, err)
+	}
+	return nil
+}
+
+// ValidatePolicy says when a warm copy is checked against the backend.
+type ValidatePolicy string
+
+// Validation policies.
+const (
+	ValidateNever  ValidatePolicy = "never"
+	ValidateAlways ValidatePolicy = "always"
+	ValidateTTL    ValidatePolicy = "ttl"
+)
+
+// ParseValidate parses a bucket's validation setting: "never", "always" or
+// "ttl:<duration>" (a positive Go duration such as "ttl:30s"). An empty
+// string means "never".
+func ParseValidate(s string) (ValidatePolicy, time.Duration, error) {
+	switch s {
+	case "", string(ValidateNever):
+		return ValidateNever, 0, nil
+	case string(ValidateAlways):
+		return ValidateAlways, 0, nil
+	}
+	rest, ok := strings.CutPrefix(s, "ttl:")
+	if !ok {
+		return "", 0, fmt.Errorf("%w: validate must be never, always or ttl:<duration>, got %q", object.ErrInvalidArgument, s)
+	}
+	d, err := time.ParseDuration(rest)
+	if err != nil || d <= 0 {
+		return "", 0, fmt.Errorf("%w: validate %q: want a positive duration after ttl:", object.ErrInvalidArgument, s)
+	}
+	return ValidateTTL, d, nil
+}
+
+// DefaultChunkSize is the chunk size of a volume that does not name one.
+const DefaultChunkSize = 4 << 20
+
+// VolumeSpec describes one block volume.
+type VolumeSpec struct {
+	Name      string    `json:"name"`
+	Size      int64     `json:"size"`
+	ChunkSize int64     `json:"chunkSize"`
+	Copies    int       `json:"copies"`
+	Created   time.Time `json:"created"`
+}
+
+// WithDefaults returns v with a default chunk size and one copy if unset.
+func (v VolumeSpec) WithDefaults() VolumeSpec {
+	if v.ChunkSize == 0 {
+		v.ChunkSize = DefaultChunkSize
+	}
+	if v.Copies == 0 {
+		v.Copies = 1
+	}
+	return v
+}
+
+// Check reports the first invalid field of v, wrapping object.ErrInvalidArgument.
+func (v VolumeSpec) Check() error {
+	if v.Name == "" || len(v.Name) > 63 {
+		return fmt.Errorf("%w: volume name must be 1..63 characters, got %q", object.ErrInvalidArgument, v.Name)
+	}
+	for i := 0; i < len(v.Name); i++ {
+		c := v.Name[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return fmt.Errorf("%w: volume name %q: only a-z, 0-9, '-', '_' and '.' are allowed", object.ErrInvalidArgument, v.Name)
+		}
+	}
+	if v.Size <= 0 {
+		return fmt.Errorf("%w: volume %q: size must be positive", object.ErrInvalidArgument, v.Name)
+	}
+	if v.ChunkSize < 4096 || v.ChunkSize&(v.ChunkSize-1) != 0 {
+		return fmt.Errorf("%w: volume %q: chunk size must be a power of two >= 4096, got %d", object.ErrInvalidArgument, v.Name, v.ChunkSize)
+	}
+	if v.Copies < 1 || v.Copies > 16 {
+		return fmt.Errorf("%w: volume %q: copies must be 1..16, got %d", object.ErrInvalidArgument, v.Name, v.Copies)
+	}
+	return nil
+}
+
+// Map is one version of the cluster map. A published Map is immutable:
+// readers share it and must not modify it; changes make a new copy.
+type Map struct {
+	Version uint64                 `json:"version"`
+	Nodes   map[string]NodeInfo    `json:"nodes"`
+	Buckets map[string]BucketProps `json:"buckets"`
+	Volumes map[string]VolumeSpec  `json:"volumes"`
+}
+
+// NewMap returns an empty map at version 0.
+func NewMap() *Map {
+	return &Map{Nodes: map[string]NodeInfo{}, Buckets: map[string]BucketProps{}, Volumes: map[string]VolumeSpec{}}
+}
+
+// Clone returns a deep copy of m.
+func (m *Map) Clone() *Map {
+	c := &Map{
+		Version: m.Version,
+		Nodes:   make(map[string]NodeInfo, len(m.Nodes)),
+		Buckets: make(map[string]BucketProps, len(m.Buckets)),
+		Volumes: make(map[string]VolumeSpec, len(m.Volumes)),
+	}
+	for k, v := range m.Nodes {
+		c.Nodes[k] = v.Clone()
+	}
+	for k, v := range m.Buckets {
+		c.Buckets[k] = v
+	}
+	for k, v := range m.Volumes {
+		c.Volumes[k] = v
+	}
+	return c
+}
+
+// Node returns the node with the given ID.
+func (m *Map) Node(id string) (NodeInfo, bool) {
+	n, ok := m.Nodes[id]
+	return n, ok
+}
+
+// NodeIDs returns the IDs of all nodes, sorted.
+func (m *Map) NodeIDs() []string {
+	ids := make([]string, 0, len(m.Nodes))
+	for id := range m.Nodes {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// UpNodeIDs returns the IDs of the nodes in state up, sorted.
+func (m *Map) UpNodeIDs() []string {
+	ids := make([]string, 0, len(m.Nodes))
+	for id, n := range m.Nodes {
+		if n.State == StateUp {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// Bucket returns the properties of the named bucket.
+func (m *Map) Bucket(name string) (BucketProps, bool) {
+	b, ok := m.Buckets[name]
+	return b, ok
+}
+
+// BucketNames returns the names of all buckets, sorted.
+func (m *Map) BucketNames() []string {
+	names := make([]string, 0, len(m.Buckets))
+	for n := range m.Buckets {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Volume returns the named volume.
+func (m *Map) Volume(name string) (VolumeSpec, bool) {
+	v, ok := m.Volumes[name]
+	return v, ok
+}
+
+// VolumeNames returns the names of all volumes, sorted.
+func (m *Map) VolumeNames() []string {
+	names := make([]string, 0, len(m.Volumes))
+	for n := range m.Volumes {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
