@@ -1,0 +1,57 @@
+// Package s3api serves the S3 REST API over HTTP: routing (path-style and
+// virtual-hosted-style), request parsing, XML bodies, AWS Signature V4
+// verification (subpackage sigv4) and the one mapping from errors to S3 error
+// codes and HTTP statuses. It stores nothing itself: every operation goes to
+// an Objects implementation (the cluster node, or s3mem in tests).
+package s3api
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/slipstream-io/slipstream/internal/object"
+)
+
+// Objects is what the S3 layer needs from the cluster. The node package
+// implements it (routing to owners, replicas, tiering); s3api/s3mem has an
+// in-memory implementation for tests. Errors are object.Err* sentinels
+// (wrapped with %w); s3api maps them to S3 codes in one place (errors.go).
+type Objects interface {
+	ListBuckets(ctx context.Context) ([]object.BucketInfo, error)
+	CreateBucket(ctx context.Context, bucket string) error
+	DeleteBucket(ctx context.Context, bucket string) error
+	HeadBucket(ctx context.Context, bucket string) error
+	ListObjects(ctx context.Context, bucket string, opts object.ListOptions) (object.ListResult, error)
+
+	PutObject(ctx context.Context, bucket, key string, body io.Reader, opts object.PutOptions) (object.Info, error)
+	GetObject(ctx context.Context, bucket, key string, opts object.GetOptions) (object.Reader, error)
+	HeadObject(ctx context.Context, bucket, key string) (object.Info, error)
+	DeleteObject(ctx context.Context, bucket, key string) error
+	CopyObject(ctx context.Context, srcBucket, srcKey, dstBucket, dstKey string, opts object.CopyOptions) (object.Info, error)
+
+	CreateMultipartUpload(ctx context.Context, bucket, key string, opts object.PutOptions) (uploadID string, err error)
+	UploadPart(ctx context.Context, bucket, key, uploadID string, part int, body io.Reader, opts object.PutOptions) (object.PartInfo, error)
+	CompleteMultipartUpload(ctx context.Context, bucket, key, uploadID string, parts []object.CompletePart) (object.Info, error)
+	AbortMultipartUpload(ctx context.Context, bucket, key, uploadID string) error
+	ListParts(ctx context.Context, bucket, key, uploadID string) ([]object.PartInfo, error)
+	ListMultipartUploads(ctx context.Context, bucket, prefix string) ([]object.UploadInfo, error)
+}
+
+// FileReader is an optional ability of an object.Reader: the bytes are in a
+// local file, so the handler can let the kernel copy them (sendfile): it
+// seeks f to offset and copies length bytes with io.CopyN(w, f, length).
+type FileReader interface {
+	File() (f *os.File, offset, length int64)
+}
+
+// Config configures the S3 handler.
+type Config struct {
+	Region      string            // default "us-east-1"
+	Credentials map[string]string // access key -> secret key; empty map = reject every request
+	Domains     []string          // virtual-hosted-style base domains, e.g. "s3.local" -> bucket.s3.local
+	MaxSkew     time.Duration     // default 15m
+	Log         *slog.Logger
+}

@@ -1,0 +1,259 @@
+package s3api
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/slipstream-io/slipstream/internal/object"
+	"github.com/slipstream-io/slipstream/internal/s3api/sigv4"
+)
+
+// copyBufSize is the size of the pooled buffers GET bodies are copied with
+// when the kernel cannot copy them.
+const copyBufSize = 256 << 10
+
+type handler struct {
+	cfg      Config
+	objs     Objects
+	verifier *sigv4.Verifier
+	log      *slog.Logger
+	bufs     sync.Pool
+	idPrefix string
+	idSeq    atomic.Uint64
+}
+
+// NewHandler returns the S3 API handler over objs.
+func NewHandler(cfg Config, objs Objects) (http.Handler, error) {
+	if objs == nil {
+		return nil, errors.New("s3api: nil Objects")
+	}
+	if cfg.Region == "" {
+		cfg.Region = "us-east-1"
+	}
+	if cfg.MaxSkew <= 0 {
+		cfg.MaxSkew = 15 * time.Minute
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	doms := make([]string, 0, len(cfg.Domains))
+	for _, d := range cfg.Domains {
+		d = strings.ToLower(strings.Trim(strings.TrimSpace(d), "."))
+		if d == "" {
+			return nil, fmt.Errorf("s3api: empty virtual-host domain in %q", cfg.Domains)
+		}
+		doms = append(doms, d)
+	}
+	cfg.Domains = doms
+	for k, s := range cfg.Credentials {
+		if k == "" || s == "" {
+			return nil, errors.New("s3api: credentials with an empty access key or secret")
+		}
+	}
+	var rnd [6]byte
+	_, _ = rand.Read(rnd[:])
+	h := &handler{
+		cfg:      cfg,
+		objs:     objs,
+		verifier: sigv4.NewVerifier(sigv4.Config{Credentials: cfg.Credentials, MaxSkew: cfg.MaxSkew}),
+		log:      cfg.Log,
+		idPrefix: strings.ToUpper(hex.EncodeToString(rnd[:])),
+	}
+	h.bufs.New = func() any { b := make([]byte, copyBufSize); return &b }
+	return h, nil
+}
+
+// request is one S3 request after routing and authentication.
+type request struct {
+	*http.Request
+	bucket, key string
+	auth        *sigv4.Result
+	body        *errRecorder // the verified body
+}
+
+// errRecorder remembers the first error a body read returned, so that the
+// handler reports the body's problem (bad signature, short body) rather than
+// whatever the storage layer made of it.
+type errRecorder struct {
+	r   io.Reader
+	err error
+}
+
+func (e *errRecorder) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err != nil && err != io.EOF && e.err == nil {
+		e.err = err
+	}
+	return n, err
+}
+
+// bodyErr prefers the body's own error over err.
+func (rq *request) bodyErr(err error) error {
+	if rq.body != nil && rq.body.err != nil {
+		return rq.body.err
+	}
+	return err
+}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	hdr := w.Header()
+	id := fmt.Sprintf("%s%08X", h.idPrefix, h.idSeq.Add(1))
+	hdr.Set("X-Amz-Request-Id", id)
+	hdr.Set("X-Amz-Id-2", id)
+	hdr.Set("Server", "Slipstream")
+
+	bucket, key := h.route(r)
+	rq := &request{Request: r, bucket: bucket, key: key}
+	res, err := h.verifier.Verify(r)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	rq.auth = res
+	rq.body = &errRecorder{r: res.Body}
+	if err := h.dispatch(w, rq); err != nil {
+		h.writeError(w, r, rq.bodyErr(err))
+	}
+}
+
+// route extracts the bucket and key from the Host (virtual-hosted-style)
+// or the path (path-style).
+func (h *handler) route(r *http.Request) (bucket, key string) {
+	path := r.URL.Path
+	if host := hostname(r.Host); host != "" {
+		for _, d := range h.cfg.Domains {
+			if b, ok := strings.CutSuffix(host, "."+d); ok && b != "" {
+				return b, strings.TrimPrefix(path, "/")
+			}
+		}
+	}
+	path = strings.TrimPrefix(path, "/")
+	bucket, key, _ = strings.Cut(path, "/")
+	return bucket, key
+}
+
+func hostname(hostport string) string {
+	h := hostport
+	if host, _, err := net.SplitHostPort(hostport); err == nil {
+		h = host
+	}
+	return strings.ToLower(h)
+}
+
+// dispatch picks the operation from the method, bucket, key and query.
+func (h *handler) dispatch(w http.ResponseWriter, rq *request) error {
+	q := rq.URL.Query()
+	if rq.bucket == "" {
+		if rq.Method == http.MethodGet {
+			return h.listBuckets(w, rq)
+		}
+		return errMethodNotAllowed
+	}
+	if err := object.ValidateBucketName(rq.bucket); err != nil {
+		return err
+	}
+	if rq.key == "" {
+		switch rq.Method {
+		case http.MethodGet:
+			switch {
+			case q.Has("location"):
+				return h.getBucketLocation(w, rq)
+			case q.Has("versioning"):
+				return h.getBucketVersioning(w, rq)
+			case q.Has("uploads"):
+				return h.listMultipartUploads(w, rq)
+			case hasAny(q, "acl", "policy", "lifecycle", "cors", "tagging", "website", "replication", "encryption", "object-lock", "notification", "logging", "accelerate", "requestPayment", "ownershipControls", "publicAccessBlock", "analytics", "metrics", "inventory", "intelligent-tiering", "versions"):
+				return errNotImplemented
+			case q.Get("list-type") == "2":
+				return h.listObjectsV2(w, rq)
+			default:
+				return h.listObjectsV1(w, rq)
+			}
+		case http.MethodPut:
+			if len(q) > 0 {
+				return errNotImplemented
+			}
+			return h.createBucket(w, rq)
+		case http.MethodDelete:
+			if len(q) > 0 {
+				return errNotImplemented
+			}
+			return h.deleteBucket(w, rq)
+		case http.MethodHead:
+			return h.headBucket(w, rq)
+		case http.MethodPost:
+			if q.Has("delete") {
+				return h.deleteObjects(w, rq)
+			}
+			return errNotImplemented
+		}
+		return errMethodNotAllowed
+	}
+	if err := validKey(rq.key); err != nil {
+		return err
+	}
+	if hasAny(q, "acl", "tagging", "retention", "legal-hold", "torrent", "restore", "select", "attributes") {
+		return errNotImplemented
+	}
+	switch rq.Method {
+	case http.MethodGet:
+		if q.Has("uploadId") {
+			return h.listParts(w, rq)
+		}
+		return h.getObject(w, rq)
+	case http.MethodHead:
+		return h.headObject(w, rq)
+	case http.MethodPut:
+		if q.Has("uploadId") || q.Has("partNumber") {
+			if rq.Header.Get("X-Amz-Copy-Source") != "" {
+				return h.uploadPartCopy(w, rq)
+			}
+			return h.uploadPart(w, rq)
+		}
+		if rq.Header.Get("X-Amz-Copy-Source") != "" {
+			return h.copyObject(w, rq)
+		}
+		return h.putObject(w, rq)
+	case http.MethodPost:
+		if q.Has("uploads") {
+			return h.createMultipartUpload(w, rq)
+		}
+		if q.Has("uploadId") {
+			return h.completeMultipartUpload(w, rq)
+		}
+		return errNotImplemented
+	case http.MethodDelete:
+		if q.Has("uploadId") {
+			return h.abortMultipartUpload(w, rq)
+		}
+		return h.deleteObject(w, rq)
+	}
+	return errMethodNotAllowed
+}
+
+func hasAny(q map[string][]string, names ...string) bool {
+	for _, n := range names {
+		if _, ok := q[n]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// writeXML sends v as a 200 XML response.
+func writeXML(w http.ResponseWriter, v any) error {
+	w.Header().Set("Content-Type", "application/xml")
+	w.WriteHeader(http.StatusOK)
+	writeXMLBody(w, v)
+	return nil
+}

@@ -1,0 +1,234 @@
+package s3api
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/slipstream-io/slipstream/internal/object"
+)
+
+func (h *handler) createMultipartUpload(w http.ResponseWriter, rq *request) error {
+	opts, err := h.putOptions(rq, false)
+	if err != nil {
+		return err
+	}
+	id, err := h.objs.CreateMultipartUpload(rq.Context(), rq.bucket, rq.key, opts)
+	if err != nil {
+		return err
+	}
+	return writeXML(w, initiateMultipartUploadResult{NS: s3NS, Bucket: rq.bucket, Key: rq.key, UploadID: id})
+}
+
+// partArgs reads uploadId and partNumber.
+func partArgs(q url.Values) (uploadID string, part int, err error) {
+	uploadID = q.Get("uploadId")
+	if uploadID == "" {
+		return "", 0, fmt.Errorf("%w: missing uploadId", errInvalidArgument)
+	}
+	part, err = strconv.Atoi(q.Get("partNumber"))
+	if err != nil || part < 1 || part > object.MaxPartNumber {
+		return "", 0, errInvalidPartNumber
+	}
+	return uploadID, part, nil
+}
+
+func (h *handler) uploadPart(w http.ResponseWriter, rq *request) error {
+	id, part, err := partArgs(rq.URL.Query())
+	if err != nil {
+		return err
+	}
+	opts, err := h.putOptions(rq, true)
+	if err != nil {
+		return err
+	}
+	pi, err := h.objs.UploadPart(rq.Context(), rq.bucket, rq.key, id, part, rq.body, opts)
+	if err != nil {
+		return rq.bodyErr(err)
+	}
+	if rq.body.err != nil {
+		return rq.body.err
+	}
+	w.Header().Set("ETag", quoteETag(pi.ETag))
+	w.WriteHeader(http.StatusOK)
+	return nil
+}
+
+// parseCopySourceRange parses x-amz-copy-source-range: "bytes=first-last".
+func parseCopySourceRange(s string) (*object.Range, error) {
+	if s == "" {
+		return nil, nil
+	}
+	rng, err := parseRange(s)
+	if err != nil || rng.Suffix > 0 || rng.Length < 0 {
+		return nil, fmt.Errorf("%w: x-amz-copy-source-range must be bytes=first-last", errInvalidArgument)
+	}
+	return rng, nil
+}
+
+func (h *handler) uploadPartCopy(w http.ResponseWriter, rq *request) error {
+	id, part, err := partArgs(rq.URL.Query())
+	if err != nil {
+		return err
+	}
+	sb, sk, err := copySource(rq)
+	if err != nil {
+		return err
+	}
+	rng, err := parseCopySourceRange(rq.Header.Get("X-Amz-Copy-Source-Range"))
+	if err != nil {
+		return err
+	}
+	rd, err := h.objs.GetObject(rq.Context(), sb, sk, object.GetOptions{Range: rng})
+	if err != nil {
+		return err
+	}
+	defer rd.Close()
+	if err := readConditions(rq.Header, "X-Amz-Copy-Source-").check(rd.Info()); err != nil {
+		return err
+	}
+	if rng != nil {
+		// S3 wants the whole range inside the source.
+		if off, n := rd.Range(); off != rng.Offset || n != rng.Length {
+			return fmt.Errorf("%w: range outside the source object of size %d", object.ErrInvalidRange, rd.Info().Size)
+		}
+	}
+	_, n := rd.Range()
+	pi, err := h.objs.UploadPart(rq.Context(), rq.bucket, rq.key, id, part, readerOnly{rd}, object.PutOptions{Size: n})
+	if err != nil {
+		return err
+	}
+	return writeXML(w, copyPartResult{NS: s3NS, LastModified: isoTime(pi.ModTime), ETag: quoteETag(pi.ETag)})
+}
+
+func (h *handler) completeMultipartUpload(w http.ResponseWriter, rq *request) error {
+	id := rq.URL.Query().Get("uploadId")
+	parts, err := parseCompleteMultipartUpload(rq.body)
+	if err != nil {
+		return rq.bodyErr(err)
+	}
+	info, err := h.objs.CompleteMultipartUpload(rq.Context(), rq.bucket, rq.key, id, parts)
+	if err != nil {
+		return err
+	}
+	scheme := "http"
+	if rq.TLS != nil {
+		scheme = "https"
+	}
+	loc := (&url.URL{Scheme: scheme, Host: rq.Host, Path: "/" + rq.bucket + "/" + rq.key}).String()
+	return writeXML(w, completeMultipartUploadResult{NS: s3NS, Location: loc, Bucket: rq.bucket, Key: rq.key, ETag: quoteETag(info.ETag)})
+}
+
+func (h *handler) abortMultipartUpload(w http.ResponseWriter, rq *request) error {
+	if err := h.objs.AbortMultipartUpload(rq.Context(), rq.bucket, rq.key, rq.URL.Query().Get("uploadId")); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// intParam reads an optional non-negative integer query parameter.
+func intParam(q url.Values, name string, def, max int) (int, error) {
+	s := q.Get(name)
+	if s == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("%w: %s must be a non-negative integer", errInvalidArgument, name)
+	}
+	return min(n, max), nil
+}
+
+func (h *handler) listParts(w http.ResponseWriter, rq *request) error {
+	q := rq.URL.Query()
+	id := q.Get("uploadId")
+	maxParts, err := intParam(q, "max-parts", 1000, 1000)
+	if err != nil {
+		return err
+	}
+	marker, err := intParam(q, "part-number-marker", 0, object.MaxPartNumber)
+	if err != nil {
+		return err
+	}
+	parts, err := h.objs.ListParts(rq.Context(), rq.bucket, rq.key, id)
+	if err != nil {
+		return err
+	}
+	sort.Slice(parts, func(i, j int) bool { return parts[i].PartNumber < parts[j].PartNumber })
+	res := listPartsResult{
+		NS: s3NS, Bucket: rq.bucket, Key: rq.key, UploadID: id, Initiator: defaultOwner, Owner: defaultOwner,
+		StorageClass: "STANDARD", PartNumberMarker: marker, MaxParts: maxParts,
+	}
+	for _, p := range parts {
+		if p.PartNumber <= marker {
+			continue
+		}
+		if len(res.Parts) == maxParts {
+			res.IsTruncated = true
+			break
+		}
+		res.Parts = append(res.Parts, partElem{PartNumber: p.PartNumber, LastModified: isoTime(p.ModTime), ETag: quoteETag(p.ETag), Size: p.Size})
+		res.NextPartNumberMarker = p.PartNumber
+	}
+	return writeXML(w, res)
+}
+
+func (h *handler) listMultipartUploads(w http.ResponseWriter, rq *request) error {
+	q := rq.URL.Query()
+	maxUploads, err := intParam(q, "max-uploads", 1000, 1000)
+	if err != nil {
+		return err
+	}
+	prefix, delim := q.Get("prefix"), q.Get("delimiter")
+	keyMarker, idMarker := q.Get("key-marker"), q.Get("upload-id-marker")
+	ups, err := h.objs.ListMultipartUploads(rq.Context(), rq.bucket, prefix)
+	if err != nil {
+		return err
+	}
+	sort.Slice(ups, func(i, j int) bool {
+		if ups[i].Key != ups[j].Key {
+			return ups[i].Key < ups[j].Key
+		}
+		return ups[i].UploadID < ups[j].UploadID
+	})
+	res := listMultipartUploadsResult{
+		NS: s3NS, Bucket: rq.bucket, KeyMarker: keyMarker, UploadIDMarker: idMarker,
+		Prefix: prefix, Delimiter: delim, MaxUploads: maxUploads,
+	}
+	seen := map[string]bool{}
+	for _, u := range ups {
+		if !strings.HasPrefix(u.Key, prefix) {
+			continue
+		}
+		if keyMarker != "" && (u.Key < keyMarker || u.Key == keyMarker && (idMarker == "" || u.UploadID <= idMarker)) {
+			continue
+		}
+		if delim != "" {
+			if i := strings.Index(u.Key[len(prefix):], delim); i >= 0 {
+				cp := u.Key[:len(prefix)+i+len(delim)]
+				if !seen[cp] {
+					seen[cp] = true
+					res.CommonPrefixes = append(res.CommonPrefixes, prefixElem{Prefix: cp})
+				}
+				continue
+			}
+		}
+		if len(res.Uploads) == maxUploads {
+			res.IsTruncated = true
+			break
+		}
+		res.Uploads = append(res.Uploads, uploadElem{
+			Key: u.Key, UploadID: u.UploadID, Initiator: defaultOwner, Owner: defaultOwner,
+			StorageClass: "STANDARD", Initiated: isoTime(u.Initiated),
+		})
+		res.NextKeyMarker, res.NextUploadIDMarker = u.Key, u.UploadID
+	}
+	if !res.IsTruncated {
+		res.NextKeyMarker, res.NextUploadIDMarker = "", ""
+	}
+	return writeXML(w, res)
+}

@@ -1,0 +1,320 @@
+package s3api
+
+import (
+	"crypto/md5"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/slipstream-io/slipstream/internal/object"
+)
+
+// maxObjectSize is the largest object (or part) S3 accepts.
+const maxObjectSize = 5 << 40
+
+// maxUserMeta is S3's limit on the total size of x-amz-meta-* headers.
+const maxUserMeta = 2 << 10
+
+var errMetadataTooLarge = errors.New("s3api: user metadata larger than 2 KB")
+
+// putOptions reads the size, Content-MD5, type and user metadata of a PUT.
+func (h *handler) putOptions(rq *request, needSize bool) (object.PutOptions, error) {
+	opts := object.PutOptions{Size: -1, ContentType: rq.Header.Get("Content-Type")}
+	if needSize {
+		opts.Size = rq.auth.Size
+		if opts.Size < 0 {
+			return opts, errMissingLength
+		}
+		if opts.Size > maxObjectSize {
+			return opts, errEntityTooLarge
+		}
+		if s := rq.Header.Get("Content-Md5"); s != "" {
+			b, err := base64.StdEncoding.DecodeString(s)
+			if err != nil || len(b) != md5.Size {
+				return opts, errInvalidDigest
+			}
+			opts.ContentMD5 = b
+		}
+	}
+	meta, err := userMeta(rq.Header)
+	if err != nil {
+		return opts, err
+	}
+	opts.UserMeta = meta
+	return opts, nil
+}
+
+func userMeta(hdr http.Header) (map[string]string, error) {
+	var meta map[string]string
+	total := 0
+	for k, vs := range hdr {
+		name, ok := strings.CutPrefix(strings.ToLower(k), "x-amz-meta-")
+		if !ok || name == "" {
+			continue
+		}
+		if meta == nil {
+			meta = map[string]string{}
+		}
+		v := strings.Join(vs, ",")
+		meta[name] = v
+		total += len(name) + len(v)
+	}
+	if total > maxUserMeta {
+		return nil, errMetadataTooLarge
+	}
+	return meta, nil
+}
+
+func (h *handler) putObject(w http.ResponseWriter, rq *request) error {
+	opts, err := h.putOptions(rq, true)
+	if err != nil {
+		return err
+	}
+	info, err := h.objs.PutObject(rq.Context(), rq.bucket, rq.key, rq.body, opts)
+	if err != nil {
+		return rq.bodyErr(err)
+	}
+	if rq.body.err != nil { // the store did not see the body's error: refuse anyway
+		return rq.body.err
+	}
+	w.Header().Set("ETag", quoteETag(info.ETag))
+	w.WriteHeader(http.StatusOK)
+	return nil
+}
+
+// setObjectHeaders sets the metadata headers of a GET or HEAD response.
+func setObjectHeaders(hdr http.Header, info object.Info) {
+	ct := info.ContentType
+	if ct == "" {
+		ct = "binary/octet-stream"
+	}
+	hdr.Set("Content-Type", ct)
+	hdr.Set("ETag", quoteETag(info.ETag))
+	hdr.Set("Last-Modified", info.ModTime.UTC().Format(http.TimeFormat))
+	hdr.Set("Accept-Ranges", "bytes")
+	for k, v := range info.UserMeta {
+		hdr["X-Amz-Meta-"+k] = []string{v}
+	}
+}
+
+// responseOverrides are the response-* query parameters of a GET.
+var responseOverrides = []struct{ param, header string }{
+	{"response-content-type", "Content-Type"},
+	{"response-content-language", "Content-Language"},
+	{"response-expires", "Expires"},
+	{"response-cache-control", "Cache-Control"},
+	{"response-content-disposition", "Content-Disposition"},
+	{"response-content-encoding", "Content-Encoding"},
+}
+
+func applyOverrides(hdr http.Header, q map[string][]string) {
+	for _, o := range responseOverrides {
+		if v, ok := q[o.param]; ok && len(v) > 0 {
+			hdr.Set(o.header, v[0])
+		}
+	}
+}
+
+// notModified answers 304 with the validators.
+func notModified(w http.ResponseWriter, info object.Info) {
+	w.Header().Set("ETag", quoteETag(info.ETag))
+	w.Header().Set("Last-Modified", info.ModTime.UTC().Format(http.TimeFormat))
+	w.WriteHeader(http.StatusNotModified)
+}
+
+// readRange parses the Range header; a malformed one is ignored.
+func readRange(rq *request) (*object.Range, error) {
+	rng, err := parseRange(rq.Header.Get("Range"))
+	if errors.Is(err, errRangeIgnored) {
+		return nil, nil
+	}
+	return rng, err
+}
+
+func checkPartNumber(rq *request) error {
+	if pn := rq.URL.Query().Get("partNumber"); pn != "" && pn != "1" {
+		return fmt.Errorf("%w: GET by partNumber", errNotImplemented)
+	}
+	return nil
+}
+
+func (h *handler) getObject(w http.ResponseWriter, rq *request) error {
+	if err := checkPartNumber(rq); err != nil {
+		return err
+	}
+	conds := readConditions(rq.Header, "")
+	rng, err := readRange(rq)
+	if err == nil {
+		var rd object.Reader
+		rd, err = h.objs.GetObject(rq.Context(), rq.bucket, rq.key, object.GetOptions{Range: rng})
+		if err == nil {
+			return h.sendObject(w, rq, rd, rng != nil, conds)
+		}
+	}
+	if errors.Is(err, object.ErrInvalidRange) {
+		// Conditions come first; the 416 names the object's size.
+		info, herr := h.objs.HeadObject(rq.Context(), rq.bucket, rq.key)
+		if herr != nil {
+			return herr
+		}
+		if cerr := conds.check(info); cerr != nil {
+			if errors.Is(cerr, object.ErrNotModified) {
+				notModified(w, info)
+				return nil
+			}
+			return cerr
+		}
+		w.Header().Set("Content-Range", fmt.Sprintf("bytes */%d", info.Size))
+	}
+	return err
+}
+
+func (h *handler) sendObject(w http.ResponseWriter, rq *request, rd object.Reader, partial bool, conds conditions) error {
+	defer rd.Close()
+	info := rd.Info()
+	if err := conds.check(info); err != nil {
+		if errors.Is(err, object.ErrNotModified) {
+			notModified(w, info)
+			return nil
+		}
+		return err
+	}
+	hdr := w.Header()
+	setObjectHeaders(hdr, info)
+	applyOverrides(hdr, rq.URL.Query())
+	off, n := rd.Range()
+	hdr.Set("Content-Length", strconv.FormatInt(n, 10))
+	status := http.StatusOK
+	if partial {
+		status = http.StatusPartialContent
+		hdr.Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", off, off+n-1, info.Size))
+	}
+	w.WriteHeader(status)
+	if n == 0 {
+		return nil
+	}
+	var err error
+	if fr, ok := rd.(FileReader); ok {
+		f, foff, flen := fr.File()
+		if _, err = f.Seek(foff, io.SeekStart); err == nil {
+			_, err = io.CopyN(w, f, flen) // *os.File + ReadFrom: sendfile
+		}
+	} else {
+		bp := h.bufs.Get().(*[]byte)
+		_, err = io.CopyBuffer(writerOnly{w}, io.LimitReader(readerOnly{rd}, n), *bp)
+		h.bufs.Put(bp)
+	}
+	if err != nil {
+		// The status is sent; the short body tells the client.
+		h.log.Debug("s3 GET body copy failed", "bucket", rq.bucket, "key", rq.key, "err", err)
+	}
+	return nil
+}
+
+// writerOnly and readerOnly hide ReadFrom/WriteTo so io.CopyBuffer uses the
+// pooled buffer.
+type writerOnly struct{ io.Writer }
+type readerOnly struct{ io.Reader }
+
+func (h *handler) headObject(w http.ResponseWriter, rq *request) error {
+	if err := checkPartNumber(rq); err != nil {
+		return err
+	}
+	info, err := h.objs.HeadObject(rq.Context(), rq.bucket, rq.key)
+	if err != nil {
+		return err
+	}
+	if err := readConditions(rq.Header, "").check(info); err != nil {
+		if errors.Is(err, object.ErrNotModified) {
+			notModified(w, info)
+			return nil
+		}
+		return err
+	}
+	hdr := w.Header()
+	rng, err := readRange(rq)
+	if err != nil {
+		return err
+	}
+	off, n := int64(0), info.Size
+	if rng != nil {
+		if off, n, err = rng.Resolve(info.Size); err != nil {
+			hdr.Set("Content-Range", fmt.Sprintf("bytes */%d", info.Size))
+			return err
+		}
+	}
+	setObjectHeaders(hdr, info)
+	applyOverrides(hdr, rq.URL.Query())
+	hdr.Set("Content-Length", strconv.FormatInt(n, 10))
+	if rng != nil {
+		hdr.Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", off, off+n-1, info.Size))
+		w.WriteHeader(http.StatusPartialContent)
+		return nil
+	}
+	w.WriteHeader(http.StatusOK)
+	return nil
+}
+
+func (h *handler) deleteObject(w http.ResponseWriter, rq *request) error {
+	err := h.objs.DeleteObject(rq.Context(), rq.bucket, rq.key)
+	if err != nil && !errors.Is(err, object.ErrNotFound) {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// copySource reads and checks x-amz-copy-source.
+func copySource(rq *request) (bucket, key string, err error) {
+	bucket, key, err = parseCopySource(rq.Header.Get("X-Amz-Copy-Source"))
+	if err != nil {
+		return "", "", err
+	}
+	if err := object.ValidateBucketName(bucket); err != nil {
+		return "", "", err
+	}
+	if err := validKey(key); err != nil {
+		return "", "", err
+	}
+	return bucket, key, nil
+}
+
+func (h *handler) copyObject(w http.ResponseWriter, rq *request) error {
+	sb, sk, err := copySource(rq)
+	if err != nil {
+		return err
+	}
+	opts := object.CopyOptions{}
+	switch d := strings.ToUpper(rq.Header.Get("X-Amz-Metadata-Directive")); d {
+	case "", "COPY":
+	case "REPLACE":
+		opts.ReplaceMeta = true
+		opts.ContentType = rq.Header.Get("Content-Type")
+		if opts.UserMeta, err = userMeta(rq.Header); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("%w: unknown metadata directive %.20q", errInvalidArgument, d)
+	}
+	if sb == rq.bucket && sk == rq.key && !opts.ReplaceMeta {
+		return fmt.Errorf("%w: this copy request is illegal because it is trying to copy an object to itself without changing the object's metadata", errInvalidRequest)
+	}
+	if conds := readConditions(rq.Header, "X-Amz-Copy-Source-"); !conds.empty() {
+		info, err := h.objs.HeadObject(rq.Context(), sb, sk)
+		if err != nil {
+			return err
+		}
+		if err := conds.check(info); err != nil {
+			return err
+		}
+	}
+	info, err := h.objs.CopyObject(rq.Context(), sb, sk, rq.bucket, rq.key, opts)
+	if err != nil {
+		return err
+	}
+	return writeXML(w, copyObjectResult{NS: s3NS, LastModified: isoTime(info.ModTime), ETag: quoteETag(info.ETag)})
+}

@@ -1,0 +1,314 @@
+// Package sigv4 verifies AWS Signature Version 4 on S3 requests: the
+// Authorization header, presigned URLs, and the payload itself while it
+// streams (a hex SHA-256, aws-chunked bodies with per-chunk signatures, and
+// trailing or header x-amz-checksum-* values). It knows nothing of S3
+// operations; the s3api package maps its errors to S3 error codes.
+package sigv4
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Payload hash values of x-amz-content-sha256 and the algorithm names.
+const (
+	Algorithm                = "AWS4-HMAC-SHA256"
+	UnsignedPayload          = "UNSIGNED-PAYLOAD"
+	StreamingPayload         = "STREAMING-AWS4-HMAC-SHA256-PAYLOAD"
+	StreamingPayloadTrailer  = "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER"
+	StreamingUnsignedTrailer = "STREAMING-UNSIGNED-PAYLOAD-TRAILER"
+	EmptySHA256              = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
+	// TimeFormat is the layout of X-Amz-Date.
+	TimeFormat = "20060102T150405Z"
+	// DateFormat is the layout of the date in a credential scope.
+	DateFormat = "20060102"
+	// MaxPresignExpiry is the longest X-Amz-Expires S3 accepts (7 days).
+	MaxPresignExpiry = 7 * 24 * time.Hour
+)
+
+// Errors. The s3api package maps each to an S3 error code.
+var (
+	ErrMissingAuth           = errors.New("sigv4: request is not signed")
+	ErrUnsupportedAuth       = errors.New("sigv4: unsupported authorization mechanism, use AWS4-HMAC-SHA256")
+	ErrMalformedAuth         = errors.New("sigv4: malformed Authorization header")
+	ErrMalformedPresign      = errors.New("sigv4: malformed presigned query parameters")
+	ErrInvalidAccessKeyID    = errors.New("sigv4: unknown access key id")
+	ErrSignatureMismatch     = errors.New("sigv4: signature does not match")
+	ErrRequestExpired        = errors.New("sigv4: request has expired")
+	ErrNotYetValid           = errors.New("sigv4: request is not valid yet")
+	ErrTimeSkewed            = errors.New("sigv4: request time too skewed")
+	ErrMissingDate           = errors.New("sigv4: missing or malformed x-amz-date or Date header")
+	ErrMissingContentSHA256  = errors.New("sigv4: missing x-amz-content-sha256 header")
+	ErrInvalidContentSHA256  = errors.New("sigv4: invalid x-amz-content-sha256 value")
+	ErrContentSHA256Mismatch = errors.New("sigv4: payload does not match x-amz-content-sha256")
+	ErrMissingDecodedLength  = errors.New("sigv4: streaming upload without x-amz-decoded-content-length")
+	ErrIncompleteBody        = errors.New("sigv4: body truncated or malformed")
+	ErrChecksumMismatch      = errors.New("sigv4: payload does not match its x-amz-checksum")
+	ErrInvalidChecksum       = errors.New("sigv4: invalid x-amz-checksum header or trailer")
+)
+
+// Config configures a Verifier.
+type Config struct {
+	// Credentials maps access key ids to secret keys. Empty: every request
+	// is rejected.
+	Credentials map[string]string
+	// MaxSkew is how far the request time may be from now (default 15m).
+	MaxSkew time.Duration
+	// Now returns the current time (default time.Now); tests set it.
+	Now func() time.Time
+}
+
+// Verifier checks signatures. It is safe for concurrent use.
+type Verifier struct {
+	creds   map[string]string
+	maxSkew time.Duration
+	now     func() time.Time
+}
+
+// NewVerifier returns a Verifier for cfg. The credentials map is copied.
+func NewVerifier(cfg Config) *Verifier {
+	v := &Verifier{creds: make(map[string]string, len(cfg.Credentials)), maxSkew: cfg.MaxSkew, now: cfg.Now}
+	for k, s := range cfg.Credentials {
+		v.creds[k] = s
+	}
+	if v.maxSkew <= 0 {
+		v.maxSkew = 15 * time.Minute
+	}
+	if v.now == nil {
+		v.now = time.Now
+	}
+	return v
+}
+
+// Result is a verified request.
+type Result struct {
+	AccessKey string
+	Region    string // region of the credential scope
+	Presigned bool
+	// Body replaces the request body: it yields the decoded payload and
+	// verifies it while it streams. On a mismatch or a malformed or short
+	// body, the Read that delivers the last byte (or the first Read after
+	// the problem is seen) returns an error, so a consumer that stops at
+	// the declared size still sees it.
+	Body io.ReadCloser
+	// Size is the payload's size (x-amz-decoded-content-length for
+	// aws-chunked bodies, Content-Length otherwise), -1 when unknown.
+	Size int64
+	// Streaming is true for aws-chunked bodies.
+	Streaming bool
+}
+
+// Verify authenticates r by its Authorization header or presigned query and
+// returns the verified request. It does not read the body.
+func (v *Verifier) Verify(r *http.Request) (*Result, error) {
+	if h := r.Header.Get("Authorization"); h != "" {
+		if !strings.HasPrefix(h, Algorithm+" ") {
+			return nil, ErrUnsupportedAuth
+		}
+		return v.verifyHeader(r, h)
+	}
+	q := r.URL.Query()
+	if q.Has("X-Amz-Algorithm") || q.Has("X-Amz-Signature") || q.Has("X-Amz-Credential") {
+		return v.verifyPresigned(r, q)
+	}
+	if q.Has("AWSAccessKeyId") || q.Has("Signature") {
+		return nil, ErrUnsupportedAuth
+	}
+	return nil, ErrMissingAuth
+}
+
+func (v *Verifier) secret(key string) (string, error) {
+	s, ok := v.creds[key]
+	if !ok {
+		return "", fmt.Errorf("%w: %q", ErrInvalidAccessKeyID, key)
+	}
+	return s, nil
+}
+
+func (v *Verifier) verifyHeader(r *http.Request, h string) (*Result, error) {
+	auth, err := ParseAuthorization(h)
+	if err != nil {
+		return nil, err
+	}
+	secret, err := v.secret(auth.AccessKey)
+	if err != nil {
+		return nil, err
+	}
+	t, err := requestTime(r)
+	if err != nil {
+		return nil, err
+	}
+	if t.Format(DateFormat) != auth.Date {
+		return nil, fmt.Errorf("%w: credential date %s does not match request date %s", ErrMalformedAuth, auth.Date, t.Format(DateFormat))
+	}
+	now := v.now()
+	if d := now.Sub(t); d > v.maxSkew || d < -v.maxSkew {
+		return nil, fmt.Errorf("%w: request time %s, server time %s", ErrTimeSkewed, t.Format(TimeFormat), now.UTC().Format(TimeFormat))
+	}
+	payload := r.Header.Get("X-Amz-Content-Sha256")
+	if payload == "" {
+		return nil, ErrMissingContentSHA256
+	}
+	if err := checkPayloadHash(payload); err != nil {
+		return nil, err
+	}
+	creq := CanonicalRequest(r, auth.SignedHeaders, payload, false)
+	key := SigningKey(secret, auth.Date, auth.Region, auth.Service)
+	sts := StringToSign(t, auth.Scope(), creq)
+	if !hmac.Equal([]byte(hexHMAC(key, sts)), []byte(auth.Signature)) {
+		return nil, ErrSignatureMismatch
+	}
+	res := &Result{AccessKey: auth.AccessKey, Region: auth.Region}
+	sc := &streamContext{key: key, time: t.Format(TimeFormat), scope: auth.Scope(), seed: auth.Signature}
+	if err := v.wrapBody(r, res, payload, sc); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+func (v *Verifier) verifyPresigned(r *http.Request, q map[string][]string) (*Result, error) {
+	p, err := ParsePresigned(q)
+	if err != nil {
+		return nil, err
+	}
+	secret, err := v.secret(p.AccessKey)
+	if err != nil {
+		return nil, err
+	}
+	now := v.now()
+	if p.Time.Sub(now) > v.maxSkew {
+		return nil, ErrNotYetValid
+	}
+	if now.After(p.Time.Add(p.Expires)) {
+		return nil, ErrRequestExpired
+	}
+	payload := UnsignedPayload
+	if vs := q["X-Amz-Content-Sha256"]; len(vs) > 0 {
+		payload = vs[0]
+		if err := checkPayloadHash(payload); err != nil {
+			return nil, err
+		}
+		if isStreaming(payload) {
+			return nil, fmt.Errorf("%w: streaming payloads cannot be presigned", ErrInvalidContentSHA256)
+		}
+	}
+	creq := CanonicalRequest(r, p.SignedHeaders, payload, true)
+	key := SigningKey(secret, p.Date, p.Region, p.Service)
+	sts := StringToSign(p.Time, p.Scope(), creq)
+	if !hmac.Equal([]byte(hexHMAC(key, sts)), []byte(p.Signature)) {
+		return nil, ErrSignatureMismatch
+	}
+	res := &Result{AccessKey: p.AccessKey, Region: p.Region, Presigned: true}
+	if err := v.wrapBody(r, res, payload, nil); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+func isStreaming(payload string) bool { return strings.HasPrefix(payload, "STREAMING-") }
+
+func checkPayloadHash(p string) error {
+	switch p {
+	case UnsignedPayload, StreamingPayload, StreamingPayloadTrailer, StreamingUnsignedTrailer:
+		return nil
+	}
+	if len(p) == 64 && isLowerHex(p) {
+		return nil
+	}
+	return fmt.Errorf("%w: %.80q", ErrInvalidContentSHA256, p)
+}
+
+// wrapBody installs the verifying body for the payload mode.
+func (v *Verifier) wrapBody(r *http.Request, res *Result, payload string, sc *streamContext) error {
+	body := r.Body
+	if body == nil {
+		body = http.NoBody
+	}
+	res.Size = r.ContentLength
+	var rd io.Reader = body
+	switch {
+	case isStreaming(payload):
+		dl := r.Header.Get("X-Amz-Decoded-Content-Length")
+		if dl == "" {
+			return ErrMissingDecodedLength
+		}
+		n, err := strconv.ParseInt(dl, 10, 64)
+		if err != nil || n < 0 {
+			return fmt.Errorf("%w: bad x-amz-decoded-content-length %.40q", ErrIncompleteBody, dl)
+		}
+		res.Size = n
+		res.Streaming = true
+		signed := payload != StreamingUnsignedTrailer
+		trailer := payload != StreamingPayload
+		if !signed {
+			sc = nil
+		}
+		cr, err := newChunkReader(body, n, sc, trailer, r.Header.Get("X-Amz-Trailer"))
+		if err != nil {
+			return err
+		}
+		rd = cr
+	case payload == UnsignedPayload:
+	default:
+		want, _ := hex.DecodeString(payload)
+		rd = newVerifyReader(rd, r.ContentLength, sha256.New(), func(sum []byte) error {
+			if !hmac.Equal(sum, want) {
+				return ErrContentSHA256Mismatch
+			}
+			return nil
+		})
+	}
+	// A checksum sent as a header (not a trailer) covers the decoded payload.
+	ck, err := headerChecksum(r.Header)
+	if err != nil {
+		return err
+	}
+	if ck != nil {
+		rd = newVerifyReader(rd, res.Size, ck.h, ck.verify)
+	}
+	res.Body = readCloser{rd, body}
+	return nil
+}
+
+type readCloser struct {
+	io.Reader
+	io.Closer
+}
+
+// requestTime reads X-Amz-Date, or Date when it is absent.
+func requestTime(r *http.Request) (time.Time, error) {
+	if s := r.Header.Get("X-Amz-Date"); s != "" {
+		t, err := time.Parse(TimeFormat, s)
+		if err != nil {
+			return time.Time{}, fmt.Errorf("%w: %.40q", ErrMissingDate, s)
+		}
+		return t, nil
+	}
+	if s := r.Header.Get("Date"); s != "" {
+		t, err := http.ParseTime(s)
+		if err != nil {
+			return time.Time{}, fmt.Errorf("%w: %.40q", ErrMissingDate, s)
+		}
+		return t.UTC(), nil
+	}
+	return time.Time{}, ErrMissingDate
+}
+
+func isLowerHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
