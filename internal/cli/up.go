@@ -2,14 +2,50 @@ package cli
 
 import (
 	"context"
-	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/slipstream-io/slipstream/internal/localcluster"
 )
 
 func upCommand() Command {
 	return Command{
 		Summary: "start the embedded default local cluster",
 		Run: func(ctx context.Context, env Env) error {
-			return errors.New("not built yet")
+			fs := flag.NewFlagSet("up", flag.ContinueOnError)
+			fs.SetOutput(env.Stderr)
+			data := fs.String("data", filepath.Join(os.TempDir(), "slipstream-up"), "directory for all node data")
+			nodes := fs.Int("nodes", 3, "number of nodes")
+			mps := fs.Int("mountpaths", 2, "mountpaths (directories) per node")
+			addrs := fs.Int("addrs", 2, "loopback addresses per node")
+			port := fs.Int("port", 9000, "base port: S3 on it, intra-cluster on +100, raft on +200")
+			copies := fs.Int("copies", 1, "copies of buckets created through S3")
+			if err := fs.Parse(env.Args); err != nil {
+				return err
+			}
+			bin, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(env.Stdout, "starting %d nodes under %s ...\n", *nodes, *data)
+			c, err := localcluster.Start(ctx, localcluster.Spec{
+				Binary: bin, DataDir: *data, Nodes: *nodes, Mountpaths: *mps, Addrs: *addrs, BasePort: *port, Copies: *copies,
+			})
+			if err != nil {
+				return err
+			}
+			defer c.Stop()
+			s := c.Spec
+			fmt.Fprintf(env.Stdout, "Slipstream is up: %d nodes, %d mountpaths and %d addresses each; logs in %s\n", s.Nodes, s.Mountpaths, s.Addrs, s.LogDir)
+			fmt.Fprintf(env.Stdout, "S3 endpoints (any node serves any request): %v\n", c.Endpoints())
+			fmt.Fprintf(env.Stdout, "export AWS_ENDPOINT_URL=%s AWS_ACCESS_KEY_ID=%s AWS_SECRET_ACCESS_KEY=%s AWS_DEFAULT_REGION=us-east-1\n",
+				c.Endpoint(0), s.AccessKey, s.SecretKey)
+			fmt.Fprintln(env.Stdout, "Press Ctrl-C to stop.")
+			<-ctx.Done()
+			fmt.Fprintln(env.Stdout, "stopping ...")
+			return nil
 		},
 	}
 }

@@ -1,0 +1,375 @@
+// Package localcluster starts a Slipstream cluster on this machine: one
+// process per node (the slipstream binary's `node` subcommand), each with
+// several mountpath directories and several loopback addresses, all data
+// under one directory. It is the embedded default behind `slipstream up`
+// and `slipstream demo`, and the harness of the end-to-end tests, which
+// kill and restart nodes through it.
+package localcluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/slipstream-io/slipstream/internal/cluster"
+	"github.com/slipstream-io/slipstream/internal/config"
+)
+
+// ErrNotReady is returned when the cluster does not become ready in time.
+var ErrNotReady = errors.New("localcluster: cluster not ready")
+
+// Spec describes the cluster to start.
+type Spec struct {
+	Binary     string // path of the slipstream binary
+	DataDir    string // everything goes under here
+	Nodes      int    // default 3
+	Mountpaths int    // per node, default 2
+	Addrs      int    // loopback addresses per node, default 2
+	// BasePort: node i listens on BasePort (S3), BasePort+100 (intra) and
+	// BasePort+200 (raft) on each of its addresses. Default 9000.
+	BasePort int
+	// Net is the first two octets of the loopback addresses, default "127.0";
+	// node i's address k is <Net>.<k+1>.<i+1>.
+	Net         string
+	AccessKey   string // default "slipstream"
+	SecretKey   string // default "slipstream-secret"
+	Copies      int    // default copies of buckets created through S3
+	MaxBytes    int64  // per mountpath, 0 = unlimited
+	LogDir      string // node logs; default DataDir/logs
+	ExtraConfig func(i int, n *config.Node)
+}
+
+func (s *Spec) defaults() {
+	if s.Nodes == 0 {
+		s.Nodes = 3
+	}
+	if s.Mountpaths == 0 {
+		s.Mountpaths = 2
+	}
+	if s.Addrs == 0 {
+		s.Addrs = 2
+	}
+	if s.BasePort == 0 {
+		s.BasePort = 9000
+	}
+	if s.Net == "" {
+		s.Net = "127.0"
+	}
+	if s.AccessKey == "" {
+		s.AccessKey = "slipstream"
+	}
+	if s.SecretKey == "" {
+		s.SecretKey = "slipstream-secret"
+	}
+	if s.Copies == 0 {
+		s.Copies = 1
+	}
+	if s.LogDir == "" {
+		s.LogDir = filepath.Join(s.DataDir, "logs")
+	}
+}
+
+// Cluster is a running local cluster.
+type Cluster struct {
+	Spec    Spec
+	Configs []config.Node
+	mu      sync.Mutex
+	procs   []*exec.Cmd
+	exited  []chan struct{}
+}
+
+// Start writes one config per node and starts every node process. It waits
+// until every node answers its health check and the cluster map lists all
+// of them up.
+func Start(ctx context.Context, spec Spec) (*Cluster, error) {
+	spec.defaults()
+	if spec.Binary == "" || spec.DataDir == "" {
+		return nil, fmt.Errorf("localcluster: Binary and DataDir are required")
+	}
+	c := &Cluster{Spec: spec}
+	if err := os.MkdirAll(spec.LogDir, 0o755); err != nil {
+		return nil, err
+	}
+	for i := 0; i < spec.Nodes; i++ {
+		cfg := c.nodeConfig(i)
+		c.Configs = append(c.Configs, cfg)
+		b, err := yaml.Marshal(cfg)
+		if err != nil {
+			return nil, err
+		}
+		if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(c.configPath(i), b, 0o600); err != nil {
+			return nil, err
+		}
+	}
+	c.procs = make([]*exec.Cmd, spec.Nodes)
+	c.exited = make([]chan struct{}, spec.Nodes)
+	// The first node bootstraps; the others join through it.
+	for i := 0; i < spec.Nodes; i++ {
+		if err := c.StartNode(i); err != nil {
+			c.Stop()
+			return nil, err
+		}
+		if i == 0 {
+			if err := c.waitHealthy(ctx, 0); err != nil {
+				c.Stop()
+				return nil, err
+			}
+		}
+	}
+	if err := c.WaitReady(ctx, spec.Nodes); err != nil {
+		c.Stop()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Cluster) addr(i, k, port int) string {
+	return fmt.Sprintf("%s.%d.%d:%d", c.Spec.Net, k+1, i+1, port)
+}
+
+func (c *Cluster) nodeConfig(i int) config.Node {
+	s := c.Spec
+	dir := filepath.Join(s.DataDir, fmt.Sprintf("node%d", i+1))
+	n := config.Node{
+		ID:            fmt.Sprintf("node%d", i+1),
+		DataDir:       filepath.Join(dir, "state"),
+		Raft:          c.addr(i, 0, s.BasePort+200),
+		Bootstrap:     i == 0,
+		Secret:        "local-cluster-secret",
+		DefaultCopies: s.Copies,
+		S3:            config.S3{Credentials: []config.Credential{{AccessKey: s.AccessKey, SecretKey: s.SecretKey}}},
+	}
+	n.Space.MaxBytes = s.MaxBytes
+	for m := 0; m < s.Mountpaths; m++ {
+		n.Mountpaths = append(n.Mountpaths, filepath.Join(dir, fmt.Sprintf("mp%d", m+1)))
+	}
+	for k := 0; k < s.Addrs; k++ {
+		n.Public = append(n.Public, c.addr(i, k, s.BasePort))
+		n.Intra = append(n.Intra, c.addr(i, k, s.BasePort+100))
+	}
+	if i > 0 {
+		n.Seeds = []string{"http://" + c.addr(0, 0, s.BasePort+100)}
+	}
+	n.SetDefaults()
+	if s.ExtraConfig != nil {
+		s.ExtraConfig(i, &n)
+	}
+	return n
+}
+
+func (c *Cluster) configPath(i int) string {
+	return filepath.Join(c.Spec.DataDir, fmt.Sprintf("node%d.yaml", i+1))
+}
+
+// Endpoint is the S3 endpoint of node i's first public address.
+func (c *Cluster) Endpoint(i int) string { return "http://" + c.Configs[i].Public[0] }
+
+// Endpoints lists every public address of every node as URLs.
+func (c *Cluster) Endpoints() []string {
+	var out []string
+	for _, cfg := range c.Configs {
+		for _, a := range cfg.Public {
+			out = append(out, "http://"+a)
+		}
+	}
+	return out
+}
+
+// IntraURL is node i's first intra-cluster base URL.
+func (c *Cluster) IntraURL(i int) string { return "http://" + c.Configs[i].Intra[0] }
+
+// StartNode starts (or restarts) node i's process. Its output is appended
+// to LogDir/nodeN.log.
+func (c *Cluster) StartNode(i int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.procs[i] != nil {
+		return fmt.Errorf("localcluster: node %d is running", i+1)
+	}
+	logf, err := os.OpenFile(filepath.Join(c.Spec.LogDir, fmt.Sprintf("node%d.log", i+1)), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(c.Spec.Binary, "node", "--config", c.configPath(i))
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("localcluster: starting node %d: %w", i+1, err)
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		logf.Close()
+		close(done)
+	}()
+	c.procs[i], c.exited[i] = cmd, done
+	return nil
+}
+
+// Kill sends SIGKILL to node i and waits for it to exit.
+func (c *Cluster) Kill(i int) { c.signal(i, syscall.SIGKILL, 0) }
+
+// StopNode sends SIGTERM to node i and waits (up to 20 s, then SIGKILL).
+func (c *Cluster) StopNode(i int) { c.signal(i, syscall.SIGTERM, 20*time.Second) }
+
+func (c *Cluster) signal(i int, sig syscall.Signal, grace time.Duration) {
+	c.mu.Lock()
+	cmd, done := c.procs[i], c.exited[i]
+	c.procs[i] = nil
+	c.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(sig)
+	if grace > 0 {
+		select {
+		case <-done:
+			return
+		case <-time.After(grace):
+			_ = cmd.Process.Kill()
+		}
+	}
+	<-done
+}
+
+// PID returns node i's process ID, 0 if it is not running.
+func (c *Cluster) PID(i int) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.procs[i] == nil {
+		return 0
+	}
+	return c.procs[i].Process.Pid
+}
+
+// Stop stops every node (SIGTERM, then SIGKILL after a grace period).
+func (c *Cluster) Stop() {
+	var wg sync.WaitGroup
+	for i := range c.procs {
+		wg.Add(1)
+		go func(i int) { defer wg.Done(); c.StopNode(i) }(i)
+	}
+	wg.Wait()
+}
+
+func (c *Cluster) waitHealthy(ctx context.Context, i int) error {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	url := c.IntraURL(i) + "/health"
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: node %d not healthy: %v (see %s)", ErrNotReady, i+1, err, c.logPath(i))
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func (c *Cluster) logPath(i int) string {
+	return filepath.Join(c.Spec.LogDir, fmt.Sprintf("node%d.log", i+1))
+}
+
+// WaitReady waits until the cluster map seen by node 1 (or the first
+// running node) lists want nodes up.
+func (c *Cluster) WaitReady(ctx context.Context, want int) error {
+	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	var last string
+	for {
+		for i := range c.Configs {
+			if c.PID(i) == 0 {
+				continue
+			}
+			up, err := c.upCount(ctx, i)
+			if err == nil && up >= want {
+				return nil
+			}
+			last = fmt.Sprintf("node%d sees %d up (%v)", i+1, up, err)
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %s", ErrNotReady, last)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func (c *Cluster) upCount(ctx context.Context, i int) (int, error) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.IntraURL(i)+"/cluster/map", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	var m cluster.Map
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 4<<20)).Decode(&m); err != nil {
+		return 0, err
+	}
+	return len(m.UpNodeIDs()), nil
+}
+
+// FreeBasePort finds a base port such that every port the cluster needs is
+// free on the given loopback net (for tests that run in parallel).
+func FreeBasePort(netPrefix string, nodes, addrs int) (int, error) {
+	for try := 0; try < 50; try++ {
+		ln, err := net.Listen("tcp", netPrefix+".1.1:0")
+		if err != nil {
+			return 0, err
+		}
+		base := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		if base > 65535-300 {
+			continue
+		}
+		if portsFree(netPrefix, base, nodes, addrs) {
+			return base, nil
+		}
+	}
+	return 0, errors.New("localcluster: no free port range found")
+}
+
+func portsFree(netPrefix string, base, nodes, addrs int) bool {
+	var lns []net.Listener
+	defer func() {
+		for _, l := range lns {
+			l.Close()
+		}
+	}()
+	for i := 0; i < nodes; i++ {
+		for k := 0; k < addrs; k++ {
+			for _, off := range []int{0, 100, 200} {
+				ln, err := net.Listen("tcp", fmt.Sprintf("%s.%d.%d:%d", netPrefix, k+1, i+1, base+off))
+				if err != nil {
+					return false
+				}
+				lns = append(lns, ln)
+			}
+		}
+	}
+	return true
+}

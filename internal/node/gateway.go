@@ -1,0 +1,671 @@
+package node
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/slipstream-io/slipstream/internal/cluster"
+	"github.com/slipstream-io/slipstream/internal/object"
+	"github.com/slipstream-io/slipstream/internal/peer"
+	"github.com/slipstream-io/slipstream/internal/placement"
+	"github.com/slipstream-io/slipstream/internal/s3api"
+)
+
+// metadata is what the gateway needs from the replicated cluster metadata.
+type metadata interface {
+	Map() *cluster.Map
+	CreateBucket(ctx context.Context, b cluster.BucketProps) error
+	DeleteBucket(ctx context.Context, name string) error
+}
+
+// gateway implements the S3 layer's Objects over the whole cluster: it
+// finds the owner and replicas of each object by HRW over the cluster map
+// and sends the operation to them, locally or through the peer protocol.
+type gateway struct {
+	self          string
+	meta          metadata
+	local         peer.Local
+	peers         *peer.Client
+	defaultCopies int
+	log           *slog.Logger
+	now           func() time.Time
+}
+
+var _ s3api.Objects = (*gateway)(nil)
+
+// readFallback is how many nodes past the bucket's copies a read tries, to
+// find objects written while one of their HRW nodes was down.
+const readFallback = 2
+
+// at returns the Local of node id: this node's own, or a remote one.
+func (g *gateway) at(m *cluster.Map, id string) peer.Local {
+	if id == g.self {
+		return g.local
+	}
+	n, _ := m.Node(id)
+	return g.peers.Node(peer.Target{ID: id, Addrs: hostPorts(n.IntraAddrs)})
+}
+
+func hostPorts(addrs []string) []string {
+	out := make([]string, len(addrs))
+	for i, a := range addrs {
+		if _, rest, ok := strings.Cut(a, "://"); ok {
+			a = rest
+		}
+		out[i] = strings.TrimRight(a, "/")
+	}
+	return out
+}
+
+// placementOf returns the up nodes in HRW order for bucket/key. HRW runs
+// over every member (up or not) so that a node going down does not move the
+// objects of the others.
+func placementOf(m *cluster.Map, bucket, key string) []string {
+	order := placement.Order(m.NodeIDs(), placement.ObjectName(bucket, key))
+	up := order[:0]
+	for _, id := range order {
+		if n, _ := m.Node(id); n.State == cluster.StateUp {
+			up = append(up, id)
+		}
+	}
+	return up
+}
+
+func (g *gateway) bucket(m *cluster.Map, name string) (cluster.BucketProps, error) {
+	b, ok := m.Bucket(name)
+	if !ok {
+		return b, fmt.Errorf("%w: %s", object.ErrBucketNotFound, name)
+	}
+	return b, nil
+}
+
+// writeTargets returns the nodes that must all hold a new object.
+func (g *gateway) writeTargets(m *cluster.Map, b cluster.BucketProps, key string) ([]string, error) {
+	up := placementOf(m, b.Name, key)
+	if len(up) < b.Copies {
+		return nil, fmt.Errorf("%w: bucket %s wants %d copies, %d nodes are up", object.ErrUnavailable, b.Name, b.Copies, len(up))
+	}
+	return up[:b.Copies], nil
+}
+
+// readTargets returns the nodes to try, in order, for reading an object.
+// Cache and writeback buckets read through their owner, which fills from
+// the backend; local buckets try every replica and a few nodes beyond.
+func (g *gateway) readTargets(m *cluster.Map, b cluster.BucketProps, key string) []string {
+	up := placementOf(m, b.Name, key)
+	n := b.Copies + readFallback
+	if n < len(up) {
+		up = up[:n]
+	}
+	return up
+}
+
+// ListBuckets implements s3api.Objects.
+func (g *gateway) ListBuckets(ctx context.Context) ([]object.BucketInfo, error) {
+	m := g.meta.Map()
+	out := make([]object.BucketInfo, 0, len(m.Buckets))
+	for _, name := range m.BucketNames() {
+		b, _ := m.Bucket(name)
+		out = append(out, object.BucketInfo{Name: name, Created: b.Created})
+	}
+	return out, nil
+}
+
+// CreateBucket implements s3api.Objects: an S3 CreateBucket makes a local
+// bucket with the node's default copies; other modes are set through admin.
+func (g *gateway) CreateBucket(ctx context.Context, name string) error {
+	if err := object.ValidateBucketName(name); err != nil {
+		return err
+	}
+	return g.meta.CreateBucket(ctx, cluster.BucketProps{Name: name, Created: g.now(), Copies: g.defaultCopies}.WithDefaults())
+}
+
+// HeadBucket implements s3api.Objects.
+func (g *gateway) HeadBucket(ctx context.Context, name string) error {
+	_, err := g.bucket(g.meta.Map(), name)
+	return err
+}
+
+// DeleteBucket implements s3api.Objects. The bucket must hold no objects
+// and no uploads on any node.
+func (g *gateway) DeleteBucket(ctx context.Context, name string) error {
+	m := g.meta.Map()
+	if _, err := g.bucket(m, name); err != nil {
+		return err
+	}
+	res, err := g.listAll(ctx, m, name, object.ListOptions{MaxKeys: 1})
+	if err != nil {
+		return err
+	}
+	if len(res.Objects) > 0 {
+		return fmt.Errorf("%w: %s", object.ErrBucketNotEmpty, name)
+	}
+	ups, err := g.ListMultipartUploads(ctx, name, "")
+	if err != nil {
+		return err
+	}
+	if len(ups) > 0 {
+		return fmt.Errorf("%w: %s has %d multipart uploads in progress", object.ErrBucketNotEmpty, name, len(ups))
+	}
+	if err := g.meta.DeleteBucket(ctx, name); err != nil {
+		return err
+	}
+	for _, id := range m.UpNodeIDs() {
+		if err := g.at(m, id).DeleteBucket(ctx, name); err != nil && !errors.Is(err, object.ErrBucketNotFound) {
+			g.log.Warn("removing local bucket directories", "node", id, "bucket", name, "err", err)
+		}
+	}
+	return nil
+}
+
+// PutObject implements s3api.Objects: the body streams to every target at
+// once and the PUT is acknowledged when all of them have it durably.
+func (g *gateway) PutObject(ctx context.Context, bucket, key string, body io.Reader, opts object.PutOptions) (object.Info, error) {
+	if err := object.ValidateKey(key); err != nil {
+		return object.Info{}, err
+	}
+	m := g.meta.Map()
+	b, err := g.bucket(m, bucket)
+	if err != nil {
+		return object.Info{}, err
+	}
+	targets, err := g.writeTargets(m, b, key)
+	if err != nil {
+		return object.Info{}, err
+	}
+	popts := peer.PutOptions{PutOptions: opts, ModTime: g.now().UTC()}
+	return g.fanOut(ctx, m, targets, bucket, key, body, popts)
+}
+
+// fanOut writes body to every target in parallel through pipes. The first
+// target is the owner; the others are written as replicas of it.
+func (g *gateway) fanOut(ctx context.Context, m *cluster.Map, targets []string, bucket, key string, body io.Reader, opts peer.PutOptions) (object.Info, error) {
+	if len(targets) == 1 {
+		return g.at(m, targets[0]).Put(ctx, bucket, key, body, opts)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	infos := make([]object.Info, len(targets))
+	errs := make([]error, len(targets))
+	writers := make([]*io.PipeWriter, len(targets))
+	var wg sync.WaitGroup
+	for i, id := range targets {
+		pr, pw := io.Pipe()
+		writers[i] = pw
+		o := opts
+		if i > 0 {
+			o.Replica, o.Owner = true, targets[0]
+		}
+		wg.Add(1)
+		go func(i int, id string, o peer.PutOptions) {
+			defer wg.Done()
+			infos[i], errs[i] = g.at(m, id).Put(ctx, bucket, key, pr, o)
+			if errs[i] != nil {
+				pr.CloseWithError(errs[i])
+				cancel() // one failed copy fails the PUT: stop the others early
+			} else {
+				pr.Close()
+			}
+		}(i, id, o)
+	}
+	_, copyErr := copyToAll(writers, body)
+	for _, w := range writers {
+		w.CloseWithError(copyErr) // nil copyErr closes with io.EOF
+	}
+	wg.Wait()
+	if err := firstError(errs, copyErr); err != nil {
+		return object.Info{}, err
+	}
+	for i := 1; i < len(infos); i++ {
+		if infos[i].ETag != infos[0].ETag || infos[i].Size != infos[0].Size {
+			return object.Info{}, fmt.Errorf("%w: replicas of %s/%s disagree: %s/%d on %s vs %s/%d on %s", object.ErrUnavailable,
+				bucket, key, infos[0].ETag, infos[0].Size, targets[0], infos[i].ETag, infos[i].Size, targets[i])
+		}
+	}
+	return infos[0], nil
+}
+
+// firstError prefers an error a target answered with (the client's fault,
+// such as a bad digest) over the pipe errors it caused in the others.
+func firstError(errs []error, copyErr error) error {
+	var first error
+	for _, e := range errs {
+		if e == nil {
+			continue
+		}
+		if !errors.Is(e, io.ErrClosedPipe) && !errors.Is(e, context.Canceled) && !errors.Is(e, peer.ErrUnreachable) {
+			return e
+		}
+		if first == nil {
+			first = e
+		}
+	}
+	if copyErr != nil && !errors.Is(copyErr, io.ErrClosedPipe) {
+		return copyErr
+	}
+	return first
+}
+
+// copyToAll copies r to every writer with one pooled buffer; a writer that
+// fails stops the copy.
+func copyToAll(ws []*io.PipeWriter, r io.Reader) (int64, error) {
+	buf := getBuf()
+	defer putBuf(buf)
+	var n int64
+	for {
+		k, rerr := r.Read(*buf)
+		if k > 0 {
+			for _, w := range ws {
+				if _, err := w.Write((*buf)[:k]); err != nil {
+					return n, err
+				}
+			}
+			n += int64(k)
+		}
+		if rerr == io.EOF {
+			return n, nil
+		}
+		if rerr != nil {
+			return n, rerr
+		}
+	}
+}
+
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
+
+func getBuf() *[]byte  { return bufPool.Get().(*[]byte) }
+func putBuf(b *[]byte) { bufPool.Put(b) }
+
+// GetObject implements s3api.Objects: the first live holder in HRW order
+// serves it; a node that cannot be reached or lacks the object is skipped.
+func (g *gateway) GetObject(ctx context.Context, bucket, key string, opts object.GetOptions) (object.Reader, error) {
+	if err := object.ValidateKey(key); err != nil {
+		return nil, err
+	}
+	var rd object.Reader
+	err := g.eachHolder(ctx, bucket, key, func(l peer.Local) error {
+		var err error
+		rd, err = l.Get(ctx, bucket, key, opts.Range)
+		return err
+	})
+	return rd, err
+}
+
+// HeadObject implements s3api.Objects.
+func (g *gateway) HeadObject(ctx context.Context, bucket, key string) (object.Info, error) {
+	if err := object.ValidateKey(key); err != nil {
+		return object.Info{}, err
+	}
+	var info object.Info
+	err := g.eachHolder(ctx, bucket, key, func(l peer.Local) error {
+		var err error
+		info, err = l.Stat(ctx, bucket, key)
+		return err
+	})
+	return info, err
+}
+
+// eachHolder calls f on the read targets in order until one succeeds or
+// answers with an error other than "not found" or "unreachable".
+func (g *gateway) eachHolder(ctx context.Context, bucket, key string, f func(peer.Local) error) error {
+	m := g.meta.Map()
+	b, err := g.bucket(m, bucket)
+	if err != nil {
+		return err
+	}
+	targets := g.readTargets(m, b, key)
+	if len(targets) == 0 {
+		return fmt.Errorf("%w: no node is up", object.ErrUnavailable)
+	}
+	last := fmt.Errorf("%w: %s/%s", object.ErrNotFound, bucket, key)
+	unreachable := 0
+	for _, id := range targets {
+		err := f(g.at(m, id))
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, peer.ErrUnreachable):
+			unreachable++
+			g.log.Debug("holder unreachable, trying the next", "node", id, "bucket", bucket, "key", key, "err", err)
+			last = err
+		case errors.Is(err, object.ErrNotFound):
+			if unreachable == 0 || !errors.Is(last, peer.ErrUnreachable) {
+				last = err
+			}
+		default:
+			return err
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	return last
+}
+
+// DeleteObject implements s3api.Objects: every node that may hold a copy
+// deletes it. Deleting a missing object is not an error (as in S3).
+func (g *gateway) DeleteObject(ctx context.Context, bucket, key string) error {
+	if err := object.ValidateKey(key); err != nil {
+		return err
+	}
+	m := g.meta.Map()
+	b, err := g.bucket(m, bucket)
+	if err != nil {
+		return err
+	}
+	targets := g.readTargets(m, b, key)
+	errs := make([]error, len(targets))
+	var wg sync.WaitGroup
+	for i, id := range targets {
+		wg.Add(1)
+		go func(i int, id string) {
+			defer wg.Done()
+			if err := g.at(m, id).Delete(ctx, bucket, key); err != nil && !errors.Is(err, object.ErrNotFound) {
+				errs[i] = err
+			}
+		}(i, id)
+	}
+	wg.Wait()
+	// The owner's answer decides; a replica that is down misses the delete
+	// and is cleaned when it rejoins.
+	if len(errs) > 0 && errs[0] != nil {
+		return errs[0]
+	}
+	return nil
+}
+
+// CopyObject implements s3api.Objects by streaming the source through the
+// gateway into a new PUT of the destination.
+func (g *gateway) CopyObject(ctx context.Context, srcBucket, srcKey, dstBucket, dstKey string, opts object.CopyOptions) (object.Info, error) {
+	rd, err := g.GetObject(ctx, srcBucket, srcKey, object.GetOptions{})
+	if err != nil {
+		return object.Info{}, err
+	}
+	defer rd.Close()
+	src := rd.Info()
+	po := object.PutOptions{Size: src.Size, ContentType: src.ContentType, UserMeta: src.UserMeta}
+	if opts.ReplaceMeta {
+		po.ContentType, po.UserMeta = opts.ContentType, opts.UserMeta
+	}
+	return g.PutObject(ctx, dstBucket, dstKey, rd, po)
+}
+
+// ListObjects implements s3api.Objects.
+func (g *gateway) ListObjects(ctx context.Context, bucket string, opts object.ListOptions) (object.ListResult, error) {
+	m := g.meta.Map()
+	if _, err := g.bucket(m, bucket); err != nil {
+		return object.ListResult{}, err
+	}
+	return g.listAll(ctx, m, bucket, opts)
+}
+
+// listAll asks every up node for its first page after the marker and
+// merges them: any entry among the first MaxKeys of the whole bucket is
+// among the first MaxKeys of the node that holds it, so one round is exact.
+func (g *gateway) listAll(ctx context.Context, m *cluster.Map, bucket string, opts object.ListOptions) (object.ListResult, error) {
+	if opts.MaxKeys <= 0 || opts.MaxKeys > 1000 {
+		opts.MaxKeys = 1000
+	}
+	opts.StartAfter = skipPrefix(opts)
+	ids := m.UpNodeIDs()
+	pages := make([]object.ListResult, len(ids))
+	errs := make([]error, len(ids))
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		wg.Add(1)
+		go func(i int, id string) {
+			defer wg.Done()
+			pages[i], errs[i] = g.at(m, id).List(ctx, bucket, opts)
+		}(i, id)
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil && !errors.Is(err, object.ErrBucketNotFound) {
+			return object.ListResult{}, fmt.Errorf("listing %s on %s: %w", bucket, ids[i], err)
+		}
+	}
+	return mergePages(pages, opts.MaxKeys), nil
+}
+
+// maxRune is the largest UTF-8 sequence: every valid key that starts with
+// p sorts before p+maxRune (unless it continues with U+10FFFF itself).
+const maxRune = "\U0010FFFF"
+
+// skipPrefix turns a marker inside a common prefix into one past the whole
+// prefix, as S3 does: once a page has returned "photos/", the next page
+// starts after every key under "photos/".
+func skipPrefix(opts object.ListOptions) string {
+	sa := opts.StartAfter
+	if opts.Delimiter == "" || !strings.HasPrefix(sa, opts.Prefix) {
+		return sa
+	}
+	rest := sa[len(opts.Prefix):]
+	if i := strings.Index(rest, opts.Delimiter); i >= 0 {
+		return opts.Prefix + rest[:i+len(opts.Delimiter)] + maxRune
+	}
+	return sa
+}
+
+// mergePages merges sorted pages from several nodes into one page of at
+// most max entries (objects and common prefixes together), dropping the
+// duplicates that replicas produce.
+func mergePages(pages []object.ListResult, max int) object.ListResult {
+	type entry struct {
+		key    string
+		prefix bool
+		info   object.Info
+	}
+	seen := map[string]bool{}
+	var all []entry
+	truncated := false
+	for _, p := range pages {
+		truncated = truncated || p.IsTruncated
+		for _, o := range p.Objects {
+			if !seen[o.Key] {
+				seen[o.Key] = true
+				all = append(all, entry{key: o.Key, info: o})
+			}
+		}
+		for _, cp := range p.CommonPrefixes {
+			if !seen[cp] {
+				seen[cp] = true
+				all = append(all, entry{key: cp, prefix: true})
+			}
+		}
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].key < all[j].key })
+	var res object.ListResult
+	if len(all) > max {
+		all, truncated = all[:max], true
+	}
+	for _, e := range all {
+		if e.prefix {
+			res.CommonPrefixes = append(res.CommonPrefixes, e.key)
+		} else {
+			res.Objects = append(res.Objects, e.info)
+		}
+	}
+	res.IsTruncated = truncated
+	if truncated && len(all) > 0 {
+		res.NextMarker = all[len(all)-1].key
+	}
+	return res
+}
+
+// Multipart uploads live on the owner of the final object. The upload ID
+// names that node so later calls find it even if membership changed.
+
+func newUploadID(owner, local string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(owner)) + "." + local
+}
+
+func parseUploadID(id string) (owner, local string, err error) {
+	o, l, ok := strings.Cut(id, ".")
+	if ok {
+		b, derr := base64.RawURLEncoding.DecodeString(o)
+		if derr == nil && len(b) > 0 && l != "" {
+			return string(b), l, nil
+		}
+	}
+	return "", "", fmt.Errorf("%w: malformed upload id", object.ErrUploadNotFound)
+}
+
+func (g *gateway) uploadOwner(m *cluster.Map, bucket, uploadID string) (peer.Local, string, error) {
+	if _, err := g.bucket(m, bucket); err != nil {
+		return nil, "", err
+	}
+	owner, local, err := parseUploadID(uploadID)
+	if err != nil {
+		return nil, "", err
+	}
+	if _, ok := m.Node(owner); !ok {
+		return nil, "", fmt.Errorf("%w: upload owner %s left the cluster", object.ErrUploadNotFound, owner)
+	}
+	return g.at(m, owner), local, nil
+}
+
+// CreateMultipartUpload implements s3api.Objects.
+func (g *gateway) CreateMultipartUpload(ctx context.Context, bucket, key string, opts object.PutOptions) (string, error) {
+	if err := object.ValidateKey(key); err != nil {
+		return "", err
+	}
+	m := g.meta.Map()
+	b, err := g.bucket(m, bucket)
+	if err != nil {
+		return "", err
+	}
+	targets, err := g.writeTargets(m, b, key)
+	if err != nil {
+		return "", err
+	}
+	id, err := g.at(m, targets[0]).CreateUpload(ctx, bucket, key, opts)
+	if err != nil {
+		return "", err
+	}
+	return newUploadID(targets[0], id), nil
+}
+
+// UploadPart implements s3api.Objects.
+func (g *gateway) UploadPart(ctx context.Context, bucket, key, uploadID string, part int, body io.Reader, opts object.PutOptions) (object.PartInfo, error) {
+	l, id, err := g.uploadOwner(g.meta.Map(), bucket, uploadID)
+	if err != nil {
+		return object.PartInfo{}, err
+	}
+	return l.PutPart(ctx, bucket, key, id, part, body, opts)
+}
+
+// ListParts implements s3api.Objects.
+func (g *gateway) ListParts(ctx context.Context, bucket, key, uploadID string) ([]object.PartInfo, error) {
+	l, id, err := g.uploadOwner(g.meta.Map(), bucket, uploadID)
+	if err != nil {
+		return nil, err
+	}
+	return l.ListParts(ctx, bucket, key, id)
+}
+
+// AbortMultipartUpload implements s3api.Objects.
+func (g *gateway) AbortMultipartUpload(ctx context.Context, bucket, key, uploadID string) error {
+	l, id, err := g.uploadOwner(g.meta.Map(), bucket, uploadID)
+	if err != nil {
+		return err
+	}
+	return l.AbortUpload(ctx, bucket, key, id)
+}
+
+// CompleteMultipartUpload implements s3api.Objects: the owner assembles
+// the object, then the gateway copies it to the replicas before answering.
+func (g *gateway) CompleteMultipartUpload(ctx context.Context, bucket, key, uploadID string, parts []object.CompletePart) (object.Info, error) {
+	m := g.meta.Map()
+	l, id, err := g.uploadOwner(m, bucket, uploadID)
+	if err != nil {
+		return object.Info{}, err
+	}
+	info, err := l.CompleteUpload(ctx, bucket, key, id, parts)
+	if err != nil {
+		return object.Info{}, err
+	}
+	b, _ := m.Bucket(bucket)
+	if b.Copies <= 1 {
+		return info, nil
+	}
+	owner, _, _ := parseUploadID(uploadID)
+	targets, err := g.writeTargets(m, b, key)
+	if err != nil {
+		return object.Info{}, err
+	}
+	for _, id := range targets {
+		if id == owner {
+			continue
+		}
+		if err := g.replicate(ctx, m, l, id, owner, info); err != nil {
+			return object.Info{}, fmt.Errorf("replicating %s/%s to %s: %w", bucket, key, id, err)
+		}
+	}
+	return info, nil
+}
+
+// replicate copies an object from src to node id, keeping its ETag.
+func (g *gateway) replicate(ctx context.Context, m *cluster.Map, src peer.Local, id, owner string, info object.Info) error {
+	rd, err := src.Get(ctx, info.Bucket, info.Key, nil)
+	if err != nil {
+		return err
+	}
+	defer rd.Close()
+	o := peer.PutOptions{
+		PutOptions: object.PutOptions{Size: info.Size, ContentType: info.ContentType, UserMeta: info.UserMeta},
+		ModTime:    info.ModTime, ETag: info.ETag, Dirty: info.Dirty, Replica: true, Owner: owner,
+		BackendETag: info.BackendETag, BackendVersion: info.BackendVersion,
+	}
+	_, err = g.at(m, id).Put(ctx, info.Bucket, info.Key, rd, o)
+	return err
+}
+
+// ListMultipartUploads implements s3api.Objects.
+func (g *gateway) ListMultipartUploads(ctx context.Context, bucket, prefix string) ([]object.UploadInfo, error) {
+	m := g.meta.Map()
+	if _, err := g.bucket(m, bucket); err != nil {
+		return nil, err
+	}
+	var (
+		mu   sync.Mutex
+		all  []object.UploadInfo
+		wg   sync.WaitGroup
+		errs []error
+	)
+	for _, id := range m.UpNodeIDs() {
+		wg.Add(1)
+		go func(id string) {
+			defer wg.Done()
+			ups, err := g.at(m, id).ListUploads(ctx, bucket, prefix)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil && !errors.Is(err, object.ErrBucketNotFound) {
+				errs = append(errs, fmt.Errorf("%s: %w", id, err))
+				return
+			}
+			for _, u := range ups {
+				u.UploadID = newUploadID(id, u.UploadID)
+				all = append(all, u)
+			}
+		}(id)
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	sort.Slice(all, func(i, j int) bool {
+		if all[i].Key != all[j].Key {
+			return all[i].Key < all[j].Key
+		}
+		return all[i].Initiated.Before(all[j].Initiated)
+	})
+	return all, nil
+}

@@ -1,0 +1,302 @@
+// Package node is the one place that wires a Slipstream node together from
+// its configuration: the local store over the mountpaths, the replicated
+// cluster metadata, the gateway that routes S3 requests to the owners of
+// objects, the peer protocol that serves this node's objects to the other
+// nodes, and the listeners on every public and intra-cluster address. It
+// owns the node's lifecycle: New starts everything, Close stops it.
+package node
+
+import (
+	"context"
+	"crypto/subtle"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/slipstream-io/slipstream/internal/cluster"
+	"github.com/slipstream-io/slipstream/internal/config"
+	"github.com/slipstream-io/slipstream/internal/peer"
+	"github.com/slipstream-io/slipstream/internal/s3api"
+	"github.com/slipstream-io/slipstream/internal/store"
+	"github.com/slipstream-io/slipstream/internal/sysstat"
+)
+
+// Paths served besides S3 on the public listeners. Bucket names cannot
+// start with '_', so these never collide with a bucket.
+const (
+	PublicHealthPath  = "/_slipstream/health"
+	PublicMetricsPath = "/_slipstream/metrics"
+	StatsPath         = "/slipstream/v1/stats"
+)
+
+// Options are what the embedding program adds to the config.
+type Options struct {
+	Log *slog.Logger
+	// Cluster tunes consensus and health timings (tests shorten them).
+	HeartbeatInterval, DownAfter time.Duration
+	Raft                         cluster.RaftTimeouts
+}
+
+// Node is one running Slipstream node.
+type Node struct {
+	cfg     config.Node
+	log     *slog.Logger
+	store   *store.Store
+	cluster *cluster.Cluster
+	gw      *gateway
+	reg     *prometheus.Registry
+	servers []*http.Server
+	wg      sync.WaitGroup
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// New starts a node: it opens the store, binds every listener (so an
+// address conflict fails here, not later), joins the cluster and serves.
+func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
+	log := opts.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	log = log.With("node", cfg.ID)
+	n := &Node{cfg: cfg, log: log, reg: prometheus.NewRegistry()}
+	ok := false
+	defer func() {
+		if !ok {
+			n.Close(context.Background())
+		}
+	}()
+
+	st, err := store.Open(ctx, store.Config{
+		Mountpaths:    cfg.Mountpaths,
+		HighWatermark: cfg.Space.HighWatermark,
+		LowWatermark:  cfg.Space.LowWatermark,
+		Policy:        cfg.Space.Policy,
+		MaxBytes:      cfg.Space.MaxBytes,
+	}, log)
+	if err != nil {
+		return nil, fmt.Errorf("node %s: %w", cfg.ID, err)
+	}
+	n.store = st
+
+	intraLns, err := listenAll(cfg.Intra)
+	if err != nil {
+		return nil, err
+	}
+	publicLns, err := listenAll(cfg.Public)
+	if err != nil {
+		closeAll(intraLns)
+		return nil, err
+	}
+
+	hc := &http.Client{Transport: newPeerTransport()}
+	cl, err := cluster.New(ctx, cluster.Config{
+		NodeID:   cfg.ID,
+		DataDir:  filepath.Join(cfg.DataDir, "cluster"),
+		RaftBind: cfg.Raft,
+		Self: cluster.NodeInfo{
+			ID: cfg.ID, PublicAddrs: cfg.Public, IntraAddrs: cfg.Intra, Mountpaths: cfg.Mountpaths,
+		},
+		Seeds:             cfg.Seeds,
+		Bootstrap:         cfg.Bootstrap,
+		Voters:            cfg.Voters,
+		HTTPClient:        hc,
+		Log:               log,
+		HeartbeatInterval: opts.HeartbeatInterval,
+		DownAfter:         opts.DownAfter,
+		Raft:              opts.Raft,
+	})
+	if err != nil {
+		closeAll(intraLns)
+		closeAll(publicLns)
+		return nil, fmt.Errorf("node %s: %w", cfg.ID, err)
+	}
+	n.cluster = cl
+
+	local := &localService{meta: cl, store: st}
+	n.gw = &gateway{
+		self:          cfg.ID,
+		meta:          cl,
+		local:         local,
+		peers:         &peer.Client{Doer: &peer.HTTPDoer{Client: hc, Secret: cfg.Secret}},
+		defaultCopies: cfg.DefaultCopies,
+		log:           log,
+		now:           time.Now,
+	}
+
+	creds := map[string]string{}
+	for _, c := range cfg.S3.Credentials {
+		creds[c.AccessKey] = c.SecretKey
+	}
+	s3h, err := s3api.NewHandler(s3api.Config{
+		Region: cfg.S3.Region, Credentials: creds, Domains: cfg.S3.Domains, Log: log,
+	}, n.gw)
+	if err != nil {
+		closeAll(intraLns)
+		closeAll(publicLns)
+		return nil, err
+	}
+
+	n.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	httpm := newHTTPMetrics(n.reg)
+	metrics := promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{})
+	stats := sysstat.Handler(cfg.ID, cfg.Mountpaths, nil)
+
+	intra := http.NewServeMux()
+	intra.Handle("/cluster/", cl.Handler())
+	intra.Handle(peer.Prefix, requireSecret(cfg.Secret, peer.NewHandler(local)))
+	intra.HandleFunc("/health", n.health)
+	intra.Handle("/metrics", metrics)
+	intra.Handle(StatsPath, stats)
+
+	public := http.NewServeMux()
+	public.HandleFunc(PublicHealthPath, n.health)
+	public.Handle(PublicMetricsPath, metrics)
+	public.Handle(StatsPath, stats)
+	public.Handle("/", httpm.wrap(s3h))
+
+	var tlsCfg *tls.Config
+	if cfg.TLS.Enabled() {
+		cert, err := tls.LoadX509KeyPair(cfg.TLS.Cert, cfg.TLS.Key)
+		if err != nil {
+			closeAll(intraLns)
+			closeAll(publicLns)
+			return nil, fmt.Errorf("node %s: tls: %w", cfg.ID, err)
+		}
+		tlsCfg = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	for _, ln := range intraLns {
+		n.serve(ln, intra, nil)
+	}
+	for _, ln := range publicLns {
+		n.serve(ln, public, tlsCfg)
+	}
+	ok = true
+	log.Info("node started", "public", cfg.Public, "intra", cfg.Intra, "mountpaths", cfg.Mountpaths)
+	return n, nil
+}
+
+// WaitReady blocks until the node knows a leader and sees itself up in the
+// cluster map.
+func (n *Node) WaitReady(ctx context.Context) error {
+	if err := n.cluster.WaitForLeader(ctx); err != nil {
+		return err
+	}
+	for {
+		if ni, ok := n.cluster.Map().Node(n.cfg.ID); ok && ni.State == cluster.StateUp {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("node %s: waiting to appear in the cluster map: %w", n.cfg.ID, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// Cluster returns the node's handle on the cluster metadata.
+func (n *Node) Cluster() *cluster.Cluster { return n.cluster }
+
+func (n *Node) health(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain")
+	fmt.Fprintln(w, "ok")
+}
+
+func (n *Node) serve(ln net.Listener, h http.Handler, tlsCfg *tls.Config) {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 5 * time.Minute, TLSConfig: tlsCfg}
+	n.servers = append(n.servers, srv)
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		var err error
+		if tlsCfg != nil {
+			err = srv.ServeTLS(ln, "", "")
+		} else {
+			err = srv.Serve(ln)
+		}
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+			n.log.Error("listener stopped", "addr", ln.Addr().String(), "err", err)
+		}
+	}()
+}
+
+// Close stops serving (letting requests in flight finish until ctx ends),
+// leaves raft cleanly and closes the store.
+func (n *Node) Close(ctx context.Context) error {
+	n.closeOnce.Do(func() {
+		var errs []error
+		for _, s := range n.servers {
+			if err := s.Shutdown(ctx); err != nil {
+				_ = s.Close()
+			}
+		}
+		n.wg.Wait()
+		if n.cluster != nil {
+			errs = append(errs, n.cluster.Close(ctx))
+		}
+		if n.store != nil {
+			errs = append(errs, n.store.Close())
+		}
+		n.closeErr = errors.Join(errs...)
+	})
+	return n.closeErr
+}
+
+func listenAll(addrs []string) ([]net.Listener, error) {
+	var lns []net.Listener
+	for _, a := range addrs {
+		ln, err := net.Listen("tcp", a)
+		if err != nil {
+			closeAll(lns)
+			return nil, fmt.Errorf("listen %s: %w", a, err)
+		}
+		lns = append(lns, ln)
+	}
+	return lns, nil
+}
+
+func closeAll(lns []net.Listener) {
+	for _, l := range lns {
+		_ = l.Close()
+	}
+}
+
+// requireSecret rejects intra-cluster requests without the cluster secret
+// (when one is configured).
+func requireSecret(secret string, h http.Handler) http.Handler {
+	if secret == "" {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get(peer.SecretHeader)), []byte(secret)) != 1 {
+			http.Error(w, "cluster secret required", http.StatusForbidden)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// newPeerTransport is tuned for many concurrent streams between nodes.
+func newPeerTransport() *http.Transport {
+	return &http.Transport{
+		Proxy:               nil,
+		DialContext:         (&net.Dialer{Timeout: 3 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        1024,
+		MaxIdleConnsPerHost: 128,
+		IdleConnTimeout:     90 * time.Second,
+		WriteBufferSize:     256 << 10,
+		ReadBufferSize:      256 << 10,
+		DisableCompression:  true,
+	}
+}
