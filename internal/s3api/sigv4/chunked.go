@@ -36,7 +36,8 @@ const (
 // verifying each chunk's signature (when sc is set), the trailing checksum
 // and the trailer signature. Once the declared number of bytes is decoded it
 // reads and verifies the end of the stream before handing out the last
-// bytes, so a consumer that stops at the declared size still gets the error.
+// bytes, and withholds them on a failure, so a consumer that stops at the
+// declared size still gets the error.
 type chunkReader struct {
 	br       *bufio.Reader
 	sc       *streamContext
@@ -124,16 +125,19 @@ func (c *chunkReader) Read(p []byte) (int, error) {
 	if c.left > 0 {
 		return n, nil
 	}
+	// A failed check withholds the bytes just read, so that even a
+	// consumer that stops at the declared size (io.CopyN ignores an error
+	// that comes with the last byte) falls short and sees the error.
 	if err := c.endChunk(); err != nil {
-		return n, c.fail(err)
+		return 0, c.fail(err)
 	}
 	if c.decoded == c.declared {
 		// All the payload is here: verify the end of the stream now.
 		if err := c.nextHeader(); err != nil {
-			return n, c.fail(err)
+			return 0, c.fail(err)
 		}
 		if !c.done {
-			return n, c.fail(fmt.Errorf("%w: more data than x-amz-decoded-content-length", ErrIncompleteBody))
+			return 0, c.fail(fmt.Errorf("%w: more data than x-amz-decoded-content-length", ErrIncompleteBody))
 		}
 		return n, io.EOF
 	}

@@ -73,8 +73,8 @@ func headerChecksum(h http.Header) (*checksum, error) {
 }
 
 // verifyReader hashes what it passes on and checks the sum when the
-// declared size has been read (or at EOF when the size is unknown),
-// returning the check's error together with the last bytes.
+// declared size has been read (or at EOF when the size is unknown); on a
+// mismatch it withholds the last bytes and returns the error instead.
 type verifyReader struct {
 	r         io.Reader
 	remaining int64 // -1: unknown
@@ -111,7 +111,10 @@ func (v *verifyReader) Read(p []byte) (int, error) {
 	switch {
 	case err == io.EOF:
 		if cerr := v.check(v.h.Sum(nil)); cerr != nil {
-			err = cerr
+			// Withhold the last bytes: io.CopyN ignores an error that
+			// comes with them.
+			v.err = cerr
+			return 0, cerr
 		}
 	case err == io.ErrUnexpectedEOF:
 		err = fmt.Errorf("%w: %w", ErrIncompleteBody, err)

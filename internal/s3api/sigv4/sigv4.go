@@ -96,9 +96,8 @@ type Result struct {
 	Presigned bool
 	// Body replaces the request body: it yields the decoded payload and
 	// verifies it while it streams. On a mismatch or a malformed or short
-	// body, the Read that delivers the last byte (or the first Read after
-	// the problem is seen) returns an error, so a consumer that stops at
-	// the declared size still sees it.
+	// body, Read returns an error instead of the last bytes, so even a
+	// consumer that stops at the declared size (io.CopyN) fails.
 	Body io.ReadCloser
 	// Size is the payload's size (x-amz-decoded-content-length for
 	// aws-chunked bodies, Content-Length otherwise), -1 when unknown.
