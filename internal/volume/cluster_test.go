@@ -1,0 +1,295 @@
+package volume_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/slipstream-io/slipstream/internal/volume"
+)
+
+// testNode is an in-process node: a local replica served over HTTP on a
+// loopback port that survives kill/restart.
+type testNode struct {
+	t     *testing.T
+	id    string
+	local *volume.Local
+	mps   []string
+	addr  string
+	srv   *http.Server
+	done  chan struct{}
+	// writes counts chunk-mutating requests per chunk, by URL path.
+	mu     sync.Mutex
+	writes map[string]int
+	puts   atomic.Int64
+}
+
+func startNode(t *testing.T, id string) *testNode {
+	l, mps := newLocal(t, 2)
+	n := &testNode{t: t, id: id, local: l, mps: mps, addr: "127.0.0.1:0", writes: map[string]int{}}
+	n.start()
+	t.Cleanup(n.kill)
+	return n
+}
+
+func (n *testNode) start() {
+	n.t.Helper()
+	var ln net.Listener
+	var err error
+	for i := 0; i < 50; i++ { // the old port may linger briefly after a kill
+		if ln, err = net.Listen("tcp", n.addr); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	n.addr = ln.Addr().String()
+	h := volume.NewHandler(n.local)
+	n.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPut || strings.HasSuffix(r.URL.Path, "/zero") {
+			n.puts.Add(1)
+			n.mu.Lock()
+			n.writes[strings.TrimSuffix(r.URL.Path, "/zero")]++
+			n.mu.Unlock()
+		}
+		h.ServeHTTP(w, r)
+	})}
+	n.done = make(chan struct{})
+	go func() { defer close(n.done); _ = n.srv.Serve(ln) }()
+}
+
+// kill closes the listener and every connection, like a crashed node.
+func (n *testNode) kill() {
+	if n.srv == nil {
+		return
+	}
+	n.srv.Close()
+	<-n.done
+	n.srv = nil
+}
+
+func (n *testNode) url() string { return "http://" + n.addr }
+
+func (n *testNode) resetCounts() {
+	n.mu.Lock()
+	n.writes = map[string]int{}
+	n.mu.Unlock()
+	n.puts.Store(0)
+}
+
+func (n *testNode) chunksWritten() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.writes)
+}
+
+// openVolume opens a volume coordinated by nodes[0]: its own replica is
+// called directly, the others over HTTP.
+func openVolume(t *testing.T, spec volume.Spec, stateDir string, nodes ...*testNode) *volume.Volume {
+	t.Helper()
+	cfg := volume.Config{Spec: spec, Self: nodes[0].id, StateDir: stateDir, Replicas: map[string]volume.Replica{},
+		OpTimeout: 2 * time.Second, ProbeInterval: 50 * time.Millisecond}
+	for i, n := range nodes {
+		cfg.Nodes = append(cfg.Nodes, n.id)
+		if i == 0 {
+			cfg.Replicas[n.id] = n.local
+		} else {
+			cfg.Replicas[n.id] = volume.NewClient(n.url(), nil)
+		}
+	}
+	v, err := volume.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { v.Close() })
+	return v
+}
+
+// waitInSync waits until no mirror of v is stale or down.
+func waitInSync(t *testing.T, v *volume.Volume, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if len(v.StaleChunks()) == 0 && len(v.Down()) == 0 {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("volume not in sync after %v: stale %v, down %v", d, v.StaleChunks(), v.Down())
+}
+
+// compareMirrors checks that every chunk reads the same on every owner.
+func compareMirrors(t *testing.T, v *volume.Volume, nodes ...*testNode) {
+	t.Helper()
+	ctx := context.Background()
+	spec := v.Spec()
+	byID := map[string]*testNode{}
+	for _, n := range nodes {
+		byID[n.id] = n
+	}
+	a, b := make([]byte, spec.ChunkSize), make([]byte, spec.ChunkSize)
+	for c := int64(0); c < spec.Chunks(); c++ {
+		owners := v.Owners(c)
+		if err := byID[owners[0]].local.ReadAt(ctx, spec.Name, c, a, 0); err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range owners[1:] {
+			if err := byID[o].local.ReadAt(ctx, spec.Name, c, b, 0); err != nil {
+				t.Fatal(err)
+			}
+			if string(a) != string(b) {
+				t.Fatalf("chunk %d differs between %s and %s", c, owners[0], o)
+			}
+		}
+	}
+}
+
+func TestSpecValidate(t *testing.T) {
+	for _, tt := range []struct {
+		spec volume.Spec
+		ok   bool
+	}{
+		{volume.Spec{Name: "v", Size: 1 << 30}, true},
+		{volume.Spec{Name: "v", Size: 1 << 30, ChunkSize: 3 << 20}, false},
+		{volume.Spec{Name: "v", Size: 0}, false},
+		{volume.Spec{Name: "_v", Size: 1}, false},
+		{volume.Spec{Name: "v", Size: 1, Copies: 9}, false},
+	} {
+		err := tt.spec.WithDefaults().Validate()
+		if (err == nil) != tt.ok {
+			t.Errorf("%+v: %v", tt.spec, err)
+		}
+	}
+}
+
+func TestMirroredFailoverAndResync(t *testing.T) {
+	ctx := context.Background()
+	a, b := startNode(t, "a"), startNode(t, "b")
+	spec := volume.Spec{Name: "vol1", Size: 32 << 20, ChunkSize: 1 << 20, Copies: 2}
+	state := t.TempDir()
+	v := openVolume(t, spec, state, a, b)
+	if v.Size() != spec.Size || !v.MultiConn() {
+		t.Fatal("size or multi-conn wrong")
+	}
+	pattern := func(seed byte, n int) []byte {
+		p := make([]byte, n)
+		for i := range p {
+			p[i] = seed + byte(i*7)
+		}
+		return p
+	}
+	// A write spanning two chunks lands on both mirrors.
+	if err := v.WriteAt(ctx, pattern(1, 8192), 1<<20-4096, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	compareMirrors(t, v, a, b)
+	got := make([]byte, 4096)
+	if err := b.local.ReadAt(ctx, "vol1", 1, got, 0); err != nil || string(got) != string(pattern(1, 8192)[4096:]) {
+		t.Fatalf("second mirror lacks the data: %v", err)
+	}
+
+	// Kill b: writes and reads go on without error; touched chunks are stale on b.
+	b.kill()
+	for i := int64(0); i < 5; i++ {
+		if err := v.WriteAt(ctx, pattern(byte(i), 4096), i*(3<<20)+4096, false); err != nil {
+			t.Fatalf("write with a mirror down: %v", err)
+		}
+	}
+	if err := v.WriteZeroes(ctx, 2<<20, 4096, true, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Flush(ctx); err != nil {
+		t.Fatalf("flush with a mirror down: %v", err)
+	}
+	if err := v.ReadAt(ctx, got, 3<<20+4096); err != nil || string(got) != string(pattern(1, 4096)) {
+		t.Fatalf("read with a mirror down: %v", err)
+	}
+	stale := v.StaleChunks()["b"]
+	if stale != 6 {
+		t.Fatalf("stale chunks on b = %d, want 6 (5 writes + 1 zero)", stale)
+	}
+	// The stale map is durable: a second volume over the same state sees it.
+	v2, err := volume.Open(ctx, volume.Config{Spec: spec, Nodes: []string{"a", "b"}, StateDir: state,
+		Replicas: map[string]volume.Replica{"a": a.local, "b": volume.NewClient("http://127.0.0.1:1", nil)}, ProbeInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := v2.StaleChunks()["b"]; got != 6 {
+		t.Errorf("persisted stale map has %d chunks for b, want 6", got)
+	}
+	v2.Close()
+
+	// Bring b back: only the stale chunks are copied, then the mirrors agree.
+	b.resetCounts()
+	b.start()
+	waitInSync(t, v, 10*time.Second)
+	if n := b.chunksWritten(); n != 6 {
+		t.Errorf("resync wrote %d chunks on b, want exactly the 6 stale ones", n)
+	}
+	compareMirrors(t, v, a, b)
+
+	// Reads prefer the local mirror: with a's data corrupted behind the
+	// volume's back, a read returns a's bytes.
+	if err := a.local.WriteAt(ctx, "vol1", 0, []byte("local"), 0, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.ReadAt(ctx, got[:5], 0); err != nil || string(got[:5]) != "local" {
+		t.Errorf("read did not come from the local mirror: %q %v", got[:5], err)
+	}
+
+	// With every mirror of a chunk gone, I/O fails with ErrNoMirror.
+	b.kill()
+	v1 := openVolume(t, volume.Spec{Name: "solo", Size: 8 << 20, ChunkSize: 1 << 20, Copies: 1}, t.TempDir(), a, b)
+	var remote int64 = -1
+	for c := int64(0); c < 8; c++ {
+		if v1.Owners(c)[0] == "b" {
+			remote = c
+			break
+		}
+	}
+	if remote < 0 {
+		t.Fatal("no chunk placed on b")
+	}
+	if err := v1.WriteAt(ctx, got, remote<<20, false); !errors.Is(err, volume.ErrNoMirror) {
+		t.Errorf("write to a chunk whose only mirror is down: %v", err)
+	}
+	if err := v1.ReadAt(ctx, got, remote<<20); !errors.Is(err, volume.ErrNoMirror) {
+		t.Errorf("read of a chunk whose only mirror is down: %v", err)
+	}
+	if err := v1.ReadAt(ctx, got, 8<<20); !errors.Is(err, volume.ErrOutOfRange) {
+		t.Errorf("read past the end: %v", err)
+	}
+}
+
+func TestPlacementSpreadsChunks(t *testing.T) {
+	nodes := []*testNode{startNode(t, "n1"), startNode(t, "n2"), startNode(t, "n3")}
+	v := openVolume(t, volume.Spec{Name: "spread", Size: 300 << 20, ChunkSize: 1 << 20, Copies: 2}, t.TempDir(), nodes...)
+	count := map[string]int{}
+	for c := int64(0); c < 300; c++ {
+		o := v.Owners(c)
+		if len(o) != 2 || o[0] == o[1] {
+			t.Fatalf("chunk %d owners %v", c, o)
+		}
+		for _, id := range o {
+			count[id]++
+		}
+	}
+	for id, k := range count {
+		if k < 150 || k > 250 {
+			t.Errorf("node %s holds %d of 600 chunk copies: %v", id, k, count)
+		}
+	}
+	_ = fmt.Sprint
+}

@@ -1,0 +1,300 @@
+package volume
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// The intra-cluster chunk protocol, served under /volume/:
+//
+//	GET    /volume/_ping
+//	GET    /volume/{vol}/{chunk}?off=O&n=N          -> N bytes
+//	PUT    /volume/{vol}/{chunk}?off=O[&sync=1]     body: the data
+//	POST   /volume/{vol}/{chunk}/zero?off=O&n=N[&punch=1]
+//	POST   /volume/{vol}/_sync                      body: chunk numbers, comma-separated
+//	DELETE /volume/{vol}
+//
+// Errors are plain-text bodies with status 400 (bad request) or 500.
+
+// MaxTransfer caps the data of one chunk request.
+const MaxTransfer = 64 << 20
+
+// NewHandler serves r over HTTP under /volume/.
+func NewHandler(r Replica) http.Handler {
+	h := &handler{r: r}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /volume/_ping", func(w http.ResponseWriter, req *http.Request) {
+		if err := r.Ping(req.Context()); err != nil {
+			httpError(w, err)
+		}
+	})
+	mux.HandleFunc("GET /volume/{vol}/{chunk}", h.read)
+	mux.HandleFunc("PUT /volume/{vol}/{chunk}", h.write)
+	mux.HandleFunc("POST /volume/{vol}/{chunk}/zero", h.zero)
+	mux.HandleFunc("POST /volume/{vol}/_sync", h.sync)
+	mux.HandleFunc("DELETE /volume/{vol}", func(w http.ResponseWriter, req *http.Request) {
+		if err := r.Delete(req.Context(), req.PathValue("vol")); err != nil {
+			httpError(w, err)
+		}
+	})
+	return mux
+}
+
+type handler struct {
+	r    Replica
+	pool sync.Pool
+}
+
+func (h *handler) buf(n int) *[]byte {
+	if v := h.pool.Get(); v != nil {
+		b := v.(*[]byte)
+		if cap(*b) >= n {
+			*b = (*b)[:n]
+			return b
+		}
+	}
+	b := make([]byte, n, max(n, 1<<20))
+	return &b
+}
+
+func (h *handler) put(b *[]byte) {
+	if cap(*b) <= 4<<20 {
+		h.pool.Put(b)
+	}
+}
+
+// args parses the chunk number and the off/n query values.
+func args(req *http.Request, needN bool) (chunk, off, n int64, err error) {
+	chunk, err = strconv.ParseInt(req.PathValue("chunk"), 10, 64)
+	if err != nil || chunk < 0 {
+		return 0, 0, 0, fmt.Errorf("%w: chunk %q", ErrOutOfRange, req.PathValue("chunk"))
+	}
+	q := req.URL.Query()
+	off, err = strconv.ParseInt(q.Get("off"), 10, 64)
+	if err != nil || off < 0 {
+		return 0, 0, 0, fmt.Errorf("%w: off %q", ErrOutOfRange, q.Get("off"))
+	}
+	if needN {
+		n, err = strconv.ParseInt(q.Get("n"), 10, 64)
+		if err != nil || n < 0 {
+			return 0, 0, 0, fmt.Errorf("%w: n %q", ErrOutOfRange, q.Get("n"))
+		}
+	}
+	return chunk, off, n, nil
+}
+
+func (h *handler) read(w http.ResponseWriter, req *http.Request) {
+	chunk, off, n, err := args(req, true)
+	if err == nil && n > MaxTransfer {
+		err = fmt.Errorf("%w: n %d", ErrOutOfRange, n)
+	}
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	b := h.buf(int(n))
+	defer h.put(b)
+	if err := h.r.ReadAt(req.Context(), req.PathValue("vol"), chunk, *b, off); err != nil {
+		httpError(w, err)
+		return
+	}
+	w.Header().Set("Content-Length", strconv.Itoa(len(*b)))
+	_, _ = w.Write(*b)
+}
+
+func (h *handler) write(w http.ResponseWriter, req *http.Request) {
+	chunk, off, _, err := args(req, false)
+	if err == nil && (req.ContentLength < 0 || req.ContentLength > MaxTransfer) {
+		err = fmt.Errorf("%w: content length %d", ErrOutOfRange, req.ContentLength)
+	}
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	b := h.buf(int(req.ContentLength))
+	defer h.put(b)
+	if _, err := io.ReadFull(req.Body, *b); err != nil {
+		httpError(w, fmt.Errorf("volume: short body: %w", err))
+		return
+	}
+	if err := h.r.WriteAt(req.Context(), req.PathValue("vol"), chunk, *b, off, req.URL.Query().Get("sync") == "1"); err != nil {
+		httpError(w, err)
+	}
+}
+
+func (h *handler) zero(w http.ResponseWriter, req *http.Request) {
+	chunk, off, n, err := args(req, true)
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	if err := h.r.Zero(req.Context(), req.PathValue("vol"), chunk, off, n, req.URL.Query().Get("punch") == "1"); err != nil {
+		httpError(w, err)
+	}
+}
+
+func (h *handler) sync(w http.ResponseWriter, req *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(req.Body, 16<<20))
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	chunks, err := parseChunkList(string(body))
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	if err := h.r.Sync(req.Context(), req.PathValue("vol"), chunks); err != nil {
+		httpError(w, err)
+	}
+}
+
+func parseChunkList(s string) ([]int64, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return nil, nil
+	}
+	parts := strings.Split(s, ",")
+	out := make([]int64, len(parts))
+	for i, p := range parts {
+		c, err := strconv.ParseInt(p, 10, 64)
+		if err != nil || c < 0 {
+			return nil, fmt.Errorf("%w: chunk %q", ErrOutOfRange, p)
+		}
+		out[i] = c
+	}
+	return out, nil
+}
+
+func httpError(w http.ResponseWriter, err error) {
+	code := http.StatusInternalServerError
+	if errors.Is(err, ErrOutOfRange) || errors.Is(err, ErrInvalidName) {
+		code = http.StatusBadRequest
+	}
+	http.Error(w, err.Error(), code)
+}
+
+// Client is a Replica on another node, reached over HTTP.
+type Client struct {
+	base string
+	hc   *http.Client
+}
+
+var _ Replica = (*Client)(nil)
+
+// NewClient returns a replica client for the node at baseURL
+// (e.g. "http://10.0.0.2:9001"); hc nil means a client with a connection
+// pool sized for deep queues.
+func NewClient(baseURL string, hc *http.Client) *Client {
+	if hc == nil {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConnsPerHost = 256
+		tr.MaxIdleConns = 1024
+		tr.Proxy = nil
+		hc = &http.Client{Transport: tr}
+	}
+	return &Client{base: strings.TrimRight(baseURL, "/"), hc: hc}
+}
+
+func (c *Client) url(vol string, chunk int64, suffix, query string) string {
+	var b strings.Builder
+	b.Grow(len(c.base) + len(vol) + 64)
+	b.WriteString(c.base)
+	b.WriteString("/volume/")
+	b.WriteString(vol)
+	if chunk >= 0 {
+		b.WriteByte('/')
+		b.WriteString(strconv.FormatInt(chunk, 10))
+	}
+	b.WriteString(suffix)
+	if query != "" {
+		b.WriteByte('?')
+		b.WriteString(query)
+	}
+	return b.String()
+}
+
+func (c *Client) do(ctx context.Context, method, url string, body []byte, into []byte) error {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, rd)
+	if err != nil {
+		return err
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrReplicaError, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+		if resp.StatusCode == http.StatusBadRequest {
+			return fmt.Errorf("%w: %s", ErrOutOfRange, strings.TrimSpace(string(msg)))
+		}
+		return fmt.Errorf("%w: %s %s: %s: %s", ErrReplicaError, method, url, resp.Status, strings.TrimSpace(string(msg)))
+	}
+	if into != nil {
+		if _, err := io.ReadFull(resp.Body, into); err != nil {
+			return fmt.Errorf("%w: reading body: %w", ErrReplicaError, err)
+		}
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return nil
+}
+
+// ReadAt implements Replica.
+func (c *Client) ReadAt(ctx context.Context, vol string, chunk int64, p []byte, off int64) error {
+	return c.do(ctx, http.MethodGet, c.url(vol, chunk, "", "off="+strconv.FormatInt(off, 10)+"&n="+strconv.Itoa(len(p))), nil, p)
+}
+
+// WriteAt implements Replica.
+func (c *Client) WriteAt(ctx context.Context, vol string, chunk int64, p []byte, off int64, sync bool) error {
+	q := "off=" + strconv.FormatInt(off, 10)
+	if sync {
+		q += "&sync=1"
+	}
+	return c.do(ctx, http.MethodPut, c.url(vol, chunk, "", q), p, nil)
+}
+
+// Zero implements Replica.
+func (c *Client) Zero(ctx context.Context, vol string, chunk int64, off, n int64, punch bool) error {
+	q := "off=" + strconv.FormatInt(off, 10) + "&n=" + strconv.FormatInt(n, 10)
+	if punch {
+		q += "&punch=1"
+	}
+	return c.do(ctx, http.MethodPost, c.url(vol, chunk, "/zero", q), nil, nil)
+}
+
+// Sync implements Replica.
+func (c *Client) Sync(ctx context.Context, vol string, chunks []int64) error {
+	var b []byte
+	for i, ch := range chunks {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, ch, 10)
+	}
+	if b == nil {
+		b = []byte{}
+	}
+	return c.do(ctx, http.MethodPost, c.url(vol, -1, "/_sync", ""), b, nil)
+}
+
+// Delete implements Replica.
+func (c *Client) Delete(ctx context.Context, vol string) error {
+	return c.do(ctx, http.MethodDelete, c.url(vol, -1, "", ""), nil, nil)
+}
+
+// Ping implements Replica.
+func (c *Client) Ping(ctx context.Context) error {
+	return c.do(ctx, http.MethodGet, c.base+"/volume/_ping", nil, nil)
+}

@@ -1,0 +1,267 @@
+package volume
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/slipstream-io/slipstream/internal/placement"
+	"github.com/slipstream-io/slipstream/internal/volume/filedev"
+)
+
+// LocalConfig configures a Local replica.
+type LocalConfig struct {
+	// Mountpaths are the node's drives; a chunk lives on the one HRW picks.
+	Mountpaths []string
+	// MaxOpenFiles bounds the chunk files kept open. Default 4096.
+	MaxOpenFiles int
+	// MaxChunkSize bounds offsets (a guard against bad requests). Default 1 GiB.
+	MaxChunkSize int64
+}
+
+// Local stores chunks as sparse files <mountpath>/volumes/<vol>/<chunk>:
+// a write is a pwrite in place, a read past what was written reads zeros,
+// a punch deallocates.
+type Local struct {
+	cfg LocalConfig
+
+	mu    sync.Mutex
+	files map[fileKey]*openFile
+}
+
+var _ Replica = (*Local)(nil)
+
+type fileKey struct {
+	vol   string
+	chunk int64
+}
+
+type openFile struct {
+	f    *os.File
+	refs int
+}
+
+// NewLocal returns a local replica over cfg.Mountpaths.
+func NewLocal(cfg LocalConfig) (*Local, error) {
+	if len(cfg.Mountpaths) == 0 {
+		return nil, errors.New("volume: LocalConfig.Mountpaths is empty")
+	}
+	if cfg.MaxOpenFiles <= 0 {
+		cfg.MaxOpenFiles = 4096
+	}
+	if cfg.MaxChunkSize <= 0 {
+		cfg.MaxChunkSize = 1 << 30
+	}
+	return &Local{cfg: cfg, files: map[fileKey]*openFile{}}, nil
+}
+
+func (l *Local) dir(mp, vol string) string { return filepath.Join(mp, "volumes", vol) }
+
+func (l *Local) path(vol string, chunk int64) string {
+	mp := l.cfg.Mountpaths[placement.Mountpath(l.cfg.Mountpaths, ChunkName(vol, chunk))]
+	return filepath.Join(l.dir(mp, vol), fmt.Sprintf("%016x", chunk))
+}
+
+// open returns the chunk file, opening (and with create, creating) it;
+// (nil, nil) when it does not exist and create is false.
+func (l *Local) open(vol string, chunk int64, create bool) (*openFile, error) {
+	if err := ValidName(vol); err != nil {
+		return nil, err
+	}
+	if chunk < 0 {
+		return nil, fmt.Errorf("%w: chunk %d", ErrOutOfRange, chunk)
+	}
+	k := fileKey{vol, chunk}
+	l.mu.Lock()
+	if of, ok := l.files[k]; ok {
+		of.refs++
+		l.mu.Unlock()
+		return of, nil
+	}
+	l.mu.Unlock()
+
+	p := l.path(vol, chunk)
+	f, err := os.OpenFile(p, os.O_RDWR, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		if !create {
+			return nil, nil
+		}
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return nil, err
+		}
+		f, err = os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o644)
+		if err == nil {
+			// Make the new name durable, so that a later fdatasync of the
+			// file is enough for FUA and flush.
+			err = syncDir(filepath.Dir(p))
+		}
+	}
+	if err != nil {
+		if f != nil {
+			f.Close()
+		}
+		return nil, err
+	}
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if of, ok := l.files[k]; ok { // raced with another opener
+		f.Close()
+		of.refs++
+		return of, nil
+	}
+	if len(l.files) >= l.cfg.MaxOpenFiles {
+		for k2, of := range l.files {
+			if of.refs == 0 {
+				of.f.Close()
+				delete(l.files, k2)
+				if len(l.files) < l.cfg.MaxOpenFiles {
+					break
+				}
+			}
+		}
+	}
+	of := &openFile{f: f, refs: 1}
+	l.files[k] = of
+	return of, nil
+}
+
+func (l *Local) release(of *openFile) {
+	l.mu.Lock()
+	of.refs--
+	l.mu.Unlock()
+}
+
+func (l *Local) check(off, n int64) error {
+	if off < 0 || n < 0 || off+n > l.cfg.MaxChunkSize {
+		return fmt.Errorf("%w: [%d, +%d)", ErrOutOfRange, off, n)
+	}
+	return nil
+}
+
+// ReadAt implements Replica.
+func (l *Local) ReadAt(_ context.Context, vol string, chunk int64, p []byte, off int64) error {
+	if err := l.check(off, int64(len(p))); err != nil {
+		return err
+	}
+	of, err := l.open(vol, chunk, false)
+	if err != nil {
+		return err
+	}
+	if of == nil {
+		clear(p)
+		return nil
+	}
+	defer l.release(of)
+	n, err := of.f.ReadAt(p, off)
+	if err == io.EOF {
+		clear(p[n:])
+		err = nil
+	}
+	return err
+}
+
+// WriteAt implements Replica.
+func (l *Local) WriteAt(_ context.Context, vol string, chunk int64, p []byte, off int64, sync bool) error {
+	if err := l.check(off, int64(len(p))); err != nil {
+		return err
+	}
+	of, err := l.open(vol, chunk, true)
+	if err != nil {
+		return err
+	}
+	defer l.release(of)
+	if _, err := of.f.WriteAt(p, off); err != nil {
+		return err
+	}
+	if sync {
+		return unix.Fdatasync(int(of.f.Fd()))
+	}
+	return nil
+}
+
+// Zero implements Replica.
+func (l *Local) Zero(_ context.Context, vol string, chunk int64, off, n int64, punch bool) error {
+	if err := l.check(off, n); err != nil {
+		return err
+	}
+	of, err := l.open(vol, chunk, !punch)
+	if err != nil || of == nil {
+		return err
+	}
+	defer l.release(of)
+	if punch {
+		return filedev.PunchHole(of.f, off, n)
+	}
+	return filedev.ZeroRange(of.f, off, n)
+}
+
+// Sync implements Replica.
+func (l *Local) Sync(_ context.Context, vol string, chunks []int64) error {
+	for _, c := range chunks {
+		of, err := l.open(vol, c, false)
+		if err != nil {
+			return err
+		}
+		if of == nil {
+			continue
+		}
+		err = unix.Fdatasync(int(of.f.Fd()))
+		l.release(of)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Delete implements Replica.
+func (l *Local) Delete(_ context.Context, vol string) error {
+	if err := ValidName(vol); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	for k, of := range l.files {
+		if k.vol == vol {
+			of.f.Close()
+			delete(l.files, k)
+		}
+	}
+	l.mu.Unlock()
+	for _, mp := range l.cfg.Mountpaths {
+		if err := os.RemoveAll(l.dir(mp, vol)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Ping implements Replica.
+func (l *Local) Ping(context.Context) error { return nil }
+
+// Close closes every open chunk file.
+func (l *Local) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for k, of := range l.files {
+		of.f.Close()
+		delete(l.files, k)
+	}
+	return nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}

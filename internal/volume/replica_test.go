@@ -1,0 +1,131 @@
+package volume_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"github.com/slipstream-io/slipstream/internal/volume"
+)
+
+func newLocal(t *testing.T, mountpaths int) (*volume.Local, []string) {
+	t.Helper()
+	var mps []string
+	for i := 0; i < mountpaths; i++ {
+		mps = append(mps, filepath.Join(t.TempDir(), "mp"))
+	}
+	l, err := volume.NewLocal(volume.LocalConfig{Mountpaths: mps})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l, mps
+}
+
+// allocated returns the bytes allocated to the chunk files under the mountpaths.
+func allocated(t *testing.T, mps []string) int64 {
+	t.Helper()
+	var total int64
+	for _, mp := range mps {
+		filepath.Walk(mp, func(p string, fi os.FileInfo, err error) error {
+			if err == nil && fi.Mode().IsRegular() {
+				total += fi.Sys().(*syscall.Stat_t).Blocks * 512
+			}
+			return nil
+		})
+	}
+	return total
+}
+
+// TestReplicas runs one conformance suite on the local replica and on the
+// HTTP client talking to a handler over a local replica.
+func TestReplicas(t *testing.T) {
+	for _, kind := range []string{"local", "http"} {
+		t.Run(kind, func(t *testing.T) {
+			ctx := context.Background()
+			l, mps := newLocal(t, 2)
+			var r volume.Replica = l
+			if kind == "http" {
+				srv := httptest.NewServer(volume.NewHandler(l))
+				t.Cleanup(srv.Close)
+				r = volume.NewClient(srv.URL, nil)
+			}
+			if err := r.Ping(ctx); err != nil {
+				t.Fatal(err)
+			}
+			buf := make([]byte, 8192)
+			// Unwritten chunks read as zeros and take no space.
+			buf[0] = 1
+			if err := r.ReadAt(ctx, "v1", 3, buf, 4096); err != nil || !allZeroes(buf) {
+				t.Fatalf("unwritten read: %v", err)
+			}
+			data := bytes.Repeat([]byte("slipstream"), 410)[:4096]
+			if err := r.WriteAt(ctx, "v1", 3, data, 1<<20, false); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.WriteAt(ctx, "v1", 5, data, 0, true); err != nil {
+				t.Fatal(err)
+			}
+			// A 4 KiB write in the middle of a chunk allocates about 4 KiB per chunk.
+			if a := allocated(t, mps); a > 64<<10 {
+				t.Errorf("two 4 KiB writes allocated %d bytes", a)
+			}
+			got := make([]byte, 4096+100)
+			if err := r.ReadAt(ctx, "v1", 3, got, 1<<20); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got[:4096], data) || !allZeroes(got[4096:]) {
+				t.Fatal("read back differs (or the tail past the write is not zero)")
+			}
+			if err := r.Sync(ctx, "v1", []int64{3, 5, 9}); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.Zero(ctx, "v1", 3, 1<<20, 4096, true); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.ReadAt(ctx, "v1", 3, got, 1<<20); err != nil || !allZeroes(got) {
+				t.Fatalf("punched range not zero: %v", err)
+			}
+			if err := r.Zero(ctx, "v1", 5, 100, 10, false); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.ReadAt(ctx, "v1", 5, got[:200], 0); err != nil || !allZeroes(got[100:110]) || got[99] != data[99] || got[110] != data[110] {
+				t.Fatalf("zero range wrong: %v", err)
+			}
+			for _, bad := range []string{"", "../x", "_ping", "a/b"} {
+				if err := r.WriteAt(ctx, bad, 0, data, 0, false); err == nil {
+					t.Errorf("volume name %q accepted", bad)
+				}
+			}
+			if err := r.ReadAt(ctx, "v1", -1, got, 0); err == nil {
+				t.Error("negative chunk accepted")
+			}
+			if err := r.ReadAt(ctx, "v1", 0, got, 1<<40); !errors.Is(err, volume.ErrOutOfRange) {
+				t.Errorf("huge offset: %v", err)
+			}
+			if err := r.Delete(ctx, "v1"); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.ReadAt(ctx, "v1", 5, got, 0); err != nil || !allZeroes(got) {
+				t.Fatalf("deleted volume still has data: %v", err)
+			}
+			if a := allocated(t, mps); a != 0 {
+				t.Errorf("deleted volume still holds %d bytes", a)
+			}
+		})
+	}
+}
+
+func allZeroes(b []byte) bool {
+	for _, x := range b {
+		if x != 0 {
+			return false
+		}
+	}
+	return true
+}

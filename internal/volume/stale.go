@@ -1,0 +1,205 @@
+package volume
+
+import (
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"sync/atomic"
+)
+
+// staleStore records, per node, the chunks that node missed. A newly set
+// bit is saved (fsynced) before the write that set it is acknowledged;
+// cleared bits are saved lazily (a bit that survives a crash only costs a
+// redundant copy).
+type staleStore struct {
+	path   string
+	chunks int64
+
+	mu    sync.Mutex // guards nodes map creation
+	nodes map[string]*bitmap
+
+	gen   atomic.Uint64 // bumped on every change
+	total atomic.Int64  // stale bits over all nodes
+	saveM sync.Mutex
+	saved uint64
+}
+
+type bitmap struct {
+	words []atomic.Uint64
+	count atomic.Int64
+}
+
+// staleFile is the on-disk form.
+type staleFile struct {
+	Chunks int64              `json:"chunks"`
+	Stale  map[string][]int64 `json:"stale"`
+}
+
+func openStaleStore(dir, vol string, chunks int64) (*staleStore, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	s := &staleStore{path: filepath.Join(dir, vol+".stale.json"), chunks: chunks, nodes: map[string]*bitmap{}}
+	b, err := os.ReadFile(s.path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return s, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var f staleFile
+	if err := json.Unmarshal(b, &f); err != nil {
+		return nil, err
+	}
+	for node, cs := range f.Stale {
+		for _, c := range cs {
+			if c >= 0 && c < chunks {
+				s.mark(node, c)
+			}
+		}
+	}
+	s.saved = s.gen.Load()
+	return s, nil
+}
+
+func (s *staleStore) bm(node string, create bool) *bitmap {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := s.nodes[node]
+	if b == nil && create {
+		b = &bitmap{words: make([]atomic.Uint64, (s.chunks+63)/64)}
+		s.nodes[node] = b
+	}
+	return b
+}
+
+// isStale is the hot-path check; it takes no lock while nothing is stale.
+func (s *staleStore) isStale(node string, c int64) bool {
+	if s.total.Load() == 0 {
+		return false
+	}
+	b := s.bm(node, false)
+	if b == nil || b.count.Load() == 0 {
+		return false
+	}
+	return b.words[c/64].Load()&(1<<(c%64)) != 0
+}
+
+// mark sets the bit; it reports whether it was newly set.
+func (s *staleStore) mark(node string, c int64) bool {
+	b := s.bm(node, true)
+	bit := uint64(1) << (c % 64)
+	if b.words[c/64].Or(bit)&bit != 0 {
+		return false
+	}
+	b.count.Add(1)
+	s.total.Add(1)
+	s.gen.Add(1)
+	return true
+}
+
+func (s *staleStore) clear(node string, c int64) {
+	b := s.bm(node, false)
+	if b == nil {
+		return
+	}
+	bit := uint64(1) << (c % 64)
+	if b.words[c/64].And(^bit)&bit != 0 {
+		b.count.Add(-1)
+		s.total.Add(-1)
+		s.gen.Add(1)
+	}
+}
+
+func (s *staleStore) list(node string) []int64 {
+	b := s.bm(node, false)
+	if b == nil || b.count.Load() == 0 {
+		return nil
+	}
+	var out []int64
+	for i := range b.words {
+		w := b.words[i].Load()
+		for w != 0 {
+			j := int64(0)
+			for w&(1<<j) == 0 {
+				j++
+			}
+			out = append(out, int64(i)*64+j)
+			w &^= 1 << j
+		}
+	}
+	return out
+}
+
+func (s *staleStore) counts() map[string]int {
+	s.mu.Lock()
+	names := make([]string, 0, len(s.nodes))
+	for n := range s.nodes {
+		names = append(names, n)
+	}
+	s.mu.Unlock()
+	out := map[string]int{}
+	for _, n := range names {
+		if k := s.bm(n, false).count.Load(); k > 0 {
+			out[n] = int(k)
+		}
+	}
+	return out
+}
+
+// save writes the map if it changed since the last save; concurrent
+// callers share one write.
+func (s *staleStore) save() error {
+	want := s.gen.Load()
+	s.saveM.Lock()
+	defer s.saveM.Unlock()
+	if s.saved >= want {
+		return nil
+	}
+	gen := s.gen.Load()
+	f := staleFile{Chunks: s.chunks, Stale: map[string][]int64{}}
+	s.mu.Lock()
+	names := make([]string, 0, len(s.nodes))
+	for n := range s.nodes {
+		names = append(names, n)
+	}
+	s.mu.Unlock()
+	sort.Strings(names)
+	for _, n := range names {
+		if l := s.list(n); len(l) > 0 {
+			f.Stale[n] = l
+		}
+	}
+	b, err := json.Marshal(f)
+	if err != nil {
+		return err
+	}
+	tmp := s.path + ".tmp"
+	fh, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	if _, err := fh.Write(b); err != nil {
+		fh.Close()
+		return err
+	}
+	if err := fh.Sync(); err != nil {
+		fh.Close()
+		return err
+	}
+	if err := fh.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, s.path); err != nil {
+		return err
+	}
+	if err := syncDir(filepath.Dir(s.path)); err != nil {
+		return err
+	}
+	s.saved = gen
+	return nil
+}
