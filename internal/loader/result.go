@@ -1,0 +1,153 @@
+package loader
+
+import (
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/slipstream-io/slipstream/internal/sysstat"
+)
+
+// ResultVersion is the version of the result file format.
+const ResultVersion = 1
+
+// Result is everything one run measured; it is what the JSON result file
+// holds and what reports are rendered from.
+type Result struct {
+	Version int       `json:"version"`
+	Label   string    `json:"label"`
+	Params  Params    `json:"params"`
+	Start   time.Time `json:"start"`
+	End     time.Time `json:"end"`
+	Fill    *Phase    `json:"fill,omitempty"`
+	Main    Phase     `json:"main"`
+	// Nodes holds the raw snapshots of each stats endpoint, one a second,
+	// over the whole run (fill included); sysstat.Rates turns them into
+	// throughput and utilisation.
+	Nodes   []NodeStats `json:"nodes,omitempty"`
+	Cleanup *Cleanup    `json:"cleanup,omitempty"`
+}
+
+// Params records the run's configuration (without credentials).
+type Params struct {
+	Endpoint    string   `json:"endpoint"`
+	Bucket      string   `json:"bucket"`
+	Prefix      string   `json:"prefix"`
+	Workload    string   `json:"workload"`
+	PutPercent  int      `json:"put_percent"`
+	Workers     int      `json:"workers"`
+	MinSize     int64    `json:"min_size"`
+	MaxSize     int64    `json:"max_size"`
+	Duration    string   `json:"duration,omitempty"`
+	Epochs      int      `json:"epochs,omitempty"`
+	MaxOps      int64    `json:"max_ops,omitempty"`
+	RateLimit   float64  `json:"rate_limit,omitempty"`
+	Objects     int      `json:"objects"` // dataset objects this loader used
+	LoaderID    int      `json:"loader_id"`
+	LoaderCount int      `json:"loader_count"`
+	Router      string   `json:"router"`
+	StatsURLs   []string `json:"stats_urls,omitempty"`
+	Seed        int64    `json:"seed"`
+	Host        string   `json:"host,omitempty"`
+}
+
+// Phase is the measurement of one phase (fill or main).
+type Phase struct {
+	Name    string               `json:"name"`
+	Start   time.Time            `json:"start"`
+	End     time.Time            `json:"end"`
+	Seconds float64              `json:"seconds"`
+	Epochs  int                  `json:"epochs_done,omitempty"`
+	Total   OpSummary            `json:"total"`
+	Ops     map[string]OpSummary `json:"ops"`
+	Errors  map[string]int64     `json:"errors,omitempty"`
+	Series  []Second             `json:"series"`
+	// Histograms are the per-op latency histograms, HdrHistogram V2
+	// compressed, base64, in microseconds (see DecodeHistogram).
+	Histograms map[string]string `json:"histograms,omitempty"`
+}
+
+// NodeStats is what one stats endpoint returned during the run.
+type NodeStats struct {
+	URL       string             `json:"url"`
+	Samples   []sysstat.Snapshot `json:"samples"`
+	Errors    int                `json:"errors,omitempty"`
+	LastError string             `json:"last_error,omitempty"`
+}
+
+// Rates returns the per-second rates between consecutive samples.
+func (n NodeStats) Rates() []sysstat.Rate {
+	var out []sysstat.Rate
+	for i := 1; i < len(n.Samples); i++ {
+		if r := sysstat.Rates(n.Samples[i-1], n.Samples[i]); r.Interval > 0 {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// Cleanup reports the deletion of what the run created.
+type Cleanup struct {
+	Deleted int `json:"deleted"`
+	Errors  int `json:"errors"`
+}
+
+// WriteJSON writes r to path, indented.
+func (r *Result) WriteJSON(path string) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return fmt.Errorf("loader: encode result: %w", err)
+	}
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("loader: %w", err)
+	}
+	return nil
+}
+
+// ReadResult reads a result file written by WriteJSON.
+func ReadResult(path string) (*Result, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("loader: %w", err)
+	}
+	var r Result
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrResult, path, err)
+	}
+	if r.Version != ResultVersion {
+		return nil, fmt.Errorf("%w: %s: version %d, want %d", ErrResult, path, r.Version, ResultVersion)
+	}
+	return &r, nil
+}
+
+var csvHeader = []string{"phase", "t", "dur", "ops", "get_ops", "put_ops", "errors", "bytes", "read_bytes", "write_bytes",
+	"ops_per_sec", "bytes_per_sec", "p50_ms", "p90_ms", "p99_ms", "p99_9_ms", "max_ms", "ttfb_p50_ms", "ttfb_p99_ms"}
+
+// WriteCSV writes the per-second series of every phase as CSV.
+func (r *Result) WriteCSV(w io.Writer) error {
+	cw := csv.NewWriter(w)
+	if err := cw.Write(csvHeader); err != nil {
+		return err
+	}
+	f := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+	n := func(v int64) string { return strconv.FormatInt(v, 10) }
+	phases := []*Phase{r.Fill, &r.Main}
+	for _, p := range phases {
+		if p == nil {
+			continue
+		}
+		for _, s := range p.Series {
+			if err := cw.Write([]string{p.Name, f(s.T), f(s.Dur), n(s.Ops), n(s.GetOps), n(s.PutOps), n(s.Errors),
+				n(s.Bytes), n(s.ReadBytes), n(s.WriteBytes), f(s.OpsPerSec), f(s.BytesPerSec),
+				f(s.P50), f(s.P90), f(s.P99), f(s.P999), f(s.Max), f(s.TTFBP50), f(s.TTFBP99)}); err != nil {
+				return err
+			}
+		}
+	}
+	cw.Flush()
+	return cw.Error()
+}
