@@ -454,7 +454,10 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // Do sends req to peer over its least-loaded usable pair and retries it on
-// another pair when it fails and is Replayable. req.URL carries only the
+// another pair when it fails and is Replayable. When the connection under a
+// GET response's body fails part-way and the response names its version
+// (ETag or Last-Modified), the rest is fetched from another pair with a
+// Range request, and the body reads on unbroken. req.URL carries only the
 // path and query; Do fills in the scheme and the chosen address. The
 // response body must be closed.
 func (t *Transport) Do(ctx context.Context, peer Peer, req *http.Request) (*http.Response, error) {
@@ -487,6 +490,9 @@ func (t *Transport) do(ctx context.Context, peer Peer, req *http.Request, scheme
 		}
 		resp, err := t.attempt(ctx, p, req, i, scheme, host)
 		if err == nil {
+			if resp.Body != http.NoBody {
+				t.resumable(ctx, req, resp, p, ps, scheme, host)
+			}
 			return resp, nil
 		}
 		lastErr = err
