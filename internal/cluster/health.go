@@ -54,7 +54,9 @@ func (c *Cluster) healthRound(lastOK map[string]time.Time) {
 			lastOK[id] = now
 		}
 		if id == c.self.ID {
+			mu.Lock()
 			ok[id] = true
+			mu.Unlock()
 			continue
 		}
 		n := m.Nodes[id]
