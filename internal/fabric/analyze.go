@@ -170,8 +170,19 @@ type AnalyzeOptions struct {
 
 // Analyze computes link loads for every route in both directions, then
 // every route's weight, one destination tree at a time.
+// The result is computed once per model and shared; do not modify it.
 func (m *Model) Analyze(ctx context.Context) (*Analysis, error) {
-	return m.AnalyzeWith(ctx, AnalyzeOptions{})
+	m.anMu.Lock()
+	defer m.anMu.Unlock()
+	if m.an != nil {
+		return m.an, nil
+	}
+	a, err := m.AnalyzeWith(ctx, AnalyzeOptions{})
+	if err != nil {
+		return nil, err
+	}
+	m.an = a
+	return a, nil
 }
 
 type destLID struct {

@@ -25,6 +25,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/slipstream-io/slipstream/internal/fabric/ibdump"
 )
@@ -133,6 +134,9 @@ type Model struct {
 	epLeaf []int32
 	// core[p] is true when port p and its peer are both switch ports.
 	core []bool
+
+	anMu sync.Mutex
+	an   *Analysis // cached by Analyze
 }
 
 // PortRef names a port for people and JSON.
@@ -290,3 +294,6 @@ func sortedKeys[K ~string, V any](mp map[K]V) []K {
 	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
 	return out
 }
+
+// PortID is the Ports index of port num of node.
+func (m *Model) PortID(node int32, num int) int32 { return m.Nodes[node].portBase + int32(num) }

@@ -1,0 +1,160 @@
+// Package hostlist converts between host name lists and the compact Slurm
+// hostlist syntax, e.g. node[001-004,009],stor[1-2].
+package hostlist
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// ErrSyntax is returned (wrapped) for a malformed hostlist expression.
+var ErrSyntax = errors.New("hostlist: syntax error")
+
+// MaxHosts bounds what Expand produces, so a short expression cannot ask
+// for unbounded memory.
+const MaxHosts = 1 << 20
+
+// Compress writes names as a Slurm hostlist. Names that end in digits are
+// grouped by prefix and digit width; ranges keep zero padding. Order: by
+// prefix, then number; duplicates are dropped.
+func Compress(names []string) string {
+	type key struct {
+		prefix string
+		width  int
+	}
+	groups := map[key][]int{}
+	var plain []string
+	for _, n := range names {
+		i := len(n)
+		for i > 0 && n[i-1] >= '0' && n[i-1] <= '9' {
+			i--
+		}
+		digits := n[i:]
+		if digits == "" || len(digits) > 9 || strings.ContainsAny(n[:i], "[],") {
+			plain = append(plain, n)
+			continue
+		}
+		v, _ := strconv.Atoi(digits)
+		groups[key{n[:i], len(digits)}] = append(groups[key{n[:i], len(digits)}], v)
+	}
+	keys := make([]key, 0, len(groups))
+	for k := range groups {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].prefix != keys[j].prefix {
+			return keys[i].prefix < keys[j].prefix
+		}
+		return keys[i].width < keys[j].width
+	})
+	var parts []string
+	for _, k := range keys {
+		vs := groups[k]
+		sort.Ints(vs)
+		var rs []string
+		for i := 0; i < len(vs); {
+			j := i
+			for j+1 < len(vs) && vs[j+1] <= vs[j]+1 {
+				j++
+			}
+			lo, hi := fmt.Sprintf("%0*d", k.width, vs[i]), fmt.Sprintf("%0*d", k.width, vs[j])
+			if lo == hi {
+				rs = append(rs, lo)
+			} else {
+				rs = append(rs, lo+"-"+hi)
+			}
+			i = j + 1
+		}
+		if len(rs) == 1 && !strings.Contains(rs[0], "-") {
+			parts = append(parts, k.prefix+rs[0])
+		} else {
+			parts = append(parts, k.prefix+"["+strings.Join(rs, ",")+"]")
+		}
+	}
+	sort.Strings(plain)
+	for i, p := range plain {
+		if i == 0 || plain[i-1] != p {
+			parts = append(parts, p)
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+// Expand parses a hostlist such as "node[001-003,007],stor1" into names.
+// Each comma-separated item may hold one bracket group (Slurm's common
+// form).
+func Expand(s string) ([]string, error) {
+	var out []string
+	s = strings.TrimSpace(s)
+	for len(s) > 0 {
+		// split at the next comma outside brackets
+		depth, i := 0, 0
+		for ; i < len(s); i++ {
+			switch s[i] {
+			case '[':
+				depth++
+			case ']':
+				depth--
+			}
+			if s[i] == ',' && depth == 0 {
+				break
+			}
+		}
+		item := strings.TrimSpace(s[:i])
+		if i < len(s) {
+			s = s[i+1:]
+		} else {
+			s = ""
+		}
+		if item == "" {
+			continue
+		}
+		names, err := expandItem(item, MaxHosts-len(out))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, names...)
+	}
+	return out, nil
+}
+
+func expandItem(item string, limit int) ([]string, error) {
+	lb := strings.IndexByte(item, '[')
+	if lb < 0 {
+		if strings.ContainsAny(item, "]") {
+			return nil, fmt.Errorf("%w: stray ']' in %q", ErrSyntax, item)
+		}
+		return []string{item}, nil
+	}
+	rb := strings.IndexByte(item, ']')
+	if rb < lb || strings.Count(item, "[") != 1 || strings.Count(item, "]") != 1 {
+		return nil, fmt.Errorf("%w: bad brackets in %q", ErrSyntax, item)
+	}
+	prefix, body, suffix := item[:lb], item[lb+1:rb], item[rb+1:]
+	var out []string
+	for _, r := range strings.Split(body, ",") {
+		lo, hi, isRange := strings.Cut(r, "-")
+		a, err := strconv.Atoi(lo)
+		if err != nil || lo == "" || a < 0 {
+			return nil, fmt.Errorf("%w: bad number %q in %q", ErrSyntax, lo, item)
+		}
+		b := a
+		width := len(lo)
+		if isRange {
+			b, err = strconv.Atoi(hi)
+			if err != nil || b < a {
+				return nil, fmt.Errorf("%w: bad range %q in %q", ErrSyntax, r, item)
+			}
+		}
+		if b-a >= limit-len(out) {
+			return nil, fmt.Errorf("%w: more than %d hosts", ErrSyntax, MaxHosts)
+		}
+		for v := a; v <= b; v++ {
+			out = append(out, fmt.Sprintf("%s%0*d%s", prefix, width, v, suffix))
+		}
+	}
+	return out, nil
+}
