@@ -1,0 +1,550 @@
+package tier
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/slipstream-io/slipstream/internal/backend"
+	"github.com/slipstream-io/slipstream/internal/object"
+)
+
+// op is a pending write-back operation (owned or held as a replica).
+type op struct {
+	kind    Kind // KindPut or KindDelete
+	seq     uint64
+	time    time.Time
+	bucket  string
+	key     string
+	size    int64
+	etag    string
+	owner   string
+	holders []string
+}
+
+func (o *op) record() Record {
+	return Record{Kind: o.kind, Seq: o.seq, Time: o.time, Bucket: o.bucket, Key: o.key, Size: o.size,
+		ETag: o.etag, Owner: o.owner, Holders: o.holders}
+}
+
+func (o *op) bytes() int64 {
+	if o.kind == KindPut || o.kind == KindReplicaPut {
+		return o.size
+	}
+	return 0
+}
+
+type keyState struct {
+	pending *op // latest operation not started yet
+	running *op // operation being destaged
+	queued  bool
+}
+
+// destager owns the journal, the backlog and the upload workers.
+type destager struct {
+	t *Tier
+	j *journal
+
+	mu       sync.Mutex
+	note     notifier // backlog changes: dirty bytes, queue, completions
+	keys     map[string]*keyState
+	queue    []string
+	replicas map[string]map[string]*op // owner -> object -> latest replica op
+	nextSeq  uint64
+	dirty    int64 // bytes of owned pending + running operations
+	reserved int64 // bytes promised to PUTs in progress
+	replicaB int64
+	destaged int64
+	failures int64
+	lastErr  string
+
+	wg sync.WaitGroup
+}
+
+func openDestager(ctx context.Context, t *Tier) (*destager, error) {
+	j, recs, err := openJournal(t.cfg.JournalDir)
+	if err != nil {
+		return nil, err
+	}
+	d := &destager{t: t, j: j, keys: make(map[string]*keyState), replicas: make(map[string]map[string]*op), nextSeq: 1}
+	d.replay(recs)
+	if err := d.reconcile(ctx); err != nil {
+		j.close()
+		return nil, err
+	}
+	if err := d.compact(); err != nil {
+		j.close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// replay rebuilds the backlog from journal records.
+func (d *destager) replay(recs []Record) {
+	for _, r := range recs {
+		o := &op{kind: r.Kind, seq: r.Seq, time: r.Time, bucket: r.Bucket, key: r.Key, size: r.Size, etag: r.ETag, owner: r.Owner, holders: r.Holders}
+		k := okey(r.Bucket, r.Key)
+		switch r.Kind {
+		case KindSeqMark:
+		case KindPut, KindDelete:
+			d.setPending(k, o)
+		case KindDone:
+			if ks := d.keys[k]; ks != nil && ks.pending != nil && ks.pending.seq <= r.Seq {
+				d.dirty -= ks.pending.bytes()
+				delete(d.keys, k)
+			}
+		case KindReplicaPut, KindReplicaDelete:
+			d.setReplica(o)
+		case KindReplicaDone:
+			d.replicaDone(r.Owner, k, r.Seq)
+		}
+		if r.Seq >= d.nextSeq && r.Owner == "" {
+			d.nextSeq = r.Seq + 1
+		}
+	}
+	for k, ks := range d.keys {
+		if ks.pending != nil && !ks.queued {
+			ks.queued = true
+			d.queue = append(d.queue, k)
+		}
+	}
+	d.sortQueue()
+}
+
+func (d *destager) sortQueue() {
+	sort.SliceStable(d.queue, func(i, j int) bool {
+		a, b := d.keys[d.queue[i]], d.keys[d.queue[j]]
+		if a == nil || b == nil || a.pending == nil || b.pending == nil {
+			return false
+		}
+		return a.pending.seq < b.pending.seq
+	})
+}
+
+// setPending makes o the latest owned operation of k (d.mu held or replay).
+func (d *destager) setPending(k string, o *op) {
+	ks := d.keys[k]
+	if ks == nil {
+		ks = &keyState{}
+		d.keys[k] = ks
+	}
+	if ks.pending != nil {
+		if ks.pending.seq > o.seq {
+			return
+		}
+		d.dirty -= ks.pending.bytes() // superseded before it was destaged
+	}
+	ks.pending = o
+	d.dirty += o.bytes()
+}
+
+func (d *destager) setReplica(o *op) {
+	m := d.replicas[o.owner]
+	if m == nil {
+		m = make(map[string]*op)
+		d.replicas[o.owner] = m
+	}
+	k := okey(o.bucket, o.key)
+	if old := m[k]; old != nil {
+		if old.seq > o.seq {
+			return
+		}
+		d.replicaB -= old.bytes()
+	}
+	m[k] = o
+	d.replicaB += o.bytes()
+}
+
+func (d *destager) replicaDone(owner, k string, seq uint64) bool {
+	m := d.replicas[owner]
+	if m == nil || m[k] == nil || m[k].seq > seq {
+		return false
+	}
+	d.replicaB -= m[k].bytes()
+	delete(m, k)
+	if len(m) == 0 {
+		delete(d.replicas, owner)
+	}
+	return true
+}
+
+// reconcile adds an owned put for every dirty local object the journal does
+// not know (a crash between the store's commit and the journal append).
+func (d *destager) reconcile(ctx context.Context) error {
+	var missing []*op
+	err := d.t.local.Walk(ctx, "", func(i object.Info) error {
+		if !i.Dirty {
+			return nil
+		}
+		k := okey(i.Bucket, i.Key)
+		if ks := d.keys[k]; ks != nil {
+			return nil
+		}
+		for _, m := range d.replicas {
+			if m[k] != nil {
+				return nil
+			}
+		}
+		missing = append(missing, &op{kind: KindPut, time: i.ModTime, bucket: i.Bucket, key: i.Key, size: i.Size, etag: i.ETag})
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("tier: reconcile journal with the store: %w", err)
+	}
+	for _, o := range missing {
+		o.seq = d.nextSeq
+		d.nextSeq++
+		k := okey(o.bucket, o.key)
+		d.setPending(k, o)
+		d.keys[k].queued = true
+		d.queue = append(d.queue, k)
+		d.t.log.Info("tier: dirty object missing from the journal will be destaged", "bucket", o.bucket, "key", o.key)
+	}
+	return nil
+}
+
+// compact rewrites the journal with the live records only.
+func (d *destager) compact() error {
+	d.mu.Lock()
+	recs := []Record{{Kind: KindSeqMark, Seq: d.nextSeq, Time: time.Now()}}
+	for _, ks := range d.keys {
+		for _, o := range []*op{ks.running, ks.pending} {
+			if o != nil {
+				recs = append(recs, o.record())
+			}
+		}
+	}
+	for _, m := range d.replicas {
+		for _, o := range m {
+			recs = append(recs, o.record())
+		}
+	}
+	d.mu.Unlock()
+	sort.SliceStable(recs[1:], func(i, j int) bool { return recs[1+i].Seq < recs[1+j].Seq })
+	return d.j.rewrite(recs)
+}
+
+func (d *destager) maybeCompact() {
+	if d.j.bytes() < d.t.cfg.CompactBytes {
+		return
+	}
+	if err := d.compact(); err != nil {
+		d.t.log.Error("tier: journal compaction failed", "err", err)
+	}
+}
+
+func (d *destager) start() {
+	for i := 0; i < d.t.cfg.DestageParallel; i++ {
+		d.wg.Add(1)
+		go d.worker()
+	}
+}
+
+func (d *destager) kick() {
+	d.mu.Lock()
+	d.note.broadcast()
+	d.mu.Unlock()
+}
+
+func (d *destager) close() error {
+	d.kick()
+	d.wg.Wait()
+	return d.j.close()
+}
+
+func (d *destager) seq() uint64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s := d.nextSeq
+	d.nextSeq++
+	return s
+}
+
+// enqueue makes o the latest owned operation of its key and queues the key.
+func (d *destager) enqueue(o *op) {
+	k := okey(o.bucket, o.key)
+	d.mu.Lock()
+	d.setPending(k, o)
+	ks := d.keys[k]
+	if !ks.queued && ks.running == nil {
+		ks.queued = true
+		d.queue = append(d.queue, k)
+	}
+	d.note.broadcast()
+	d.mu.Unlock()
+}
+
+// pendingOp returns the latest owned operation of bucket/key not yet done.
+func (d *destager) pendingOp(bucket, key string) *op {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	ks := d.keys[okey(bucket, key)]
+	if ks == nil {
+		return nil
+	}
+	if ks.pending != nil {
+		return ks.pending
+	}
+	return ks.running
+}
+
+// reserve waits until size more dirty bytes fit under the cap.
+func (d *destager) reserve(ctx context.Context, size int64) error {
+	limit := d.t.cfg.MaxDirtyBytes
+	if size < 0 {
+		size = 0
+	}
+	timer := time.NewTimer(d.t.cfg.DirtyWait)
+	defer timer.Stop()
+	for {
+		d.mu.Lock()
+		used := d.dirty + d.reserved
+		if limit <= 0 || used == 0 || used+size <= limit {
+			d.reserved += size
+			d.mu.Unlock()
+			return nil
+		}
+		ch := d.note.wait()
+		d.mu.Unlock()
+		select {
+		case <-ch:
+		case <-timer.C:
+			return fmt.Errorf("%w: %d dirty bytes of %d allowed", object.ErrSlowDown, used, limit)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-d.t.ctx.Done():
+			return ErrClosed
+		}
+	}
+}
+
+func (d *destager) unreserve(size int64) {
+	if size < 0 {
+		size = 0
+	}
+	d.mu.Lock()
+	d.reserved -= size
+	d.note.broadcast()
+	d.mu.Unlock()
+}
+
+func (d *destager) worker() {
+	defer d.wg.Done()
+	for {
+		d.mu.Lock()
+		var k string
+		var o *op
+		for d.t.ctx.Err() == nil {
+			k, o = d.take()
+			if o != nil {
+				break
+			}
+			ch := d.note.wait()
+			d.mu.Unlock()
+			select {
+			case <-ch:
+			case <-d.t.ctx.Done():
+			}
+			d.mu.Lock()
+		}
+		d.mu.Unlock()
+		if o == nil {
+			return
+		}
+		err := d.destage(o)
+		d.finish(k, o, err)
+	}
+}
+
+// take pops the first queued key whose bucket is known (d.mu held).
+func (d *destager) take() (string, *op) {
+	for i, k := range d.queue {
+		ks := d.keys[k]
+		if ks == nil || ks.pending == nil || ks.running != nil {
+			continue
+		}
+		if _, err := d.t.bucket(ks.pending.bucket); err != nil {
+			continue // waits for AddBucket
+		}
+		d.queue = append(d.queue[:i:i], d.queue[i+1:]...)
+		ks.queued = false
+		ks.running, ks.pending = ks.pending, nil
+		return k, ks.running
+	}
+	return "", nil
+}
+
+func (d *destager) finish(k string, o *op, err error) {
+	d.mu.Lock()
+	ks := d.keys[k]
+	ks.running = nil
+	if err != nil {
+		d.failures++
+		d.lastErr = err.Error()
+		if ks.pending == nil {
+			ks.pending = o // retry it
+		} else {
+			d.dirty -= o.bytes() // a newer operation replaces it
+		}
+		d.mu.Unlock()
+		d.t.log.Warn("tier: destage failed, will retry", "bucket", o.bucket, "key", o.key, "seq", o.seq, "err", err)
+		backoff := d.t.cfg.RetryBackoff
+		time.AfterFunc(backoff, func() { d.requeue(k) })
+		return
+	}
+	d.destaged++
+	d.dirty -= o.bytes()
+	if ks.pending != nil {
+		if !ks.queued {
+			ks.queued = true
+			d.queue = append(d.queue, k)
+		}
+	} else {
+		delete(d.keys, k)
+	}
+	d.note.broadcast()
+	d.mu.Unlock()
+	if err := d.j.append(false, Record{Kind: KindDone, Seq: o.seq, Time: time.Now(), Bucket: o.bucket, Key: o.key}); err != nil {
+		d.t.log.Error("tier: journal", "err", err)
+	}
+	d.maybeCompact()
+}
+
+func (d *destager) requeue(k string) {
+	d.mu.Lock()
+	if ks := d.keys[k]; ks != nil && ks.pending != nil && !ks.queued && ks.running == nil {
+		ks.queued = true
+		d.queue = append(d.queue, k)
+		d.note.broadcast()
+	}
+	d.mu.Unlock()
+}
+
+// destage sends one operation to the backend.
+func (d *destager) destage(o *op) error {
+	t := d.t
+	ctx := t.ctx
+	b, err := t.bucket(o.bucket)
+	if err != nil {
+		return err
+	}
+	if b.Backend == nil {
+		return fmt.Errorf("%w: bucket %s has no backend", ErrNoBucket, o.bucket)
+	}
+	switch o.kind {
+	case KindDelete:
+		if err := b.Backend.Delete(ctx, o.key); err != nil {
+			return err
+		}
+	case KindPut:
+		r, err := t.local.Get(ctx, o.bucket, o.key, nil)
+		if errors.Is(err, object.ErrNotFound) {
+			// Deleted locally; the delete is (or will be) its own operation.
+			t.log.Warn("tier: object to destage is gone", "bucket", o.bucket, "key", o.key, "seq", o.seq)
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		info := r.Info()
+		a, err := b.Backend.Put(ctx, o.key, r, info.Size, backend.PutAttrs{ContentType: info.ContentType, UserMeta: info.UserMeta})
+		r.Close()
+		if err != nil {
+			return err
+		}
+		now := time.Now()
+		_, err = t.local.UpdateMeta(ctx, o.bucket, o.key, func(cur *object.Info) error {
+			if cur.ETag != info.ETag || !cur.ModTime.Equal(info.ModTime) || d.pendingOp(o.bucket, o.key) != o {
+				return errSkip // a newer version is local; it stays dirty
+			}
+			cur.Dirty = false
+			cur.BackendETag, cur.BackendVersion, cur.ValidatedAt = a.ETag, a.Version, now
+			return nil
+		})
+		if err != nil && !errors.Is(err, errSkip) && !errors.Is(err, object.ErrNotFound) {
+			return err
+		}
+	}
+	if t.cfg.Replicator != nil && len(o.holders) > 0 {
+		if err := t.cfg.Replicator.Destaged(ctx, t.cfg.NodeID, o.seq, o.bucket, o.key, o.holders); err != nil {
+			t.log.Warn("tier: could not tell replica holders about a destage", "bucket", o.bucket, "key", o.key, "err", err)
+		}
+	}
+	return nil
+}
+
+var errSkip = errors.New("tier: skip")
+
+// Backlog describes the write-back work of a node.
+type Backlog struct {
+	Objects        int           // owned operations not yet in the backend
+	Bytes          int64         // their bytes (dirty bytes)
+	Oldest         time.Duration // age of the oldest of them
+	Running        int           // being destaged now
+	ReplicaObjects int           // replicas held for other owners, not yet destaged by them
+	ReplicaBytes   int64
+	Destaged       int64 // operations destaged since start
+	Failures       int64 // failed attempts since start
+	LastError      string
+	JournalBytes   int64
+}
+
+// Backlog returns the write-back backlog (zero without a journal).
+func (t *Tier) Backlog() Backlog {
+	d := t.d
+	if d == nil {
+		return Backlog{}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	bl := Backlog{Bytes: d.dirty, ReplicaBytes: d.replicaB, Destaged: d.destaged, Failures: d.failures, LastError: d.lastErr}
+	var oldest time.Time
+	for _, ks := range d.keys {
+		for _, o := range []*op{ks.running, ks.pending} {
+			if o == nil {
+				continue
+			}
+			bl.Objects++
+			if oldest.IsZero() || o.time.Before(oldest) {
+				oldest = o.time
+			}
+		}
+		if ks.running != nil {
+			bl.Running++
+		}
+	}
+	if !oldest.IsZero() {
+		bl.Oldest = time.Since(oldest)
+	}
+	for _, m := range d.replicas {
+		bl.ReplicaObjects += len(m)
+	}
+	bl.JournalBytes = d.j.bytes()
+	return bl
+}
+
+// WaitDestaged blocks until every owned operation accepted so far has
+// reached the backend, or ctx ends.
+func (t *Tier) WaitDestaged(ctx context.Context) error {
+	d := t.d
+	if d == nil {
+		return nil
+	}
+	for {
+		d.mu.Lock()
+		if len(d.keys) == 0 {
+			d.mu.Unlock()
+			return nil
+		}
+		ch := d.note.wait()
+		d.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}

@@ -1,0 +1,198 @@
+package tier
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/slipstream-io/slipstream/internal/backend"
+	"github.com/slipstream-io/slipstream/internal/object"
+)
+
+// Get opens bucket/key, or the range rng of it. A warm object is served
+// from the local store (the reader is then a *store.Reader, whose File
+// method allows sendfile). A cold one is fetched from the backend while the
+// caller reads it; a cold range is answered with a range request to the
+// backend while the whole object fills in the background.
+func (t *Tier) Get(ctx context.Context, bucket, key string, rng *object.Range) (object.Reader, error) {
+	b, err := t.bucket(bucket)
+	if err != nil {
+		return nil, err
+	}
+	if b.Mode == ModeLocal {
+		return t.local.Get(ctx, bucket, key, rng)
+	}
+	if err := t.deletedPending(bucket, key); err != nil {
+		return nil, err
+	}
+	force := false
+	info, err := t.local.Stat(ctx, bucket, key)
+	switch {
+	case err == nil:
+		fresh, verr := t.fresh(ctx, b, info)
+		if verr != nil {
+			return nil, verr
+		}
+		if fresh {
+			r, err := t.local.Get(ctx, bucket, key, rng)
+			if err == nil || !errors.Is(err, object.ErrNotFound) {
+				if err != nil {
+					return nil, err
+				}
+				return r, nil
+			}
+			// evicted meanwhile: cold
+		} else {
+			force = true
+		}
+	case !errors.Is(err, object.ErrNotFound):
+		return nil, err
+	}
+	if rng != nil {
+		return t.coldRange(ctx, b, bucket, key, rng, force)
+	}
+	for {
+		f, isLocal, err := t.acquireFill(b, bucket, key, force)
+		if err != nil {
+			return nil, err
+		}
+		if isLocal {
+			r, err := t.local.Get(ctx, bucket, key, nil)
+			if errors.Is(err, object.ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return nil, err
+			}
+			return r, nil
+		}
+		return f.reader(ctx, nil)
+	}
+}
+
+// coldRange answers a range of an object that is not local: from a fill in
+// progress when the bytes are there already, else by a range request to the
+// backend while a fill of the whole object starts in the background.
+func (t *Tier) coldRange(ctx context.Context, b Bucket, bucket, key string, rng *object.Range, force bool) (object.Reader, error) {
+	f, isLocal, err := t.acquireFill(b, bucket, key, force)
+	if err != nil {
+		return nil, err
+	}
+	if isLocal {
+		return t.local.Get(ctx, bucket, key, rng)
+	}
+	f.mu.Lock()
+	if f.haveAttrs && f.err == nil {
+		if off, n, rerr := rng.Resolve(f.attrs.Size); rerr == nil && off+n <= f.avail {
+			f.mu.Unlock()
+			return f.reader(ctx, rng)
+		}
+	}
+	f.mu.Unlock()
+	rc, a, err := b.Backend.Get(ctx, key, rng)
+	if err != nil {
+		return nil, err
+	}
+	off, n, err := rng.Resolve(a.Size)
+	if err != nil {
+		rc.Close()
+		return nil, err
+	}
+	return &streamReader{ReadCloser: rc, info: object.Info{Bucket: bucket, Key: key, Size: a.Size, ETag: a.ETag,
+		ContentType: a.ContentType, UserMeta: a.UserMeta, ModTime: a.ModTime, BackendETag: a.ETag, BackendVersion: a.Version},
+		off: off, n: n}, nil
+}
+
+// streamReader is a range read straight from the backend.
+type streamReader struct {
+	io.ReadCloser
+	info   object.Info
+	off, n int64
+}
+
+func (s *streamReader) Info() object.Info             { return s.info }
+func (s *streamReader) Range() (offset, length int64) { return s.off, s.n }
+
+// fresh applies the bucket's validation policy to a local copy. A copy whose
+// remote object is gone is dropped and object.ErrNotFound returned.
+func (t *Tier) fresh(ctx context.Context, b Bucket, info object.Info) (bool, error) {
+	if info.Dirty || b.Mode == ModeLocal {
+		return true, nil // newer than the backend
+	}
+	if b.Mode == ModeWriteback && t.d != nil && t.d.pendingOp(info.Bucket, info.Key) != nil {
+		return true, nil
+	}
+	switch b.Validate.Policy {
+	case ValidateNever, "":
+		return true, nil
+	case ValidateTTL:
+		if time.Since(info.ValidatedAt) < b.Validate.TTL {
+			return true, nil
+		}
+	}
+	a, err := b.Backend.Stat(ctx, info.Key)
+	if errors.Is(err, backend.ErrNotFound) {
+		if err := t.local.EvictObject(ctx, info.Bucket, info.Key); err != nil && !errors.Is(err, object.ErrNotFound) {
+			t.log.Warn("tier: could not drop a copy deleted remotely", "bucket", info.Bucket, "key", info.Key, "err", err)
+		}
+		return false, fmt.Errorf("%w: %s/%s (deleted in the backend)", object.ErrNotFound, info.Bucket, info.Key)
+	}
+	if err != nil {
+		return false, err
+	}
+	if a.ETag != info.BackendETag || a.Version != info.BackendVersion {
+		return false, nil
+	}
+	if b.Validate.Policy == ValidateTTL {
+		now := time.Now()
+		_, _ = t.local.UpdateMeta(ctx, info.Bucket, info.Key, func(i *object.Info) error { i.ValidatedAt = now; return nil })
+	}
+	return true, nil
+}
+
+// deletedPending returns object.ErrNotFound when the latest write-back
+// operation of bucket/key is a delete not yet destaged.
+func (t *Tier) deletedPending(bucket, key string) error {
+	if t.d == nil {
+		return nil
+	}
+	if o := t.d.pendingOp(bucket, key); o != nil && o.kind == KindDelete {
+		return fmt.Errorf("%w: %s/%s", object.ErrNotFound, bucket, key)
+	}
+	return nil
+}
+
+// Stat returns the metadata of bucket/key: the local copy when it is warm
+// and fresh, else the backend's.
+func (t *Tier) Stat(ctx context.Context, bucket, key string) (object.Info, error) {
+	b, err := t.bucket(bucket)
+	if err != nil {
+		return object.Info{}, err
+	}
+	if b.Mode == ModeLocal {
+		return t.local.Stat(ctx, bucket, key)
+	}
+	if err := t.deletedPending(bucket, key); err != nil {
+		return object.Info{}, err
+	}
+	info, err := t.local.Stat(ctx, bucket, key)
+	if err == nil {
+		fresh, verr := t.fresh(ctx, b, info)
+		if verr != nil {
+			return object.Info{}, verr
+		}
+		if fresh {
+			return info, nil
+		}
+	} else if !errors.Is(err, object.ErrNotFound) {
+		return object.Info{}, err
+	}
+	a, err := b.Backend.Stat(ctx, key)
+	if err != nil {
+		return object.Info{}, err
+	}
+	return object.Info{Bucket: bucket, Key: key, Size: a.Size, ETag: a.ETag, ContentType: a.ContentType, UserMeta: a.UserMeta,
+		ModTime: a.ModTime, BackendETag: a.ETag, BackendVersion: a.Version}, nil
+}

@@ -1,0 +1,323 @@
+package tier
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+)
+
+// The write-back journal is an append-only file of records, each framed as
+//
+//	u32 payload length | u32 CRC-32C of the payload | payload
+//
+// (little endian). A payload is a kind byte followed by uvarint/varint
+// numbers and uvarint-length-prefixed strings (see Record.encode). Records
+// of owned writes are fsynced before a PUT is acknowledged; completion
+// records are not (losing one only repeats an idempotent upload). At open
+// the file is replayed, a torn tail is cut off, and the live records are
+// rewritten to a new file (compaction), which also happens when the file
+// grows past a size bound.
+
+// Kind is the type of a journal record.
+type Kind uint8
+
+// Journal record kinds.
+const (
+	KindPut           Kind = 1 // an owned write to destage
+	KindDelete        Kind = 2 // an owned delete to destage
+	KindDone          Kind = 3 // the owned operation Seq of Bucket/Key reached the backend
+	KindReplicaPut    Kind = 4 // this node holds a replica of Owner's write Seq
+	KindReplicaDelete Kind = 5 // Owner deleted Bucket/Key (Seq); the replica is gone
+	KindReplicaDone   Kind = 6 // Owner destaged Seq: the replica record is finished
+	KindSeqMark       Kind = 7 // the next owned sequence number is at least Seq
+)
+
+// Limits the decoder enforces.
+const (
+	maxRecord  = 1 << 20
+	maxString  = 64 << 10
+	maxHolders = 64
+)
+
+// ErrCorrupt marks a record that cannot be decoded.
+var ErrCorrupt = errors.New("tier: corrupt journal record")
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Record is one journal entry.
+type Record struct {
+	Kind    Kind
+	Seq     uint64
+	Time    time.Time // when the operation was accepted
+	Bucket  string
+	Key     string
+	Size    int64
+	ETag    string
+	Owner   string   // replica records: the owner node
+	Holders []string // owned writes: nodes holding replicas
+}
+
+func putString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+// Encode appends the framed record to b.
+func (r Record) Encode(b []byte) []byte {
+	start := len(b)
+	b = append(b, 0, 0, 0, 0, 0, 0, 0, 0)
+	b = append(b, byte(r.Kind))
+	b = binary.AppendUvarint(b, r.Seq)
+	var t int64
+	if !r.Time.IsZero() {
+		t = r.Time.UnixNano()
+	}
+	b = binary.AppendVarint(b, t)
+	b = putString(b, r.Bucket)
+	b = putString(b, r.Key)
+	b = binary.AppendVarint(b, r.Size)
+	b = putString(b, r.ETag)
+	b = putString(b, r.Owner)
+	b = binary.AppendUvarint(b, uint64(len(r.Holders)))
+	for _, h := range r.Holders {
+		b = putString(b, h)
+	}
+	payload := b[start+8:]
+	binary.LittleEndian.PutUint32(b[start:], uint32(len(payload)))
+	binary.LittleEndian.PutUint32(b[start+4:], crc32.Checksum(payload, castagnoli))
+	return b
+}
+
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.err = fmt.Errorf("%w: bad uvarint", ErrCorrupt)
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) varint() int64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.err = fmt.Errorf("%w: bad varint", ErrCorrupt)
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) str() string {
+	n := d.uvarint()
+	if d.err != nil {
+		return ""
+	}
+	if n > maxString || n > uint64(len(d.b)) {
+		d.err = fmt.Errorf("%w: string of %d bytes", ErrCorrupt, n)
+		return ""
+	}
+	s := string(d.b[:n])
+	d.b = d.b[n:]
+	return s
+}
+
+// DecodeRecord decodes the framed record at the start of b and returns it
+// with the number of bytes it used. io.ErrUnexpectedEOF means b ends inside
+// the record (a torn tail); ErrCorrupt means the bytes are not a record.
+func DecodeRecord(b []byte) (Record, int, error) {
+	if len(b) < 8 {
+		return Record{}, 0, io.ErrUnexpectedEOF
+	}
+	n := binary.LittleEndian.Uint32(b)
+	sum := binary.LittleEndian.Uint32(b[4:])
+	if n == 0 || n > maxRecord {
+		return Record{}, 0, fmt.Errorf("%w: length %d", ErrCorrupt, n)
+	}
+	if uint64(len(b)-8) < uint64(n) {
+		return Record{}, 0, io.ErrUnexpectedEOF
+	}
+	payload := b[8 : 8+n]
+	if crc32.Checksum(payload, castagnoli) != sum {
+		return Record{}, 0, fmt.Errorf("%w: checksum mismatch", ErrCorrupt)
+	}
+	var r Record
+	r.Kind = Kind(payload[0])
+	if r.Kind < KindPut || r.Kind > KindSeqMark {
+		return Record{}, 0, fmt.Errorf("%w: kind %d", ErrCorrupt, r.Kind)
+	}
+	d := decoder{b: payload[1:]}
+	r.Seq = d.uvarint()
+	if t := d.varint(); t != 0 {
+		r.Time = time.Unix(0, t)
+	}
+	r.Bucket = d.str()
+	r.Key = d.str()
+	r.Size = d.varint()
+	r.ETag = d.str()
+	r.Owner = d.str()
+	nh := d.uvarint()
+	if d.err == nil && nh > maxHolders {
+		d.err = fmt.Errorf("%w: %d holders", ErrCorrupt, nh)
+	}
+	for i := uint64(0); i < nh && d.err == nil; i++ {
+		r.Holders = append(r.Holders, d.str())
+	}
+	if d.err == nil && len(d.b) != 0 {
+		d.err = fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, len(d.b))
+	}
+	if d.err != nil {
+		return Record{}, 0, d.err
+	}
+	return r, int(8 + n), nil
+}
+
+// journal is the open journal file.
+type journal struct {
+	dir  string
+	mu   sync.Mutex
+	f    *os.File
+	size int64
+	buf  []byte
+}
+
+const journalName = "journal.log"
+
+// openJournal reads every good record of dir/journal.log, cuts off a torn or
+// corrupt tail, and returns the records in file order.
+func openJournal(dir string) (*journal, []Record, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, nil, fmt.Errorf("tier: journal dir: %w", err)
+	}
+	path := filepath.Join(dir, journalName)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, nil, fmt.Errorf("tier: open journal: %w", err)
+	}
+	data, err := io.ReadAll(f)
+	if err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("tier: read journal: %w", err)
+	}
+	var recs []Record
+	off := 0
+	for off < len(data) {
+		r, n, err := DecodeRecord(data[off:])
+		if err != nil {
+			break // torn or corrupt tail: everything after it is dropped
+		}
+		recs = append(recs, r)
+		off += n
+	}
+	if off < len(data) {
+		if err := f.Truncate(int64(off)); err != nil {
+			f.Close()
+			return nil, nil, fmt.Errorf("tier: truncate journal tail: %w", err)
+		}
+	}
+	if _, err := f.Seek(int64(off), io.SeekStart); err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return &journal{dir: dir, f: f, size: int64(off)}, recs, nil
+}
+
+// append writes records and, with sync, fsyncs them.
+func (j *journal) append(sync bool, recs ...Record) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.f == nil {
+		return fmt.Errorf("tier: journal closed")
+	}
+	j.buf = j.buf[:0]
+	for _, r := range recs {
+		j.buf = r.Encode(j.buf)
+	}
+	n, err := j.f.Write(j.buf)
+	j.size += int64(n)
+	if err != nil {
+		return fmt.Errorf("tier: journal write: %w", err)
+	}
+	if sync {
+		if err := j.f.Sync(); err != nil {
+			return fmt.Errorf("tier: journal fsync: %w", err)
+		}
+	}
+	return nil
+}
+
+// rewrite replaces the journal with exactly recs (compaction): a new file is
+// written and fsynced, renamed over the old one, and the directory fsynced.
+func (j *journal) rewrite(recs []Record) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	tmp := filepath.Join(j.dir, journalName+".tmp")
+	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return fmt.Errorf("tier: compact journal: %w", err)
+	}
+	var buf []byte
+	for _, r := range recs {
+		buf = r.Encode(buf)
+	}
+	if _, err := f.Write(buf); err == nil {
+		err = f.Sync()
+	}
+	if err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return fmt.Errorf("tier: compact journal: %w", err)
+	}
+	if err := os.Rename(tmp, filepath.Join(j.dir, journalName)); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return fmt.Errorf("tier: compact journal: %w", err)
+	}
+	if d, err := os.Open(j.dir); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	if j.f != nil {
+		j.f.Close()
+	}
+	j.f = f
+	j.size = int64(len(buf))
+	return nil
+}
+
+func (j *journal) bytes() int64 {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.size
+}
+
+func (j *journal) close() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.f == nil {
+		return nil
+	}
+	err := j.f.Sync()
+	if cerr := j.f.Close(); err == nil {
+		err = cerr
+	}
+	j.f = nil
+	return err
+}

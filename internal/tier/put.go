@@ -1,0 +1,352 @@
+package tier
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/slipstream-io/slipstream/internal/backend"
+	"github.com/slipstream-io/slipstream/internal/object"
+	"github.com/slipstream-io/slipstream/internal/store"
+)
+
+// Put stores r as bucket/key by the bucket's mode:
+//   - local: in the local store only;
+//   - cache: write-through: acknowledged once the backend has it; the local
+//     copy is written at the same time (if it cannot be, the stale local
+//     copy is dropped and the PUT still succeeds);
+//   - writeback: acknowledged once the local copy, Copies-1 peer replicas
+//     (through Config.Replicator) and the journal record are durable; the
+//     destager uploads it later. Blocks up to Config.DirtyWait for room
+//     under Config.MaxDirtyBytes, then fails with object.ErrSlowDown.
+func (t *Tier) Put(ctx context.Context, bucket, key string, r io.Reader, opts object.PutOptions) (object.Info, error) {
+	b, err := t.bucket(bucket)
+	if err != nil {
+		return object.Info{}, err
+	}
+	switch b.Mode {
+	case ModeCache:
+		return t.putThrough(ctx, b, bucket, key, r, opts)
+	case ModeWriteback:
+		return t.putBack(ctx, b, bucket, key, r, opts)
+	}
+	return t.local.Put(ctx, bucket, key, r, store.PutOptions{PutOptions: opts})
+}
+
+// waitFill waits for a fill of bucket/key in progress to end, so that an
+// older remote version cannot land after a newer write.
+func (t *Tier) waitFill(ctx context.Context, bucket, key string) error {
+	t.mu.Lock()
+	f := t.fills[okey(bucket, key)]
+	t.mu.Unlock()
+	if f == nil {
+		return nil
+	}
+	select {
+	case <-f.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// tee copies r to two consumers running concurrently. A consumer that fails
+// stops the copy and makes the other fail too.
+func tee(ctx context.Context, r io.Reader, a, b func(io.Reader) error) (errA, errB error) {
+	pra, pwa := io.Pipe()
+	prb, pwb := io.Pipe()
+	ca, cb := make(chan error, 1), make(chan error, 1)
+	go func() { err := a(pra); pra.CloseWithError(errOr(err, errConsumerDone)); ca <- err }()
+	go func() { err := b(prb); prb.CloseWithError(errOr(err, errConsumerDone)); cb <- err }()
+	_, cerr := io.Copy(io.MultiWriter(pwa, pwb), ctxReader{ctx, r})
+	if cerr != nil {
+		pwa.CloseWithError(cerr)
+		pwb.CloseWithError(cerr)
+	} else {
+		pwa.Close()
+		pwb.Close()
+	}
+	return <-ca, <-cb
+}
+
+var errConsumerDone = errors.New("tier: consumer stopped reading")
+
+func errOr(err, def error) error {
+	if err != nil {
+		return err
+	}
+	return def
+}
+
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}
+
+func (t *Tier) putThrough(ctx context.Context, b Bucket, bucket, key string, r io.Reader, opts object.PutOptions) (object.Info, error) {
+	unlock := t.keyLocks.lock(okey(bucket, key))
+	defer unlock()
+	if err := t.waitFill(ctx, bucket, key); err != nil {
+		return object.Info{}, err
+	}
+	var a backend.Attrs
+	var info object.Info
+	errB, errL := tee(ctx, r,
+		func(r io.Reader) (err error) {
+			a, err = b.Backend.Put(ctx, key, r, opts.Size, backend.PutAttrs{ContentType: opts.ContentType, UserMeta: opts.UserMeta})
+			return err
+		},
+		func(r io.Reader) (err error) {
+			info, err = t.local.Put(ctx, bucket, key, r, store.PutOptions{PutOptions: opts})
+			return err
+		})
+	if errB != nil {
+		// The backend does not have it: no local copy may claim it does.
+		if errL == nil {
+			if err := t.local.Delete(context.WithoutCancel(ctx), bucket, key); err != nil {
+				t.log.Warn("tier: could not drop local copy after a failed write-through", "bucket", bucket, "key", key, "err", err)
+			}
+		}
+		if errors.Is(errB, errConsumerDone) && errL != nil {
+			return object.Info{}, errL
+		}
+		return object.Info{}, errB
+	}
+	if errL == nil {
+		now := time.Now()
+		info, errL = t.local.UpdateMeta(ctx, bucket, key, func(i *object.Info) error {
+			i.BackendETag, i.BackendVersion, i.ValidatedAt = a.ETag, a.Version, now
+			return nil
+		})
+	}
+	if errL != nil {
+		// The backend has the new version; a stale local copy must go.
+		t.log.Warn("tier: write-through kept no local copy", "bucket", bucket, "key", key, "err", errL)
+		if err := t.local.Delete(context.WithoutCancel(ctx), bucket, key); err != nil && !errors.Is(err, object.ErrNotFound) {
+			return object.Info{}, fmt.Errorf("tier: stale local copy of %s/%s could not be removed: %w", bucket, key, err)
+		}
+		return object.Info{Bucket: bucket, Key: key, Size: a.Size, ETag: a.ETag, ContentType: opts.ContentType, UserMeta: opts.UserMeta,
+			ModTime: a.ModTime, BackendETag: a.ETag, BackendVersion: a.Version}, nil
+	}
+	return info, nil
+}
+
+func (t *Tier) putBack(ctx context.Context, b Bucket, bucket, key string, r io.Reader, opts object.PutOptions) (object.Info, error) {
+	d := t.d
+	if err := d.reserve(ctx, opts.Size); err != nil {
+		return object.Info{}, err
+	}
+	defer d.unreserve(opts.Size)
+	unlock := t.keyLocks.lock(okey(bucket, key))
+	defer unlock()
+	if err := t.waitFill(ctx, bucket, key); err != nil {
+		return object.Info{}, err
+	}
+	seq := d.seq()
+	now := time.Now()
+	lopts := store.PutOptions{PutOptions: opts, Dirty: true}
+	var info object.Info
+	var holders []string
+	var errL, errR error
+	if b.Copies > 1 && t.cfg.Replicator != nil {
+		errL, errR = tee(ctx, r,
+			func(r io.Reader) (err error) {
+				info, err = t.local.Put(ctx, bucket, key, r, lopts)
+				return err
+			},
+			func(r io.Reader) (err error) {
+				holders, err = t.cfg.Replicator.Replicate(ctx, ReplicaPut{Owner: t.cfg.NodeID, Seq: seq, Bucket: bucket, Key: key,
+					Opts: opts, Copies: b.Copies - 1, Body: r})
+				return err
+			})
+	} else {
+		info, errL = t.local.Put(ctx, bucket, key, r, lopts)
+	}
+	if errL != nil {
+		if errors.Is(errL, errConsumerDone) && errR != nil {
+			return object.Info{}, errR
+		}
+		return object.Info{}, errL
+	}
+	o := &op{kind: KindPut, seq: seq, time: now, bucket: bucket, key: key, size: info.Size, etag: info.ETag, holders: holders}
+	// The local copy is durable and dirty: journal it even if the replicas
+	// failed, so that it reaches the backend.
+	if err := d.j.append(true, o.record()); err != nil {
+		return object.Info{}, err
+	}
+	d.enqueue(o)
+	if errR != nil {
+		return object.Info{}, fmt.Errorf("tier: %s/%s has fewer than %d copies: %w: %w", bucket, key, b.Copies, object.ErrUnavailable, errR)
+	}
+	return info, nil
+}
+
+// Delete removes bucket/key: from the local store and, for cache buckets,
+// from the backend before answering; for writeback buckets the delete is
+// journaled and destaged in order after earlier writes of the key.
+func (t *Tier) Delete(ctx context.Context, bucket, key string) error {
+	b, err := t.bucket(bucket)
+	if err != nil {
+		return err
+	}
+	if b.Mode == ModeLocal {
+		return t.local.Delete(ctx, bucket, key)
+	}
+	unlock := t.keyLocks.lock(okey(bucket, key))
+	defer unlock()
+	if err := t.waitFill(ctx, bucket, key); err != nil {
+		return err
+	}
+	if b.Mode == ModeCache {
+		if err := b.Backend.Delete(ctx, key); err != nil {
+			return err
+		}
+		if err := t.local.Delete(ctx, bucket, key); err != nil && !errors.Is(err, object.ErrNotFound) {
+			return err
+		}
+		return nil
+	}
+	d := t.d
+	if err := t.local.Delete(ctx, bucket, key); err != nil && !errors.Is(err, object.ErrNotFound) {
+		return err
+	}
+	o := &op{kind: KindDelete, seq: d.seq(), time: time.Now(), bucket: bucket, key: key}
+	if b.Copies > 1 && t.cfg.Replicator != nil {
+		h, err := t.cfg.Replicator.ReplicateDelete(ctx, t.cfg.NodeID, o.seq, bucket, key, b.Copies-1)
+		if err != nil {
+			t.log.Warn("tier: replicas not told of a delete", "bucket", bucket, "key", key, "err", err)
+		}
+		o.holders = h
+	}
+	if err := d.j.append(true, o.record()); err != nil {
+		return err
+	}
+	d.enqueue(o)
+	return nil
+}
+
+// ReplicaOptions go with PutReplica.
+type ReplicaOptions struct {
+	object.PutOptions
+	ETag    string    // the owner's ETag of the object
+	ModTime time.Time // the owner's modification time
+}
+
+// PutReplica stores a peer copy of a writeback object for owner (called on
+// a replica holder by the node's replication endpoint). The copy is dirty
+// (never evicted) and journaled until ReplicaDestaged, or until this node
+// takes over destaging with TakeOver.
+func (t *Tier) PutReplica(ctx context.Context, owner string, seq uint64, bucket, key string, r io.Reader, opts ReplicaOptions) (object.Info, error) {
+	if t.d == nil {
+		return object.Info{}, ErrNoJournal
+	}
+	unlock := t.keyLocks.lock(okey(bucket, key))
+	defer unlock()
+	info, err := t.local.Put(ctx, bucket, key, r, store.PutOptions{PutOptions: opts.PutOptions, ETag: opts.ETag, ModTime: opts.ModTime, Dirty: true})
+	if err != nil {
+		return object.Info{}, err
+	}
+	o := &op{kind: KindReplicaPut, seq: seq, time: time.Now(), bucket: bucket, key: key, size: info.Size, etag: info.ETag, owner: owner}
+	if err := t.d.j.append(true, o.record()); err != nil {
+		return object.Info{}, err
+	}
+	t.d.mu.Lock()
+	t.d.setReplica(o)
+	t.d.mu.Unlock()
+	return info, nil
+}
+
+// DeleteReplica records on a replica holder that owner deleted bucket/key
+// as operation seq, and removes the local replica.
+func (t *Tier) DeleteReplica(ctx context.Context, owner string, seq uint64, bucket, key string) error {
+	if t.d == nil {
+		return ErrNoJournal
+	}
+	unlock := t.keyLocks.lock(okey(bucket, key))
+	defer unlock()
+	if err := t.local.Delete(ctx, bucket, key); err != nil && !errors.Is(err, object.ErrNotFound) {
+		return err
+	}
+	o := &op{kind: KindReplicaDelete, seq: seq, time: time.Now(), bucket: bucket, key: key, owner: owner}
+	if err := t.d.j.append(true, o.record()); err != nil {
+		return err
+	}
+	t.d.mu.Lock()
+	t.d.setReplica(o)
+	t.d.mu.Unlock()
+	return nil
+}
+
+// ReplicaDestaged records on a replica holder that owner destaged operation
+// seq of bucket/key: the replica becomes a clean (evictable) copy.
+func (t *Tier) ReplicaDestaged(ctx context.Context, owner string, seq uint64, bucket, key string) error {
+	if t.d == nil {
+		return ErrNoJournal
+	}
+	k := okey(bucket, key)
+	t.d.mu.Lock()
+	o := t.d.replicas[owner][k]
+	done := t.d.replicaDone(owner, k, seq)
+	t.d.mu.Unlock()
+	if !done {
+		return nil // unknown, or a newer replica operation is pending
+	}
+	if o.kind == KindReplicaPut && t.d.pendingOp(bucket, key) == nil {
+		_, err := t.local.UpdateMeta(ctx, bucket, key, func(i *object.Info) error {
+			if i.ETag != o.etag {
+				return errSkip
+			}
+			i.Dirty = false
+			return nil
+		})
+		if err != nil && !errors.Is(err, errSkip) && !errors.Is(err, object.ErrNotFound) {
+			return err
+		}
+	}
+	return t.d.j.append(false, Record{Kind: KindReplicaDone, Seq: seq, Time: time.Now(), Bucket: bucket, Key: key, Owner: owner})
+}
+
+// TakeOver makes this node destage every replica it holds for owner, as if
+// the writes had been its own. The node calls it on a replica holder once
+// the cluster has declared owner dead (calling it on several holders only
+// repeats idempotent uploads). It returns how many operations it adopted.
+func (t *Tier) TakeOver(ctx context.Context, owner string) (int, error) {
+	if t.d == nil {
+		return 0, ErrNoJournal
+	}
+	d := t.d
+	d.mu.Lock()
+	var adopt []*op
+	for _, o := range d.replicas[owner] {
+		adopt = append(adopt, o)
+	}
+	d.mu.Unlock()
+	n := 0
+	for _, ro := range adopt {
+		kind := KindPut
+		if ro.kind == KindReplicaDelete {
+			kind = KindDelete
+		}
+		o := &op{kind: kind, seq: d.seq(), time: ro.time, bucket: ro.bucket, key: ro.key, size: ro.size, etag: ro.etag}
+		// Own record first: a crash in between leaves both, never neither.
+		if err := d.j.append(true, o.record(),
+			Record{Kind: KindReplicaDone, Seq: ro.seq, Time: time.Now(), Bucket: ro.bucket, Key: ro.key, Owner: owner}); err != nil {
+			return n, err
+		}
+		d.mu.Lock()
+		d.replicaDone(owner, okey(ro.bucket, ro.key), ro.seq)
+		d.mu.Unlock()
+		d.enqueue(o)
+		n++
+	}
+	return n, nil
+}
