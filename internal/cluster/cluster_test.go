@@ -439,3 +439,75 @@ func TestLeave(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestFullClusterRestart(t *testing.T) {
+	tc := clustertest.Start(t, clustertest.Options{N: 3})
+	ctx := testCtx(t, 60*time.Second)
+	if _, err := tc.Leader(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := tc.Node(1).Cluster().CreateBucket(ctx, cluster.BucketProps{Name: "durable", Copies: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tc.Node(2).Cluster().PutVolume(ctx, cluster.VolumeSpec{Name: "vol", Size: 1 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tc.WaitAll(ctx, func(m *cluster.Map) bool { _, ok := m.Volume("vol"); return ok }); err != nil {
+		t.Fatal(err)
+	}
+	version := tc.Node(0).Cluster().Map().Version
+	tc.Close()
+	for _, n := range tc.Nodes() {
+		tc.RestartAsync(n, true)
+	}
+	for _, n := range tc.Nodes() {
+		if err := n.Cluster().WaitForLeader(ctx); err != nil {
+			t.Fatalf("%s: %v", n.ID, err)
+		}
+	}
+	if err := tc.WaitAll(ctx, func(m *cluster.Map) bool {
+		b, ok := m.Bucket("durable")
+		_, vok := m.Volume("vol")
+		return ok && vok && b.Copies == 2 && m.Version >= version && len(m.UpNodeIDs()) == 3
+	}); err != nil {
+		t.Fatalf("state after full restart: %v", err)
+	}
+	if err := tc.Node(0).Cluster().CreateBucket(ctx, cluster.BucketProps{Name: "durable"}); !errors.Is(err, object.ErrBucketExists) {
+		t.Errorf("create over restored bucket: %v", err)
+	}
+}
+
+func TestWatchRemoteFailsOver(t *testing.T) {
+	tc := clustertest.Start(t, clustertest.Options{N: 3})
+	ctx := testCtx(t, 30*time.Second)
+	if _, err := tc.Leader(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f := follower(t, tc)
+	urls := []string{f.URL}
+	for _, n := range tc.Nodes() {
+		if n != f {
+			urls = append(urls, n.URL)
+		}
+	}
+	w := cluster.WatchRemote(ctx, &http.Client{}, urls)
+	first := <-w
+	if first == nil || len(first.Nodes) != 3 {
+		t.Fatalf("first map %+v", first)
+	}
+	tc.Stop(f) // the polled node goes away; the watcher moves on
+	if err := tc.Node((f.Index+1)%3).Cluster().CreateBucket(ctx, cluster.BucketProps{Name: "remote-seen"}); err != nil {
+		t.Fatal(err)
+	}
+	last := first.Version
+	for m := range w {
+		if m.Version <= last {
+			t.Fatalf("version %d after %d", m.Version, last)
+		}
+		last = m.Version
+		if _, ok := m.Bucket("remote-seen"); ok {
+			return
+		}
+	}
+	t.Fatal("watch closed before the bucket showed up")
+}

@@ -345,3 +345,46 @@ func (c *Cluster) post(ctx context.Context, url string, data []byte, out any, fo
 	}
 	return nil
 }
+
+// WatchRemote long-polls the map from the given intra base URLs, moving to
+// the next URL when one fails, and delivers the first map and then every newer
+// version in increasing order (a slow reader skips versions). It is how a
+// node-external smart client follows the cluster. The channel is closed when
+// ctx ends.
+func WatchRemote(ctx context.Context, hc *http.Client, baseURLs []string) <-chan *Map {
+	out := make(chan *Map)
+	go func() {
+		defer close(out)
+		if len(baseURLs) == 0 {
+			return
+		}
+		var last uint64
+		sent := false
+		i := 0
+		delay := 50 * time.Millisecond
+		for ctx.Err() == nil {
+			m, err := FetchMap(ctx, hc, baseURLs[i%len(baseURLs)], last, 30*time.Second)
+			if err != nil {
+				i++
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(delay):
+				}
+				delay = min(2*delay, 2*time.Second)
+				continue
+			}
+			delay = 50 * time.Millisecond
+			if sent && m.Version <= last {
+				continue
+			}
+			select {
+			case out <- m:
+				last, sent = m.Version, true
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out
+}

@@ -260,6 +260,18 @@ func (tc *Cluster) Stop(n *Node) {
 // ports, and must re-announce itself. It waits until the node has a leader.
 func (tc *Cluster) Restart(n *Node, sameAddrs bool) {
 	tc.t.Helper()
+	tc.RestartAsync(n, sameAddrs)
+	ctx, cancel := context.WithTimeout(context.Background(), tc.opts.StartTimeout)
+	defer cancel()
+	if err := n.Cluster().WaitForLeader(ctx); err != nil {
+		tc.t.Fatalf("clustertest: %s after restart: %v", n.ID, err)
+	}
+}
+
+// RestartAsync starts a stopped node again like Restart but does not wait
+// for a leader (for restarting several nodes of a stopped cluster).
+func (tc *Cluster) RestartAsync(n *Node, sameAddrs bool) {
+	tc.t.Helper()
 	httpAddr := "127.0.0.1:0"
 	if sameAddrs {
 		httpAddr = n.URL[len("http://"):]
@@ -268,11 +280,6 @@ func (tc *Cluster) Restart(n *Node, sameAddrs bool) {
 	}
 	if err := tc.start(n, false, httpAddr); err != nil {
 		tc.t.Fatalf("clustertest: restart %s: %v", n.ID, err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), tc.opts.StartTimeout)
-	defer cancel()
-	if err := n.Cluster().WaitForLeader(ctx); err != nil {
-		tc.t.Fatalf("clustertest: %s after restart: %v", n.ID, err)
 	}
 }
 
