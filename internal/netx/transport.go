@@ -49,6 +49,17 @@ func (s State) String() string {
 // MarshalText makes State readable in JSON.
 func (s State) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 
+// UnmarshalText parses what MarshalText writes.
+func (s *State) UnmarshalText(b []byte) error {
+	for _, v := range []State{StateUp, StateDegraded, StateDown} {
+		if v.String() == string(b) {
+			*s = v
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: state %q", ErrBadAddr, b)
+}
+
 // Peer is a node as the transport sees it: an identity and every address
 // (host:port) it serves on.
 type Peer struct {
