@@ -54,7 +54,7 @@ func headerChecksum(h http.Header) (*checksum, error) {
 	for name, vals := range h {
 		lname := strings.ToLower(name)
 		algo, ok := strings.CutPrefix(lname, "x-amz-checksum-")
-		if !ok || algo == "type" || algo == "algorithm" {
+		if !ok || algo == "type" || algo == "algorithm" || algo == "mode" {
 			continue
 		}
 		hs := NewChecksum(algo)
