@@ -84,3 +84,5 @@ func files(t testing.TB, s *Store, sub string) []string {
 	}
 	return out
 }
+
+func osStat(p string) (os.FileInfo, error) { return os.Stat(p) }

@@ -170,23 +170,12 @@ func (s *Store) background() {
 		case <-s.kick:
 		}
 		for _, mp := range s.mps {
-			st := s.stats(mp)
-			if usedPct(st) >= s.cfg.HighWatermark {
-				freed := s.evictMountpath(ctx, mp, bytesAbove(st, s.cfg.LowWatermark))
+			if usedPct(s.stats(mp)) >= s.cfg.HighWatermark {
+				freed := s.evictToLow(ctx, mp)
 				s.log.Info("store: evicted over high watermark", "mountpath", mp.path, "freed", freed)
 			}
 		}
 	}
-}
-
-// bytesAbove is how many bytes must go for st to be under pct percent.
-func bytesAbove(st MountpathStats, pct float64) int64 {
-	total := st.Used + st.Free
-	target := int64(float64(total) * pct / 100)
-	if st.Used <= target {
-		return 0
-	}
-	return st.Used - target + 1
 }
 
 // Evict removes clean objects by the policy until every mountpath is under
@@ -197,9 +186,7 @@ func (s *Store) Evict(ctx context.Context) (int64, error) {
 		if err := ctx.Err(); err != nil {
 			return freed, err
 		}
-		if need := bytesAbove(s.stats(mp), s.cfg.LowWatermark); need > 0 {
-			freed += s.evictMountpath(ctx, mp, need)
-		}
+		freed += s.evictToLow(ctx, mp)
 	}
 	return freed, ctx.Err()
 }
@@ -211,10 +198,20 @@ func (s *Store) evictMountpath(ctx context.Context, mp *mountpath, need int64) i
 	if need <= 0 {
 		return 0
 	}
+	return s.evictUntil(ctx, mp, func(freed int64) bool { return freed >= need })
+}
+
+// evictToLow evicts on mp until it is under the low watermark, measured
+// afresh after every victim so that writes racing with eviction count.
+func (s *Store) evictToLow(ctx context.Context, mp *mountpath) int64 {
+	return s.evictUntil(ctx, mp, func(int64) bool { return usedPct(s.stats(mp)) < s.cfg.LowWatermark })
+}
+
+func (s *Store) evictUntil(ctx context.Context, mp *mountpath, done func(freed int64) bool) int64 {
 	mp.evictMu.Lock()
 	defer mp.evictMu.Unlock()
 	var freed int64
-	for freed < need && ctx.Err() == nil {
+	for !done(freed) && ctx.Err() == nil {
 		mp.polMu.Lock()
 		k, _, ok := mp.pol.Evict()
 		mp.polMu.Unlock()

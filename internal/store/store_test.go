@@ -3,8 +3,20 @@ package store
 import (
 	"bytes"
 	"context"
+	"crypto/md5"
 	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
+	"testing/iotest"
+	"time"
 
 	"github.com/slipstream-io/slipstream/internal/object"
 )
@@ -58,5 +70,432 @@ func TestPutGetStatDelete(t *testing.T) {
 	}
 	if f := files(t, s, "obj"); len(f) != 0 {
 		t.Fatalf("files left after deletes: %v", f)
+	}
+}
+
+func TestConfig(t *testing.T) {
+	dir := t.TempDir()
+	cases := []struct {
+		name string
+		cfg  Config
+	}{
+		{"no mountpaths", Config{}},
+		{"empty mountpath", Config{Mountpaths: []string{""}}},
+		{"duplicate mountpath", Config{Mountpaths: []string{dir + "/a", dir + "/./a"}}},
+		{"low above high", Config{Mountpaths: []string{dir + "/a"}, HighWatermark: 50, LowWatermark: 60}},
+		{"high above 100", Config{Mountpaths: []string{dir + "/a"}, HighWatermark: 101}},
+		{"bad policy", Config{Mountpaths: []string{dir + "/a"}, Policy: "mru"}},
+		{"negative MaxBytes", Config{Mountpaths: []string{dir + "/a"}, MaxBytes: -1}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s, err := Open(context.Background(), c.cfg, nil)
+			if !errors.Is(err, ErrConfig) {
+				if s != nil {
+					s.Close()
+				}
+				t.Fatalf("Open = %v, want ErrConfig", err)
+			}
+		})
+	}
+}
+
+func TestMountpathLocked(t *testing.T) {
+	s := openTest(t, Config{})
+	_, err := Open(context.Background(), Config{Mountpaths: []string{s.paths[1]}}, nil)
+	if !errors.Is(err, ErrBusy) {
+		t.Fatalf("second Open of a mountpath = %v, want ErrBusy", err)
+	}
+}
+
+func TestRange(t *testing.T) {
+	s := openTest(t, Config{})
+	data := randBytes(9, 1000)
+	put(t, s, "bkt", "r", data)
+	cases := []struct {
+		name     string
+		rng      object.Range
+		off, len int64
+		err      error
+	}{
+		{"whole", object.Range{Offset: 0, Length: -1}, 0, 1000, nil},
+		{"middle", object.Range{Offset: 10, Length: 20}, 10, 20, nil},
+		{"past end clipped", object.Range{Offset: 990, Length: 100}, 990, 10, nil},
+		{"suffix", object.Range{Suffix: 7}, 993, 7, nil},
+		{"suffix larger than object", object.Range{Suffix: 5000}, 0, 1000, nil},
+		{"offset at size", object.Range{Offset: 1000, Length: 1}, 0, 0, object.ErrInvalidRange},
+		{"negative offset", object.Range{Offset: -1, Length: 1}, 0, 0, object.ErrInvalidRange},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r, err := s.Get(context.Background(), "bkt", "r", &c.rng)
+			if !errors.Is(err, c.err) {
+				t.Fatalf("Get = %v, want %v", err, c.err)
+			}
+			if err != nil {
+				return
+			}
+			defer r.Close()
+			if off, n := r.Range(); off != c.off || n != c.len {
+				t.Fatalf("Range() = %d,%d want %d,%d", off, n, c.off, c.len)
+			}
+			f, foff, flen := r.File()
+			if f == nil || foff != c.off || flen != c.len {
+				t.Fatalf("File() = %v,%d,%d", f, foff, flen)
+			}
+			got, err := io.ReadAll(r)
+			if err != nil || !bytes.Equal(got, data[c.off:c.off+c.len]) {
+				t.Fatalf("read %d bytes (%v), want data[%d:%d]", len(got), err, c.off, c.off+c.len)
+			}
+		})
+	}
+}
+
+// TestReaderWriteTo checks the zero-copy paths: to a file (copy_file_range),
+// to a TCP connection (sendfile) and to a plain writer, after a partial Read
+// and a Seek.
+func TestReaderWriteTo(t *testing.T) {
+	s := openTest(t, Config{})
+	data := randBytes(11, 3<<20+5)
+	put(t, s, "bkt", "w", data)
+	open := func() *Reader {
+		r, err := s.Get(context.Background(), "bkt", "w", &object.Range{Offset: 100, Length: int64(len(data)) - 200})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { r.Close() })
+		return r
+	}
+	want := data[100 : len(data)-100]
+
+	// Plain writer after a partial read.
+	r := open()
+	head := make([]byte, 10)
+	if _, err := io.ReadFull(r, head); err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	buf.Write(head)
+	if _, err := io.Copy(&buf, r); err != nil || !bytes.Equal(buf.Bytes(), want) {
+		t.Fatalf("copy to buffer: %v, equal=%v", err, bytes.Equal(buf.Bytes(), want))
+	}
+
+	// File destination after a Seek.
+	r = open()
+	if _, err := r.Seek(-1000, io.SeekEnd); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(filepath.Join(t.TempDir(), "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if n, err := io.Copy(f, r); err != nil || n != 1000 {
+		t.Fatalf("copy to file: %d, %v", n, err)
+	}
+	got, _ := os.ReadFile(f.Name())
+	if !bytes.Equal(got, want[len(want)-1000:]) {
+		t.Fatal("copy to file: content differs")
+	}
+
+	// TCP connection on loopback.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	recv := make(chan []byte, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			recv <- nil
+			return
+		}
+		b, _ := io.ReadAll(c)
+		c.Close()
+		recv <- b
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = open()
+	if _, err := io.Copy(c, r); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if b := <-recv; !bytes.Equal(b, want) {
+		t.Fatalf("copy to TCP: got %d bytes, want %d, equal=%v", len(b), len(want), bytes.Equal(b, want))
+	}
+}
+
+// TestBadInput: every failing Put leaves no file and keeps the old version.
+func TestBadInput(t *testing.T) {
+	s := openTest(t, Config{})
+	ctx := context.Background()
+	old := randBytes(1, 5000)
+	oldInfo := put(t, s, "bkt", "k", old)
+	body := randBytes(2, 3*bufSize)
+	goodMD5 := md5.Sum(body)
+	badMD5 := goodMD5
+	badMD5[0] ^= 1
+	cases := []struct {
+		name   string
+		bucket string
+		key    string
+		r      func(cancel context.CancelFunc) io.Reader
+		opts   PutOptions
+		err    error
+	}{
+		{"invalid bucket", "B!", "k", nil, PutOptions{}, object.ErrInvalidBucketName},
+		{"dotdot key", "bkt", "a/../k", nil, PutOptions{}, object.ErrInvalidKey},
+		{"double slash key", "bkt", "a//k", nil, PutOptions{}, object.ErrInvalidKey},
+		{"NUL in key", "bkt", "a\x00k", nil, PutOptions{}, object.ErrInvalidKey},
+		{"key too long", "bkt", strings.Repeat("k", object.MaxKeyLen+1), nil, PutOptions{}, object.ErrInvalidKey},
+		{"body shorter than size", "bkt", "k", nil, PutOptions{PutOptions: object.PutOptions{Size: int64(len(body)) + 1}}, object.ErrIncompleteBody},
+		{"body longer than size", "bkt", "k", nil, PutOptions{PutOptions: object.PutOptions{Size: int64(len(body)) - 1}}, object.ErrTooLarge},
+		{"bad Content-MD5", "bkt", "k", nil, PutOptions{PutOptions: object.PutOptions{Size: -1, ContentMD5: badMD5[:]}}, object.ErrBadDigest},
+		{"bad Content-MD5 with ETag given", "bkt", "k", nil, PutOptions{ETag: "x", PutOptions: object.PutOptions{Size: -1, ContentMD5: badMD5[:]}}, object.ErrBadDigest},
+		{"short Content-MD5", "bkt", "k", nil, PutOptions{PutOptions: object.PutOptions{Size: -1, ContentMD5: []byte{1, 2}}}, object.ErrInvalidArgument},
+		{"metadata too large", "bkt", "k", nil, PutOptions{PutOptions: object.PutOptions{Size: -1, UserMeta: map[string]string{"big": strings.Repeat("m", MaxMetaBytes)}}}, ErrMetaTooLarge},
+		{"reader fails", "bkt", "k", func(context.CancelFunc) io.Reader {
+			return io.MultiReader(bytes.NewReader(body[:bufSize+10]), iotest.ErrReader(errors.New("connection reset")))
+		}, PutOptions{PutOptions: object.PutOptions{Size: -1}}, nil},
+		{"client disconnects (unexpected EOF)", "bkt", "k", func(context.CancelFunc) io.Reader {
+			return io.MultiReader(bytes.NewReader(body[:bufSize+10]), iotest.ErrReader(io.ErrUnexpectedEOF))
+		}, PutOptions{PutOptions: object.PutOptions{Size: int64(len(body))}}, nil},
+		{"ctx canceled mid-put", "bkt", "k", func(cancel context.CancelFunc) io.Reader {
+			return io.MultiReader(bytes.NewReader(body[:2*bufSize]), cancelReader{cancel}, bytes.NewReader(body[2*bufSize:]))
+		}, PutOptions{PutOptions: object.PutOptions{Size: int64(len(body))}}, context.Canceled},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			var r io.Reader = bytes.NewReader(body)
+			if c.r != nil {
+				r = c.r(cancel)
+			}
+			_, err := s.Put(cctx, c.bucket, c.key, r, c.opts)
+			if err == nil || (c.err != nil && !errors.Is(err, c.err)) {
+				t.Fatalf("Put = %v, want %v", err, c.err)
+			}
+			if f := files(t, s, "tmp"); len(f) != 0 {
+				t.Fatalf("work files left: %v", f)
+			}
+			if f := files(t, s, "obj"); len(f) != 1 {
+				t.Fatalf("object files: %v, want only the old version", f)
+			}
+			got, info := get(t, s, "bkt", "k", nil)
+			if !bytes.Equal(got, old) || info.ETag != oldInfo.ETag {
+				t.Fatal("old version damaged")
+			}
+		})
+	}
+	// The good Content-MD5 works and ETag override is honoured.
+	info, err := s.Put(ctx, "bkt", "k", bytes.NewReader(body), PutOptions{ETag: `"abc-2"`, PutOptions: object.PutOptions{Size: -1, ContentMD5: goodMD5[:]}})
+	if err != nil || info.ETag != "abc-2" {
+		t.Fatalf("Put with good MD5 and ETag = %+v, %v", info, err)
+	}
+}
+
+type cancelReader struct{ cancel context.CancelFunc }
+
+func (c cancelReader) Read([]byte) (int, error) { c.cancel(); return 0, io.EOF }
+
+func TestPutOptionsStored(t *testing.T) {
+	s := openTest(t, Config{})
+	ctx := context.Background()
+	mt := time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC)
+	opts := PutOptions{
+		PutOptions:     object.PutOptions{Size: 3, ContentType: "text/plain", UserMeta: map[string]string{"a": "1"}},
+		ModTime:        mt,
+		BackendETag:    "be",
+		BackendVersion: "v7",
+		Dirty:          true,
+	}
+	if _, err := s.Put(ctx, "bkt", "o", strings.NewReader("abc"), opts); err != nil {
+		t.Fatal(err)
+	}
+	check := func(s *Store) {
+		t.Helper()
+		info, err := s.Stat(ctx, "bkt", "o")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.ContentType != "text/plain" || info.UserMeta["a"] != "1" || !info.ModTime.Equal(mt) ||
+			info.BackendETag != "be" || info.BackendVersion != "v7" || !info.Dirty || info.Checksum != checksumString(crc32.Checksum([]byte("abc"), castagnoli)) {
+			t.Fatalf("Stat = %+v", info)
+		}
+		info.UserMeta["a"] = "changed" // must not leak into the store
+	}
+	check(s)
+	check(s)
+	s.Close()
+	check(openTest(t, Config{Mountpaths: s.paths}))
+}
+
+func TestUpdateMeta(t *testing.T) {
+	s := openTest(t, Config{Mountpaths: []string{filepath.Join(t.TempDir(), "mp")}})
+	ctx := context.Background()
+	if _, err := s.Put(ctx, "bkt", "d", strings.NewReader("dirty"), PutOptions{Dirty: true, PutOptions: object.PutOptions{Size: -1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.EvictObject(ctx, "bkt", "d"); !errors.Is(err, ErrDirty) {
+		t.Fatalf("EvictObject(dirty) = %v, want ErrDirty", err)
+	}
+	if s.mps[0].pol.Contains("bkt/d") {
+		t.Fatal("dirty object handed to the eviction policy")
+	}
+	_, err := s.UpdateMeta(ctx, "bkt", "d", func(i *object.Info) error { i.Size = 1; return nil })
+	if !errors.Is(err, object.ErrInvalidArgument) {
+		t.Fatalf("UpdateMeta changing Size = %v", err)
+	}
+	boom := errors.New("boom")
+	if _, err := s.UpdateMeta(ctx, "bkt", "d", func(*object.Info) error { return boom }); !errors.Is(err, boom) {
+		t.Fatalf("UpdateMeta with failing fn = %v", err)
+	}
+	if _, err := s.UpdateMeta(ctx, "bkt", "nope", func(*object.Info) error { return nil }); !errors.Is(err, object.ErrNotFound) {
+		t.Fatalf("UpdateMeta of missing = %v", err)
+	}
+	info, err := s.UpdateMeta(ctx, "bkt", "d", func(i *object.Info) error {
+		i.Dirty = false
+		i.BackendVersion = "v2"
+		return nil
+	})
+	if err != nil || info.Dirty || info.BackendVersion != "v2" {
+		t.Fatalf("UpdateMeta = %+v, %v", info, err)
+	}
+	if !s.mps[0].pol.Contains("bkt/d") {
+		t.Fatal("clean object not handed to the eviction policy")
+	}
+	// Durable: visible after reopen.
+	paths := s.paths
+	s.Close()
+	s = openTest(t, Config{Mountpaths: paths})
+	if st, err := s.Stat(ctx, "bkt", "d"); err != nil || st.Dirty || st.BackendVersion != "v2" {
+		t.Fatalf("after reopen Stat = %+v, %v", st, err)
+	}
+	if err := s.EvictObject(ctx, "bkt", "d"); err != nil {
+		t.Fatalf("EvictObject(clean) = %v", err)
+	}
+	if _, err := s.Stat(ctx, "bkt", "d"); !errors.Is(err, object.ErrNotFound) {
+		t.Fatalf("after EvictObject Stat = %v", err)
+	}
+	if err := s.EvictObject(ctx, "bkt", "d"); !errors.Is(err, object.ErrNotFound) {
+		t.Fatalf("EvictObject(missing) = %v", err)
+	}
+}
+
+// TestOverwriteKeepsReaders: a reader of the old version keeps reading it
+// after an overwrite and after a delete.
+func TestOverwriteKeepsReaders(t *testing.T) {
+	s := openTest(t, Config{})
+	ctx := context.Background()
+	v1 := randBytes(1, 2*bufSize)
+	v2 := randBytes(2, bufSize/2)
+	put(t, s, "bkt", "k", v1)
+	r1, err := s.Get(ctx, "bkt", "k", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r1.Close()
+	part := make([]byte, 100)
+	io.ReadFull(r1, part)
+	put(t, s, "bkt", "k", v2)
+	r2, err := s.Get(ctx, "bkt", "k", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(ctx, "bkt", "k"); err != nil {
+		t.Fatal(err)
+	}
+	rest, err := io.ReadAll(r1)
+	if err != nil || !bytes.Equal(append(part, rest...), v1) || r1.Info().ETag != md5hex(v1) {
+		t.Fatalf("old reader: %v, content equal=%v", err, bytes.Equal(append(part, rest...), v1))
+	}
+	b2, err := io.ReadAll(r2)
+	r2.Close()
+	if err != nil || !bytes.Equal(b2, v2) || r2.Info().ETag != md5hex(v2) {
+		t.Fatalf("second reader: %v", err)
+	}
+	if st := s.Mountpaths(); st[0].Objects+st[1].Objects != 0 || st[0].Bytes+st[1].Bytes != 0 {
+		t.Fatalf("accounting after overwrite+delete: %+v", st)
+	}
+}
+
+// TestConcurrent runs parallel Puts, Gets, Stats, Lists and Deletes of the
+// same keys; every Get must see a complete version whose content matches
+// its ETag. Run with -race.
+func TestConcurrent(t *testing.T) {
+	s := openTest(t, Config{})
+	ctx := context.Background()
+	const workers, iters, keys = 8, 40, 4
+	versions := make([][]byte, 8)
+	etags := map[string]bool{}
+	for i := range versions {
+		versions[i] = randBytes(uint64(100+i), 1000+i*bufSize/3)
+		etags[md5hex(versions[i])] = true
+	}
+	var wg sync.WaitGroup
+	errc := make(chan error, workers*iters)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(w), 1))
+			for i := 0; i < iters; i++ {
+				key := fmt.Sprintf("k%d", r.IntN(keys))
+				switch r.IntN(5) {
+				case 0, 1:
+					v := versions[r.IntN(len(versions))]
+					if _, err := s.Put(ctx, "bkt", key, bytes.NewReader(v), PutOptions{PutOptions: object.PutOptions{Size: int64(len(v))}}); err != nil {
+						errc <- err
+					}
+				case 2:
+					rd, err := s.Get(ctx, "bkt", key, nil)
+					if errors.Is(err, object.ErrNotFound) {
+						continue
+					}
+					if err != nil {
+						errc <- err
+						continue
+					}
+					b, err := io.ReadAll(rd)
+					rd.Close()
+					if err != nil || md5hex(b) != rd.Info().ETag || !etags[rd.Info().ETag] || int64(len(b)) != rd.Info().Size {
+						errc <- fmt.Errorf("torn read of %s: %d bytes, etag %s, err %v", key, len(b), rd.Info().ETag, err)
+					}
+				case 3:
+					if err := s.Delete(ctx, "bkt", key); err != nil && !errors.Is(err, object.ErrNotFound) {
+						errc <- err
+					}
+				case 4:
+					if _, err := s.List(ctx, "bkt", object.ListOptions{}); err != nil {
+						errc <- err
+					}
+					s.Stat(ctx, "bkt", key)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Error(err)
+	}
+	// The index, the accounting and the disk agree.
+	res, _ := s.List(ctx, "bkt", object.ListOptions{})
+	var n, bytesSum int64
+	for _, st := range s.Mountpaths() {
+		n += st.Objects
+		bytesSum += st.Bytes
+	}
+	var listed int64
+	for _, o := range res.Objects {
+		listed += o.Size
+	}
+	if int64(len(res.Objects)) != n || listed != bytesSum || len(files(t, s, "obj")) != len(res.Objects) || len(files(t, s, "tmp")) != 0 {
+		t.Fatalf("index %d objects/%d bytes, accounting %d/%d, files %d, tmp %v", len(res.Objects), listed, n, bytesSum, len(files(t, s, "obj")), files(t, s, "tmp"))
 	}
 }

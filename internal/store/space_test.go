@@ -1,0 +1,276 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/slipstream-io/slipstream/internal/object"
+)
+
+// keysOn returns n keys of bucket that HRW places on mountpath idx.
+func keysOn(s *Store, bucket string, idx, n int) []string {
+	var out []string
+	for i := 0; len(out) < n; i++ {
+		k := fmt.Sprintf("key-%d", i)
+		if s.mountpathFor(bucket, k).idx == idx {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+func putOpts(size int64, dirty bool) PutOptions {
+	return PutOptions{PutOptions: object.PutOptions{Size: size}, Dirty: dirty}
+}
+
+// TestMaxBytesNoSpace: a full mountpath of dirty objects refuses a PUT
+// with ErrNoSpace and leaves nothing; the other mountpath keeps working;
+// once objects are clean, the PUT evicts them and succeeds.
+func TestMaxBytesNoSpace(t *testing.T) {
+	const chunk = 256 << 10
+	s := openTest(t, Config{MaxBytes: 4 * chunk, Policy: "lru"})
+	ctx := context.Background()
+	full := keysOn(s, "bkt", 0, 6)
+	other := keysOn(s, "bkt", 1, 1)[0]
+	for i, k := range full[:4] {
+		if _, err := s.Put(ctx, "bkt", k, bytes.NewReader(randBytes(uint64(i), chunk)), putOpts(chunk, true)); err != nil {
+			t.Fatalf("fill %s: %v", k, err)
+		}
+	}
+	if st := s.Mountpaths()[0]; st.Used != 4*chunk || st.Free != 0 || st.Capacity != 4*chunk || st.Objects != 4 {
+		t.Fatalf("stats of the full mountpath: %+v", st)
+	}
+	for _, size := range []int64{100 << 10, -1} {
+		data := randBytes(42, 100<<10)
+		_, err := s.Put(ctx, "bkt", full[4], bytes.NewReader(data), putOpts(size, false))
+		if !errors.Is(err, object.ErrNoSpace) {
+			t.Fatalf("Put (size %d) on full mountpath = %v, want ErrNoSpace", size, err)
+		}
+		if _, err := s.Stat(ctx, "bkt", full[4]); !errors.Is(err, object.ErrNotFound) {
+			t.Fatalf("partial object visible: %v", err)
+		}
+		if f := files(t, s, "tmp"); len(f) != 0 {
+			t.Fatalf("work files left: %v", f)
+		}
+		if st := s.Mountpaths()[0]; st.Used != 4*chunk {
+			t.Fatalf("reservation leaked: %+v", st)
+		}
+	}
+	// Dirty objects were not evicted to make room.
+	for _, k := range full[:4] {
+		if _, err := s.Stat(ctx, "bkt", k); err != nil {
+			t.Fatalf("dirty %s lost: %v", k, err)
+		}
+	}
+	// The other mountpath is unaffected.
+	put(t, s, "bkt", other, randBytes(7, chunk))
+	// Multipart on the full mountpath fails the same way.
+	id, err := s.CreateUpload(ctx, "bkt", full[4], object.PutOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.PutPart(ctx, "bkt", full[4], id, 1, bytes.NewReader(make([]byte, 1000)), object.PutOptions{Size: 1000}); !errors.Is(err, object.ErrNoSpace) {
+		t.Fatalf("PutPart on full mountpath = %v", err)
+	}
+	// Destage two: now they can be evicted, least recently used first.
+	for _, k := range full[:2] {
+		if _, err := s.UpdateMeta(ctx, "bkt", k, func(i *object.Info) error { i.Dirty = false; return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := s.Get(ctx, "bkt", full[0], nil) // full[0] is now the most recent
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	data := randBytes(43, chunk)
+	if _, err := s.Put(ctx, "bkt", full[4], bytes.NewReader(data), putOpts(-1, false)); err != nil {
+		t.Fatalf("Put after destage = %v", err)
+	}
+	if _, err := s.Stat(ctx, "bkt", full[1]); !errors.Is(err, object.ErrNotFound) {
+		t.Fatalf("LRU victim %s not evicted: %v", full[1], err)
+	}
+	if _, err := s.Stat(ctx, "bkt", full[0]); err != nil {
+		t.Fatalf("recently used %s evicted: %v", full[0], err)
+	}
+	if got, _ := get(t, s, "bkt", full[4], nil); !bytes.Equal(got, data) {
+		t.Fatal("content differs")
+	}
+	if err := s.AbortUpload(ctx, "bkt", full[4], id); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestEvictWatermarks(t *testing.T) {
+	const obj = 20 << 10
+	for _, policy := range []string{"lru", "s3fifo"} {
+		t.Run(policy, func(t *testing.T) {
+			s := openTest(t, Config{Mountpaths: []string{filepath.Join(t.TempDir(), "mp")}, MaxBytes: 40 * obj, HighWatermark: 95, LowWatermark: 50, Policy: policy})
+			ctx := context.Background()
+			for i := 0; i < 34; i++ {
+				put(t, s, "bkt", fmt.Sprintf("o%03d", i), randBytes(uint64(i), obj))
+			}
+			for i := 34; i < 36; i++ { // dirty ones must survive
+				if _, err := s.Put(ctx, "bkt", fmt.Sprintf("o%03d", i), bytes.NewReader(randBytes(uint64(i), obj)), putOpts(obj, true)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			freed, err := s.Evict(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := s.Mountpaths()[0]
+			if pct := usedPct(st); pct >= 50 || pct < 45 || freed != int64(36-st.Objects)*obj {
+				t.Fatalf("after Evict: %.1f%% used, freed %d, stats %+v", pct, freed, st)
+			}
+			for i := 34; i < 36; i++ {
+				if _, err := s.Stat(ctx, "bkt", fmt.Sprintf("o%03d", i)); err != nil {
+					t.Fatalf("dirty object evicted: %v", err)
+				}
+			}
+			// Crossing the high watermark wakes the background evictor.
+			for i := 100; usedPct(s.Mountpaths()[0]) < 96; i++ {
+				put(t, s, "bkt", fmt.Sprintf("o%03d", i), randBytes(uint64(i), obj))
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			for usedPct(s.Mountpaths()[0]) >= 50 {
+				if time.Now().After(deadline) {
+					t.Fatalf("background eviction did not reach the low watermark: %+v", s.Mountpaths()[0])
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		})
+	}
+}
+
+// faultFile injects ENOSPC into work files.
+type faultFile struct {
+	*os.File
+	write func(p []byte) (int, error) // nil: pass through
+	sync  error
+}
+
+func (f *faultFile) Write(p []byte) (int, error) {
+	if f.write != nil {
+		return f.write(p)
+	}
+	return f.File.Write(p)
+}
+
+func (f *faultFile) Sync() error {
+	if f.sync != nil {
+		return f.sync
+	}
+	return f.File.Sync()
+}
+
+// TestENOSPC injects the filesystem's ENOSPC into writes and fsync.
+func TestENOSPC(t *testing.T) {
+	ctx := context.Background()
+	const size = 3 * bufSize
+	cases := []struct {
+		name string
+		// inject builds the fault for one work file; fails counts calls
+		inject  func(f *os.File, fails *atomic.Int32) *faultFile
+		wantErr bool
+		evicted bool // an eviction attempt removed the clean object
+	}{
+		{"always full", func(f *os.File, fails *atomic.Int32) *faultFile {
+			return &faultFile{File: f, write: func(p []byte) (int, error) { fails.Add(1); return 0, unix.ENOSPC }}
+		}, true, true},
+		{"short write then full", func(f *os.File, fails *atomic.Int32) *faultFile {
+			return &faultFile{File: f, write: func(p []byte) (int, error) {
+				fails.Add(1)
+				n, _ := f.Write(p[:len(p)/2])
+				return n, &os.PathError{Op: "write", Path: f.Name(), Err: unix.ENOSPC}
+			}}
+		}, true, true},
+		{"full until eviction frees space", func(f *os.File, fails *atomic.Int32) *faultFile {
+			ff := &faultFile{File: f}
+			ff.write = func(p []byte) (int, error) {
+				if fails.Load() == 0 {
+					fails.Add(1)
+					n, _ := f.Write(p[:100])
+					return n, unix.ENOSPC
+				}
+				return f.Write(p)
+			}
+			return ff
+		}, false, true},
+		{"fsync reports ENOSPC (delayed allocation)", func(f *os.File, fails *atomic.Int32) *faultFile {
+			return &faultFile{File: f, sync: unix.ENOSPC}
+		}, true, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := openTest(t, Config{})
+			victim := keysOn(s, "bkt", 0, 2)
+			other := keysOn(s, "bkt", 1, 1)[0]
+			put(t, s, "bkt", victim[0], []byte("old, clean"))
+			old := []byte("old version, dirty so that eviction keeps it")
+			if _, err := s.Put(ctx, "bkt", victim[1], bytes.NewReader(old), putOpts(-1, true)); err != nil {
+				t.Fatal(err)
+			}
+			var fails atomic.Int32
+			var faultOn atomic.Bool
+			faultOn.Store(true)
+			s.createWork = func(dir string) (workFile, error) {
+				f, err := os.CreateTemp(dir, "work-*")
+				if err != nil || !faultOn.Load() || dir != s.mps[0].tmpDir {
+					return f, err
+				}
+				return c.inject(f, &fails), nil
+			}
+			data := randBytes(5, size)
+			_, err := s.Put(ctx, "bkt", victim[1], bytes.NewReader(data), putOpts(size, false))
+			if c.wantErr != (err != nil) || (err != nil && !errors.Is(err, object.ErrNoSpace)) {
+				t.Fatalf("Put = %v, want error %v (ErrNoSpace)", err, c.wantErr)
+			}
+			if f := files(t, s, "tmp"); len(f) != 0 {
+				t.Fatalf("work files left: %v", f)
+			}
+			got, _ := get(t, s, "bkt", victim[1], nil)
+			if c.wantErr && !bytes.Equal(got, old) || !c.wantErr && !bytes.Equal(got, data) {
+				t.Fatalf("content after Put: %d bytes", len(got))
+			}
+			_, statErr := s.Stat(ctx, "bkt", victim[0])
+			if c.evicted != errors.Is(statErr, object.ErrNotFound) {
+				t.Fatalf("eviction attempt: clean object Stat = %v, want evicted=%v", statErr, c.evicted)
+			}
+			// Other mountpaths keep working while this one is full.
+			put(t, s, "bkt", other, data)
+			faultOn.Store(false)
+			put(t, s, "bkt", victim[1], data)
+		})
+	}
+}
+
+func TestMountpathsFilesystem(t *testing.T) {
+	s := openTest(t, Config{})
+	put(t, s, "bkt", "x", make([]byte, 1000))
+	var objs, bytes int64
+	for _, st := range s.Mountpaths() {
+		var fs unix.Statfs_t
+		if err := unix.Statfs(st.Path, &fs); err != nil {
+			t.Fatal(err)
+		}
+		if st.Capacity != int64(fs.Blocks)*fs.Bsize || st.Used <= 0 || st.Free <= 0 || st.Used+st.Free > st.Capacity {
+			t.Fatalf("filesystem stats %+v", st)
+		}
+		objs += st.Objects
+		bytes += st.Bytes
+	}
+	if objs != 1 || bytes != 1000 {
+		t.Fatalf("objects %d bytes %d", objs, bytes)
+	}
+}
+
