@@ -235,3 +235,5 @@ func newServer(t *testing.T, h http.Handler) *httptest.Server {
 	t.Cleanup(srv.Close)
 	return srv
 }
+
+type ctxT = context.Context
