@@ -404,7 +404,7 @@ func TestNICFailover(t *testing.T) {
 	ctx, bed := setup(t)
 	client := bed.Role("client")[0]
 	n1, _ := bed.Host("n1")
-	const downAt, upAt, total = 3.0, 8.0, 11.0
+	const downAt, upAt, total = 3.0, 8.0, 12.0
 	var wg sync.WaitGroup
 	var linkErr error
 	res := runLoad(t, ctx, bed, client.Addrs, peersOf(bed, 2, "n1"), total, func(start time.Time) {
@@ -438,7 +438,7 @@ func TestNICFailover(t *testing.T) {
 		}
 		return mbit(sum, float64(n)*tick)
 	}
-	before, down, after := window(0.75, downAt), window(downAt+2.5, upAt), window(upAt+1.5, total-0.25)
+	before, down, after := window(0.75, downAt), window(downAt+2.5, upAt), window(upAt+2, total-0.25)
 	var retries, ifErrs uint64
 	for _, s := range res.Stats {
 		retries += s.Retries

@@ -184,7 +184,7 @@ type pair struct {
 	flights   map[*flight]struct{}
 	since     time.Time
 	lastErr   string
-	probing   bool
+	probing   int // probes under way
 	lastProbe time.Time
 }
 
@@ -689,6 +689,9 @@ func (t *Transport) loop() {
 	}
 }
 
+// maxProbes bounds the probes under way to one pair that is down.
+const maxProbes = 4
+
 func (t *Transport) check(now time.Time) {
 	t.mu.Lock()
 	ps := make([]*pair, 0, len(t.pairs))
@@ -703,10 +706,17 @@ func (t *Transport) check(now time.Time) {
 	for _, p := range ps {
 		idle := now.Sub(time.Unix(0, p.lastProgress.Load()))
 		p.mu.Lock()
-		due := !p.probing && now.Sub(p.lastProbe) >= t.cfg.ProbeInterval &&
+		// A pair that is down gets a new probe every interval even while
+		// older ones wait for their timeout, so it comes back within about
+		// one interval of being reachable again.
+		limit := 1
+		if p.down.Load() {
+			limit = maxProbes
+		}
+		due := p.probing < limit && now.Sub(p.lastProbe) >= t.cfg.ProbeInterval &&
 			(p.down.Load() || idle >= t.cfg.ProbeInterval)
 		if due {
-			p.probing = true
+			p.probing++
 			p.lastProbe = now
 		}
 		p.mu.Unlock()
@@ -723,7 +733,7 @@ func (t *Transport) probe(p *pair) {
 	defer cancel()
 	err := t.probeOnce(ctx, p)
 	p.mu.Lock()
-	p.probing = false
+	p.probing--
 	p.mu.Unlock()
 	if t.ctx.Err() != nil {
 		return
