@@ -145,6 +145,10 @@ type Cluster struct {
 	trans *raft.NetworkTransport
 	store *raftboltdb.BoltStore
 
+	// memberMu serialises the leader's membership changes, which read the
+	// raft configuration and then change it.
+	memberMu sync.Mutex
+
 	ctx       context.Context // cancelled by Leave/Close; ends background loops
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup

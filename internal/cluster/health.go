@@ -122,39 +122,62 @@ func (c *Cluster) probe(ctx context.Context, n NodeInfo) bool {
 	return false
 }
 
-// syncVoters promotes live non-voters while voters are missing and records
-// each member's suffrage in the map.
+// syncVoters keeps Config.Voters live voters when it can: it promotes live
+// non-voters while voters are missing, and in place of voters that are down
+// (which it demotes to non-voters). It records each member's suffrage in the
+// map.
 func (c *Cluster) syncVoters(ctx context.Context, alive map[string]bool) {
+	c.memberMu.Lock()
+	defer c.memberMu.Unlock()
 	cf := c.raft.GetConfiguration()
 	if cf.Error() != nil {
 		return
 	}
-	servers := cf.Configuration().Servers
+	m := c.Map()
 	voters := 0
-	var candidates []raft.Server
-	for _, s := range servers {
-		if s.Suffrage == raft.Voter {
+	var candidates, downVoters []raft.Server
+	for _, s := range cf.Configuration().Servers {
+		id := string(s.ID)
+		n, known := m.Nodes[id]
+		switch {
+		case s.Suffrage == raft.Voter:
 			voters++
-		} else if alive[string(s.ID)] {
+			if known && n.State == StateDown && !alive[id] && id != c.self.ID {
+				downVoters = append(downVoters, s)
+			}
+		case alive[id] && known && n.State == StateUp:
 			candidates = append(candidates, s)
 		}
 	}
-	slices.SortFunc(candidates, func(a, b raft.Server) int { return strings.Compare(string(a.ID), string(b.ID)) })
+	byID := func(a, b raft.Server) int { return strings.Compare(string(a.ID), string(b.ID)) }
+	slices.SortFunc(candidates, byID)
+	slices.SortFunc(downVoters, byID)
+	timeout := timeoutFrom(ctx, 5*time.Second)
 	for _, s := range candidates {
-		if voters >= c.cfg.Voters {
+		if voters >= c.cfg.Voters && len(downVoters) == 0 {
 			break
 		}
-		if err := c.raft.AddVoter(s.ID, s.Address, 0, timeoutFrom(ctx, 5*time.Second)).Error(); err != nil {
+		if err := c.raft.AddVoter(s.ID, s.Address, 0, timeout).Error(); err != nil {
 			c.log.Warn("promoting non-voter failed", "node", s.ID, "err", err)
 			return
 		}
 		c.log.Info("non-voter promoted", "node", s.ID)
 		voters++
+		if voters > c.cfg.Voters && len(downVoters) > 0 {
+			d := downVoters[0]
+			downVoters = downVoters[1:]
+			if err := c.raft.DemoteVoter(d.ID, 0, timeout).Error(); err != nil {
+				c.log.Warn("demoting down voter failed", "node", d.ID, "err", err)
+				return
+			}
+			c.log.Info("down voter demoted", "node", d.ID)
+			voters--
+		}
 	}
 	if cf = c.raft.GetConfiguration(); cf.Error() != nil {
 		return
 	}
-	m := c.Map()
+	m = c.Map()
 	for _, s := range cf.Configuration().Servers {
 		n, ok := m.Nodes[string(s.ID)]
 		if !ok || n.Voter == (s.Suffrage == raft.Voter) {

@@ -12,6 +12,8 @@ import (
 // a voter while there are fewer than Config.Voters voters, else a non-voter.
 // A known node that comes back with another raft address keeps its suffrage.
 func (c *Cluster) admit(ctx context.Context, info NodeInfo) (*Map, error) {
+	c.memberMu.Lock()
+	defer c.memberMu.Unlock()
 	info = info.Clone()
 	if info.ID == "" || info.RaftAddr == "" || len(info.IntraAddrs) == 0 {
 		return nil, fmt.Errorf("%w: join needs id, raftAddr and intraAddrs", ErrInvalid)
@@ -82,6 +84,8 @@ func (c *Cluster) admit(ctx context.Context, info NodeInfo) (*Map, error) {
 // removeMember drops a node from the map and the raft configuration; it runs
 // on the leader.
 func (c *Cluster) removeMember(ctx context.Context, id string) error {
+	c.memberMu.Lock()
+	defer c.memberMu.Unlock()
 	if err := c.applyLocal(ctx, command{Op: opNodeRemove, Name: id}); err != nil {
 		return err
 	}
