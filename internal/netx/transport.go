@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"sort"
 	"strings"
 	"sync"
@@ -61,7 +62,8 @@ func (s *State) UnmarshalText(b []byte) error {
 }
 
 // Peer is a node as the transport sees it: an identity and every address
-// (host:port) it serves on.
+// it serves on, each "host:port" or a base URL ("https://host:port") whose
+// scheme then overrides the transport's.
 type Peer struct {
 	ID    string   `json:"id"`
 	Addrs []string `json:"addrs"`
@@ -164,8 +166,32 @@ type iface struct {
 }
 
 type endpoint struct {
-	addr     string
+	addr     string // host:port
+	scheme   string // from a URL-form address; "" = the request's
 	inflight atomic.Int64
+}
+
+// ParseAddr splits a peer address, either "host:port" or a base URL
+// ("https://host:port"), into host:port and scheme ("" for the first form).
+func ParseAddr(a string) (hostport, scheme string, err error) {
+	if !strings.Contains(a, "://") {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return "", "", fmt.Errorf("%w: %q: %v", ErrBadAddr, a, err)
+		}
+		return a, "", nil
+	}
+	u, err := url.Parse(a)
+	if err != nil {
+		return "", "", fmt.Errorf("%w: %q: %v", ErrBadAddr, a, err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") ||
+		u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return "", "", fmt.Errorf("%w: %q is not an http(s) base URL", ErrBadAddr, a)
+	}
+	if _, _, err := net.SplitHostPort(u.Host); err != nil {
+		return "", "", fmt.Errorf("%w: %q: %v", ErrBadAddr, a, err)
+	}
+	return u.Host, u.Scheme, nil
 }
 
 type pair struct {
@@ -277,7 +303,7 @@ func (t *Transport) newIface(a string, nets []*net.IPNet) (*iface, error) {
 		if err != nil {
 			return nil, err
 		}
-		p := t.pair(loc, addr)
+		p := t.pair(loc, addr, "")
 		cc := newCountConn(c, &loc.c, &p.lastProgress, nil)
 		cc.b = &p.c
 		return cc, nil
@@ -303,8 +329,9 @@ func (t *Transport) newIface(a string, nets []*net.IPNet) (*iface, error) {
 	return loc, nil
 }
 
-// pair returns the state of (loc, remote), creating it.
-func (t *Transport) pair(loc *iface, remote string) *pair {
+// pair returns the state of (loc, remote), creating it; the scheme of a
+// remote address is the one it was first seen with.
+func (t *Transport) pair(loc *iface, remote, scheme string) *pair {
 	key := loc.addr + "|" + remote
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -312,7 +339,7 @@ func (t *Transport) pair(loc *iface, remote string) *pair {
 	if p == nil {
 		rem := t.remotes[remote]
 		if rem == nil {
-			rem = &endpoint{addr: remote}
+			rem = &endpoint{addr: remote, scheme: scheme}
 			t.remotes[remote] = rem
 		}
 		p = &pair{key: key, loc: loc, rem: rem, flights: map[*flight]struct{}{}}
@@ -346,8 +373,12 @@ func (t *Transport) pairsFor(addrs []string) ([]*pair, error) {
 	}
 	ps = nil
 	for _, ra := range addrs {
-		for _, loc := range t.usableLocals(ra) {
-			ps = append(ps, t.pair(loc, ra))
+		hp, scheme, err := ParseAddr(ra)
+		if err != nil {
+			return nil, err
+		}
+		for _, loc := range t.usableLocals(hp) {
+			ps = append(ps, t.pair(loc, hp, scheme))
 		}
 	}
 	if len(ps) == 0 {
@@ -439,6 +470,9 @@ func (t *Transport) SetPeers(peers []Peer) {
 		}
 		for _, a := range p.Addrs {
 			m[a] = p
+			if hp, _, err := ParseAddr(a); err == nil {
+				m[hp] = p
+			}
 		}
 	}
 	t.mu.Lock()
@@ -526,6 +560,9 @@ func (t *Transport) attempt(ctx context.Context, p *pair, req *http.Request, n i
 		r.Body = b
 	}
 	r.URL.Scheme = scheme
+	if p.rem.scheme != "" {
+		r.URL.Scheme = p.rem.scheme
+	}
 	r.URL.Host = p.rem.addr
 	if r.Host == "" {
 		r.Host = host
@@ -760,7 +797,11 @@ func (t *Transport) probeOnce(ctx context.Context, p *pair) error {
 		}
 		return c.Close()
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, t.cfg.Scheme+"://"+p.rem.addr+t.cfg.ProbePath, nil)
+	scheme := t.cfg.Scheme
+	if p.rem.scheme != "" {
+		scheme = p.rem.scheme
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+"://"+p.rem.addr+t.cfg.ProbePath, nil)
 	if err != nil {
 		return err
 	}

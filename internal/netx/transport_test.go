@@ -498,3 +498,67 @@ func TestRoundTripper(t *testing.T) {
 		t.Errorf("unknown host answered by %q", b)
 	}
 }
+
+func TestParseAddr(t *testing.T) {
+	tests := []struct {
+		in, hp, scheme string
+		ok             bool
+	}{
+		{"10.77.1.2:9000", "10.77.1.2:9000", "", true},
+		{"[::1]:80", "[::1]:80", "", true},
+		{"http://10.77.1.2:9000", "10.77.1.2:9000", "http", true},
+		{"https://10.77.1.2:9201/", "10.77.1.2:9201", "https", true},
+		{"https://h:1/x", "", "", false},
+		{"ftp://h:1", "", "", false},
+		{"http://h", "", "", false},
+		{"http://u@h:1", "", "", false},
+		{"10.77.1.2", "", "", false},
+		{"", "", "", false},
+	}
+	for _, tc := range tests {
+		hp, scheme, err := ParseAddr(tc.in)
+		if tc.ok != (err == nil) || hp != tc.hp || scheme != tc.scheme {
+			t.Errorf("ParseAddr(%q) = %q, %q, %v", tc.in, hp, scheme, err)
+		}
+		if err != nil && !errors.Is(err, ErrBadAddr) {
+			t.Errorf("ParseAddr(%q): error %v is not ErrBadAddr", tc.in, err)
+		}
+	}
+}
+
+func FuzzParseAddr(f *testing.F) {
+	for _, s := range []string{"10.77.1.2:9000", "https://h:1", "http://[::1]:2/", "x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		hp, scheme, err := ParseAddr(s)
+		if err != nil {
+			return
+		}
+		if _, _, err := net.SplitHostPort(hp); err != nil {
+			t.Fatalf("%q gave host:port %q: %v", s, hp, err)
+		}
+		if scheme != "" && scheme != "http" && scheme != "https" {
+			t.Fatalf("%q gave scheme %q", s, scheme)
+		}
+	})
+}
+
+// TestURLAddrs: peers may list base URLs (the cluster map's intra form).
+func TestURLAddrs(t *testing.T) {
+	s1 := startServer(t, "127.0.0.2:0", 0)
+	s2 := startServer(t, "127.0.0.3:0", 0)
+	tr := newTestTransport(t, Config{Scheme: "https"}) // the URL's scheme wins
+	peer := Peer{ID: "n1", Addrs: []string{"http://" + s1.addr, "http://" + s2.addr + "/"}}
+	for i := 0; i < 10; i++ {
+		if _, err := get(context.Background(), tr, peer, "/obj"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s1.hits.Load() == 0 || s2.hits.Load() == 0 {
+		t.Errorf("hits %d and %d, want both", s1.hits.Load(), s2.hits.Load())
+	}
+	if _, err := get(context.Background(), tr, Peer{Addrs: []string{"ftp://x:1"}}, "/"); !errors.Is(err, ErrBadAddr) {
+		t.Errorf("bad address: err = %v", err)
+	}
+}
