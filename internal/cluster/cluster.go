@@ -20,6 +20,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -252,6 +253,15 @@ func New(ctx context.Context, cfg Config) (*Cluster, error) {
 		cleanup()
 		return nil, fmt.Errorf("%w: config: a new node needs Seeds or Bootstrap", ErrInvalid)
 	}
+	bootstrap := !existing && cfg.Bootstrap
+	if bootstrap && len(cfg.Seeds) > 0 {
+		// A bootstrap node that lost its state must not start a second
+		// cluster next to a running one: join it instead.
+		if leader := c.seedLeader(ctx); leader != "" {
+			c.log.Warn("a cluster already runs: joining it instead of bootstrapping", "leader", leader)
+			bootstrap = false
+		}
+	}
 	logs, err := raft.NewLogCache(512, c.store)
 	if err != nil {
 		cleanup()
@@ -262,7 +272,7 @@ func New(ctx context.Context, cfg Config) (*Cluster, error) {
 		cleanup()
 		return nil, fmt.Errorf("cluster: start raft: %w", err)
 	}
-	if !existing && cfg.Bootstrap {
+	if bootstrap {
 		boot := raft.Configuration{Servers: []raft.Server{{
 			Suffrage: raft.Voter, ID: rc.LocalID, Address: c.trans.LocalAddr(),
 		}}}
@@ -273,13 +283,25 @@ func New(ctx context.Context, cfg Config) (*Cluster, error) {
 		}
 	}
 	c.log.Info("cluster node started", "id", cfg.NodeID, "raft", c.self.RaftAddr,
-		"existingState", existing, "bootstrap", cfg.Bootstrap && !existing)
+		"existingState", existing, "bootstrap", bootstrap)
 
 	c.ctx, c.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	c.wg.Add(2)
 	go c.announceLoop()
 	go c.healthLoop()
 	return c, nil
+}
+
+// seedLeader asks each seed's health endpoint for a leader and returns the
+// first one named, or "".
+func (c *Cluster) seedLeader(ctx context.Context) string {
+	for _, seed := range c.cfg.Seeds {
+		var h Health
+		if err := c.get(ctx, BaseURL(seed)+PathHealth, time.Second, &h); err == nil && h.Leader != "" {
+			return h.Leader
+		}
+	}
+	return ""
 }
 
 // Map returns the current cluster map. It is shared and must not be modified.
@@ -299,6 +321,44 @@ func (c *Cluster) LeaderID() string {
 
 // IsLeader reports whether this node is the raft leader.
 func (c *Cluster) IsLeader() bool { return c.raft.State() == raft.Leader }
+
+// Status is a node's view of the consensus state, for operators.
+type Status struct {
+	ID           string    `json:"id"`
+	RaftState    string    `json:"raftState"` // Follower, Candidate, Leader, Shutdown
+	Leader       string    `json:"leader"`
+	Version      uint64    `json:"version"`
+	Term         uint64    `json:"term"`
+	CommitIndex  uint64    `json:"commitIndex"`
+	AppliedIndex uint64    `json:"appliedIndex"`
+	LastContact  time.Time `json:"lastContact,omitzero"` // with the leader; zero on the leader
+	Voters       []string  `json:"voters"`
+	NonVoters    []string  `json:"nonVoters"`
+}
+
+// Status returns this node's view of the consensus state.
+func (c *Cluster) Status() Status {
+	s := Status{
+		ID: c.self.ID, RaftState: c.raft.State().String(), Leader: c.LeaderID(), Version: c.Map().Version,
+		Term: c.raft.CurrentTerm(), CommitIndex: c.raft.CommitIndex(), AppliedIndex: c.raft.AppliedIndex(),
+		Voters: []string{}, NonVoters: []string{},
+	}
+	if s.RaftState != raft.Leader.String() {
+		s.LastContact = c.raft.LastContact()
+	}
+	if cf := c.raft.GetConfiguration(); cf.Error() == nil {
+		for _, srv := range cf.Configuration().Servers {
+			if srv.Suffrage == raft.Voter {
+				s.Voters = append(s.Voters, string(srv.ID))
+			} else {
+				s.NonVoters = append(s.NonVoters, string(srv.ID))
+			}
+		}
+	}
+	slices.Sort(s.Voters)
+	slices.Sort(s.NonVoters)
+	return s
+}
 
 // WaitForLeader blocks until a leader is known and this node appears in the
 // map, i.e. the node has joined and can serve.

@@ -2,10 +2,12 @@ package cluster_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -545,4 +547,96 @@ func TestWatchRemoteFailsOver(t *testing.T) {
 		}
 	}
 	t.Fatal("watch closed before the bucket showed up")
+}
+
+func TestJoinPaths(t *testing.T) {
+	tc := clustertest.Start(t, clustertest.Options{N: 3})
+	ctx := testCtx(t, 30*time.Second)
+	leader, err := tc.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := follower(t, tc)
+	// A dead first seed, then a follower that forwards the join to the leader.
+	n4 := tc.AddNodeWith(clustertest.NodeOptions{Seeds: []string{"http://127.0.0.1:1", f.URL}})
+	// A node told to bootstrap that finds a running cluster joins it instead.
+	n5 := tc.AddNodeWith(clustertest.NodeOptions{Bootstrap: true, Seeds: []string{f.URL}})
+	if err := tc.WaitAll(ctx, func(m *cluster.Map) bool { return len(m.UpNodeIDs()) == 5 }); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []*clustertest.Node{n4, n5} {
+		if got := n.Cluster().LeaderID(); got != leader.ID {
+			t.Errorf("%s follows %q, want %q", n.ID, got, leader.ID)
+		}
+		if m := leader.Cluster().Map(); m.Nodes[n.ID].Voter {
+			t.Errorf("%s joined as a voter beyond 3", n.ID)
+		}
+	}
+	st := n5.Cluster().Status()
+	if len(st.Voters) != 3 || len(st.NonVoters) != 2 || st.Leader != leader.ID || st.Term == 0 {
+		t.Errorf("status %+v", st)
+	}
+	if err := n5.Cluster().CreateBucket(ctx, cluster.BucketProps{Name: "from-n5"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tc.WaitAll(ctx, hasBucket("from-n5")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestHandlerErrors(t *testing.T) {
+	tc := clustertest.Start(t, clustertest.Options{N: 3})
+	ctx := testCtx(t, 30*time.Second)
+	if _, err := tc.Leader(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f := follower(t, tc)
+	tests := []struct {
+		name, method, path, body string
+		header                    map[string]string
+		status                    int
+		code                      string
+	}{
+		{"garbage apply", "POST", cluster.PathApply, "{", nil, http.StatusBadRequest, "invalid"},
+		{"unknown op", "POST", cluster.PathApply, `{"op":"explode"}`, nil, http.StatusBadRequest, "invalid"},
+		{"forwarded twice", "POST", cluster.PathApply, `{"op":"bucket.delete","name":"x"}`, map[string]string{"X-Slipstream-Forwarded": "1"}, http.StatusServiceUnavailable, "not_leader"},
+		{"delete missing via follower", "POST", cluster.PathApply, `{"op":"bucket.delete","name":"missing"}`, nil, http.StatusNotFound, "no_such_bucket"},
+		{"bad join", "POST", cluster.PathJoin, `{"id":""}`, nil, http.StatusBadRequest, "invalid"},
+		{"bad after", "GET", cluster.PathMap + "?after=x", "", nil, http.StatusBadRequest, "invalid"},
+		{"bad wait", "GET", cluster.PathMap + "?after=1&wait=soon", "", nil, http.StatusBadRequest, "invalid"},
+		{"wrong method", "GET", cluster.PathJoin, "", nil, http.StatusMethodNotAllowed, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, err := http.NewRequestWithContext(ctx, tt.method, f.URL+tt.path, strings.NewReader(tt.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for k, v := range tt.header {
+				req.Header.Set(k, v)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != tt.status {
+				t.Fatalf("status %d, want %d", resp.StatusCode, tt.status)
+			}
+			if tt.code != "" {
+				var eb struct{ Code string }
+				if err := json.NewDecoder(resp.Body).Decode(&eb); err != nil || eb.Code != tt.code {
+					t.Errorf("code %q (%v), want %q", eb.Code, err, tt.code)
+				}
+			}
+		})
+	}
+	resp, err := http.Get(f.URL + cluster.PathMap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if v := resp.Header.Get(cluster.HeaderVersion); v == "" || v == "0" {
+		t.Errorf("map version header %q", v)
+	}
 }

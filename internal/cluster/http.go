@@ -23,6 +23,7 @@ const (
 	PathLeave  = "/cluster/leave"
 	PathMap    = "/cluster/map"
 	PathHealth = "/cluster/health"
+	PathStatus = "/cluster/status"
 )
 
 // HeaderVersion carries the map version on GET /cluster/map answers.
@@ -133,6 +134,7 @@ type Health struct {
 //	GET  /cluster/map     the map as JSON; ?after=V waits (up to ?wait=, default
 //	                      30s, max 60s) for a version newer than V
 //	GET  /cluster/health  this node's raft state, leader and map version
+//	GET  /cluster/status  Status: raft term, indexes and membership
 func (c *Cluster) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+PathJoin, c.serveJoin)
@@ -140,12 +142,15 @@ func (c *Cluster) Handler() http.Handler {
 	mux.HandleFunc("POST "+PathLeave, c.serveLeave)
 	mux.HandleFunc("GET "+PathMap, c.serveMap)
 	mux.HandleFunc("GET "+PathHealth, c.serveHealth)
+	mux.HandleFunc("GET "+PathStatus, func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, c.Status())
+	})
 	return mux
 }
 
 // leaderOnly runs f if this node leads; otherwise it relays the request to
 // the leader once.
-func (c *Cluster) leaderOnly(w http.ResponseWriter, r *http.Request, body any, f func(ctx context.Context) (any, error)) {
+func (c *Cluster) leaderOnly(w http.ResponseWriter, r *http.Request, path string, body any, f func(ctx context.Context) (any, error)) {
 	ctx := r.Context()
 	if c.IsLeader() {
 		out, err := f(ctx)
@@ -161,7 +166,7 @@ func (c *Cluster) leaderOnly(w http.ResponseWriter, r *http.Request, body any, f
 		return
 	}
 	var out json.RawMessage
-	if err := c.postLeader(ctx, r.URL.Path, body, &out); err != nil {
+	if err := c.postLeader(ctx, path, body, &out); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -182,7 +187,7 @@ func (c *Cluster) serveJoin(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	c.leaderOnly(w, r, info, func(ctx context.Context) (any, error) { return c.admit(ctx, info) })
+	c.leaderOnly(w, r, PathJoin, info, func(ctx context.Context) (any, error) { return c.admit(ctx, info) })
 }
 
 func (c *Cluster) serveApply(w http.ResponseWriter, r *http.Request) {
@@ -191,7 +196,7 @@ func (c *Cluster) serveApply(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	c.leaderOnly(w, r, cmd, func(ctx context.Context) (any, error) {
+	c.leaderOnly(w, r, PathApply, cmd, func(ctx context.Context) (any, error) {
 		return struct{}{}, c.applyLocal(ctx, cmd)
 	})
 }
@@ -202,7 +207,7 @@ func (c *Cluster) serveLeave(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	c.leaderOnly(w, r, req, func(ctx context.Context) (any, error) {
+	c.leaderOnly(w, r, PathLeave, req, func(ctx context.Context) (any, error) {
 		return struct{}{}, c.removeMember(ctx, req.ID)
 	})
 }
@@ -387,4 +392,23 @@ func WatchRemote(ctx context.Context, hc *http.Client, baseURLs []string) <-chan
 		}
 	}()
 	return out
+}
+
+// get fetches a JSON document with a timeout.
+func (c *Cluster) get(ctx context.Context, url string, timeout time.Duration, out any) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %v", errUnreachable, url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%w: %s: HTTP %d", errUnreachable, url, resp.StatusCode)
+	}
+	return json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(out)
 }

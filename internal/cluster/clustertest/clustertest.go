@@ -118,7 +118,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 	tc := &Cluster{t: t, opts: opts}
 	t.Cleanup(tc.Close)
 	for i := 0; i < opts.N; i++ {
-		if _, err := tc.add(i == 0); err != nil {
+		if _, err := tc.add(i == 0, nil); err != nil {
 			t.Fatalf("clustertest: start node %d: %v", i+1, err)
 		}
 	}
@@ -155,7 +155,20 @@ func (tc *Cluster) Seeds() []string {
 // waits until it has joined.
 func (tc *Cluster) AddNode() *Node {
 	tc.t.Helper()
-	n, err := tc.add(false)
+	return tc.AddNodeWith(NodeOptions{})
+}
+
+// NodeOptions change how AddNodeWith starts a node.
+type NodeOptions struct {
+	Seeds     []string // default: every other node's URL
+	Bootstrap bool     // ask to bootstrap (it joins anyway if a seed names a leader)
+}
+
+// AddNodeWith starts one more node with the given options and waits until
+// it has joined.
+func (tc *Cluster) AddNodeWith(o NodeOptions) *Node {
+	tc.t.Helper()
+	n, err := tc.add(o.Bootstrap, o.Seeds)
 	if err != nil {
 		tc.t.Fatalf("clustertest: add node: %v", err)
 	}
@@ -167,7 +180,7 @@ func (tc *Cluster) AddNode() *Node {
 	return n
 }
 
-func (tc *Cluster) add(bootstrap bool) (*Node, error) {
+func (tc *Cluster) add(bootstrap bool, seeds []string) (*Node, error) {
 	tc.mu.Lock()
 	i := len(tc.nodes)
 	n := &Node{Index: i, ID: fmt.Sprintf("n%d", i+1), Dir: filepath.Join(tc.opts.BaseDir, fmt.Sprintf("n%d", i+1)), RaftBind: "127.0.0.1:0"}
@@ -176,20 +189,22 @@ func (tc *Cluster) add(bootstrap bool) (*Node, error) {
 	}
 	tc.nodes = append(tc.nodes, n)
 	tc.mu.Unlock()
-	return n, tc.start(n, bootstrap, "127.0.0.1:0")
+	return n, tc.start(n, bootstrap, "127.0.0.1:0", seeds)
 }
 
-// start launches n's HTTP listener on httpAddr and its cluster node.
-func (tc *Cluster) start(n *Node, bootstrap bool, httpAddr string) error {
+// start launches n's HTTP listener on httpAddr and its cluster node. Nil
+// seeds mean every other node.
+func (tc *Cluster) start(n *Node, bootstrap bool, httpAddr string, seeds []string) error {
 	ln, err := net.Listen("tcp", httpAddr)
 	if err != nil {
 		return err
 	}
 	n.URL = "http://" + ln.Addr().String()
-	var seeds []string
-	for _, o := range tc.Nodes() {
-		if o != n {
-			seeds = append(seeds, o.URL)
+	if seeds == nil {
+		for _, o := range tc.Nodes() {
+			if o != n {
+				seeds = append(seeds, o.URL)
+			}
 		}
 	}
 	cfg := cluster.Config{
@@ -228,7 +243,7 @@ func (tc *Cluster) start(n *Node, bootstrap bool, httpAddr string) error {
 	n.mu.Lock()
 	n.c, n.srv = c, srv
 	n.mu.Unlock()
-	if bootstrap {
+	if bootstrap && len(seeds) == 0 {
 		if err := c.WaitForLeader(ctx); err != nil {
 			return err
 		}
@@ -278,7 +293,7 @@ func (tc *Cluster) RestartAsync(n *Node, sameAddrs bool) {
 	} else {
 		n.RaftBind = "127.0.0.1:0"
 	}
-	if err := tc.start(n, false, httpAddr); err != nil {
+	if err := tc.start(n, false, httpAddr, nil); err != nil {
 		tc.t.Fatalf("clustertest: restart %s: %v", n.ID, err)
 	}
 }
