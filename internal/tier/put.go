@@ -172,8 +172,9 @@ func (t *Tier) putBack(ctx context.Context, b Bucket, bucket, key string, r io.R
 		info, errL = t.local.Put(ctx, bucket, key, r, lopts)
 	}
 	if errL != nil {
-		if errors.Is(errL, errConsumerDone) && errR != nil {
-			return object.Info{}, errR
+		if errR != nil {
+			// The replication failure stopped the local write too.
+			return object.Info{}, fmt.Errorf("tier: %s/%s: replicas failed: %w: %w", bucket, key, object.ErrUnavailable, errR)
 		}
 		return object.Info{}, errL
 	}

@@ -1,0 +1,407 @@
+package tier_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/slipstream-io/slipstream/internal/backend/backendtest"
+	"github.com/slipstream-io/slipstream/internal/object"
+	"github.com/slipstream-io/slipstream/internal/tier"
+)
+
+func putOpts(n int) object.PutOptions { return object.PutOptions{Size: int64(n), ContentType: "text/plain"} }
+
+func TestWriteThrough(t *testing.T) {
+	kinds(t, func(t *testing.T, kind string) {
+		e := newEnv(t, kind)
+		tr := e.newTier(t, tier.Config{}, cacheBucket)
+		ctx := context.Background()
+		body := backendtest.Body(6, 6<<20+3)
+		info, err := tr.Put(ctx, "data", "wt/obj", bytesReader(body), putOpts(len(body)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The backend has it before the PUT returned: check its own files.
+		onDisk, err := os.ReadFile(e.remoteFile("wt/obj"))
+		if err != nil || !bytes.Equal(onDisk, body) {
+			t.Fatalf("backend file after write-through: %d bytes, %v", len(onDisk), err)
+		}
+		a, err := e.raw.Stat(ctx, "wt/obj")
+		if err != nil {
+			t.Fatal(err)
+		}
+		local, err := e.local.Stat(ctx, "data", "wt/obj")
+		if err != nil || local.Dirty || local.BackendETag != a.ETag || local.Size != int64(len(body)) {
+			t.Errorf("local copy %+v (%v), backend %+v", local, err, a)
+		}
+		if info.Size != int64(len(body)) {
+			t.Errorf("put info %+v", info)
+		}
+		gets := e.be.fullGets.Load()
+		r, err := tr.Get(ctx, "data", "wt/obj", nil)
+		if data := readAll(t, r, err); !bytes.Equal(data, body) || e.be.fullGets.Load() != gets {
+			t.Error("written-through object is not warm")
+		}
+		// A failing backend fails the PUT and leaves no local copy.
+		e.be.set(func(c *ctl) { c.failPuts = true })
+		if _, err := tr.Put(ctx, "data", "wt/fail", bytesReader(body[:100]), putOpts(100)); !errors.Is(err, errInjected) {
+			t.Errorf("PUT with a failing backend: %v", err)
+		}
+		if _, err := e.local.Stat(ctx, "data", "wt/fail"); !errors.Is(err, object.ErrNotFound) {
+			t.Error("failed write-through left a local copy")
+		}
+		// Delete goes to both.
+		e.be.set(func(c *ctl) { c.failPuts = false })
+		if err := tr.Delete(ctx, "data", "wt/obj"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.raw.Stat(ctx, "wt/obj"); !errors.Is(err, object.ErrNotFound) {
+			t.Error("delete did not reach the backend")
+		}
+		if _, err := e.local.Stat(ctx, "data", "wt/obj"); !errors.Is(err, object.ErrNotFound) {
+			t.Error("delete left the local copy")
+		}
+	})
+}
+
+var wbBucket = map[string]tier.Bucket{"wback": {Mode: tier.ModeWriteback}}
+
+func TestWriteBackDestageOrder(t *testing.T) {
+	kinds(t, func(t *testing.T, kind string) {
+		e := newEnv(t, kind)
+		gate := make(chan struct{})
+		e.be.set(func(c *ctl) { c.gate = gate })
+		tr := e.newTier(t, tier.Config{DestageParallel: 4}, wbBucket)
+		ctx := context.Background()
+		// Overwrites and deletes while the backend is held back.
+		var last []byte
+		for i := 0; i < 3; i++ {
+			last = []byte(fmt.Sprintf("version %d of k", i))
+			if _, err := tr.Put(ctx, "wback", "k", bytesReader(last), putOpts(len(last))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, k := range []string{"gone", "back"} {
+			if _, err := tr.Put(ctx, "wback", k, bytesReader([]byte("old "+k)), putOpts(4+len(k))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := tr.Delete(ctx, "wback", "gone"); err != nil {
+			t.Fatal(err)
+		}
+		if err := tr.Delete(ctx, "wback", "back"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tr.Put(ctx, "wback", "back", bytesReader([]byte("new back")), putOpts(8)); err != nil {
+			t.Fatal(err)
+		}
+		// Reads see the acknowledged state before destage.
+		r, err := tr.Get(ctx, "wback", "k", nil)
+		if data := readAll(t, r, err); !bytes.Equal(data, last) {
+			t.Errorf("dirty read: %q", data)
+		}
+		if _, err := tr.Get(ctx, "wback", "gone", nil); !errors.Is(err, object.ErrNotFound) {
+			t.Errorf("read of a deleted, not destaged object: %v", err)
+		}
+		info, _ := e.local.Stat(ctx, "wback", "k")
+		if !info.Dirty {
+			t.Error("write-back object not dirty before destage")
+		}
+		bl := tr.Backlog()
+		if bl.Objects < 3 || bl.Bytes == 0 {
+			t.Errorf("backlog before destage %+v", bl)
+		}
+		if _, err := e.raw.Stat(ctx, "k"); !errors.Is(err, object.ErrNotFound) {
+			t.Error("the backend got the object before the destager was released")
+		}
+		close(gate)
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		if err := tr.WaitDestaged(wctx); err != nil {
+			t.Fatal(err)
+		}
+		for key, want := range map[string]string{"k": string(last), "back": "new back"} {
+			got, err := os.ReadFile(e.remoteFile(key))
+			if err != nil || string(got) != want {
+				t.Errorf("backend %s = %q (%v), want %q", key, got, err, want)
+			}
+			info, err := e.local.Stat(ctx, "wback", key)
+			if err != nil || info.Dirty || info.BackendETag == "" {
+				t.Errorf("%s not clean after destage: %+v %v", key, info, err)
+			}
+		}
+		if _, err := e.raw.Stat(ctx, "gone"); !errors.Is(err, object.ErrNotFound) {
+			t.Error("deleted object reached the backend")
+		}
+		// Per key, the last backend operation is the last write.
+		lastOp := map[string]string{}
+		for _, o := range e.be.ops() {
+			f := strings.Fields(o)
+			lastOp[f[1]] = f[0]
+		}
+		if lastOp["k"] != "put" || lastOp["back"] != "put" || (lastOp["gone"] != "delete" && lastOp["gone"] != "") {
+			t.Errorf("backend operations %v", e.be.ops())
+		}
+		bl = tr.Backlog()
+		if bl.Objects != 0 || bl.Bytes != 0 || bl.Destaged == 0 {
+			t.Errorf("backlog after destage %+v", bl)
+		}
+	})
+}
+
+func TestJournalReplayAfterRestart(t *testing.T) {
+	e := newEnv(t, "fs")
+	e.be.set(func(c *ctl) { c.failPuts = true })
+	cfg := tier.Config{RetryBackoff: 20 * time.Millisecond}
+	tr := e.newTier(t, cfg, wbBucket)
+	ctx := context.Background()
+	bodies := map[string][]byte{}
+	for i := 0; i < 5; i++ {
+		k := fmt.Sprintf("obj-%d", i)
+		bodies[k] = backendtest.Body(int64(i), 10000+i)
+		if _, err := tr.Put(ctx, "wback", k, bytesReader(bodies[k]), putOpts(len(bodies[k]))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tr.Delete(ctx, "wback", "obj-4"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.raw.Delete(ctx, "never-there"); err != nil {
+		t.Fatal(err)
+	}
+	// The remote has an old copy of obj-4 that the journaled delete must remove.
+	remotePut(t, e.raw, "obj-4", []byte("stale"))
+	eventually(t, "failed destage attempts", func() bool { return tr.Backlog().Failures >= 2 })
+	if bl := tr.Backlog(); bl.Objects != 5 {
+		t.Fatalf("backlog %+v", bl)
+	}
+	if err := tr.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.local.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Restart: new store and tier over the same directories, healthy backend.
+	e.openStore(t)
+	e.be.set(func(c *ctl) { c.failPuts = false })
+	tr2, err := tier.New(ctx, tier.Config{SpoolDir: e.dir + "/spool", JournalDir: e.dir + "/journal"}, e.local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr2.Close()
+	if bl := tr2.Backlog(); bl.Objects != 5 || bl.Bytes != int64(4*10000+6) {
+		t.Errorf("replayed backlog %+v", bl)
+	}
+	if err := tr2.AddBucket("wback", tier.Bucket{Mode: tier.ModeWriteback, Backend: e.be}); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if err := tr2.WaitDestaged(wctx); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 4; i++ {
+		k := fmt.Sprintf("obj-%d", i)
+		got, err := os.ReadFile(e.remoteFile(k))
+		if err != nil || !bytes.Equal(got, bodies[k]) {
+			t.Errorf("%s did not reach the backend after restart: %v", k, err)
+		}
+	}
+	if _, err := e.raw.Stat(ctx, "obj-4"); !errors.Is(err, object.ErrNotFound) {
+		t.Error("journaled delete was not destaged after restart")
+	}
+	// A third start finds an empty backlog (the journal was compacted).
+	tr2.Close()
+	tr3, err := tier.New(ctx, tier.Config{SpoolDir: e.dir + "/spool", JournalDir: e.dir + "/journal"}, e.local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr3.Close()
+	if bl := tr3.Backlog(); bl.Objects != 0 || bl.JournalBytes > 200 {
+		t.Errorf("backlog after a clean restart %+v", bl)
+	}
+}
+
+func TestDirtyCapBackPressure(t *testing.T) {
+	e := newEnv(t, "fs")
+	gate := make(chan struct{})
+	e.be.set(func(c *ctl) { c.gate = gate })
+	tr := e.newTier(t, tier.Config{MaxDirtyBytes: 1 << 20, DirtyWait: 200 * time.Millisecond}, wbBucket)
+	ctx := context.Background()
+	body := backendtest.Body(8, 600<<10)
+	if _, err := tr.Put(ctx, "wback", "a", bytesReader(body), putOpts(len(body))); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	_, err := tr.Put(ctx, "wback", "b", bytesReader(body), putOpts(len(body)))
+	if !errors.Is(err, object.ErrSlowDown) {
+		t.Fatalf("PUT over the dirty cap: %v, want ErrSlowDown", err)
+	}
+	if waited := time.Since(began); waited < 150*time.Millisecond {
+		t.Errorf("back-pressure answered after %v, want about the 200ms wait", waited)
+	}
+	if _, err := e.local.Stat(ctx, "wback", "b"); !errors.Is(err, object.ErrNotFound) {
+		t.Error("refused PUT left an object")
+	}
+	// A PUT that waits is let through as soon as the destager frees room.
+	done := make(chan error, 1)
+	go func() {
+		tr2ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		_, err := tr.Put(tr2ctx, "wback", "c", bytesReader(body), putOpts(len(body)))
+		done <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	close(gate)
+	if err := <-done; err != nil {
+		t.Fatalf("PUT waiting for room: %v", err)
+	}
+	if bl := tr.Backlog(); bl.Bytes > 1<<20 {
+		t.Errorf("dirty bytes %d over the cap", bl.Bytes)
+	}
+}
+
+// peers is a Replicator that copies to other Tiers in the same process.
+type peers struct {
+	mu    sync.Mutex
+	tiers map[string]*tier.Tier
+	order []string
+}
+
+func (p *peers) Replicate(ctx context.Context, req tier.ReplicaPut) ([]string, error) {
+	p.mu.Lock()
+	var targets []string
+	for _, id := range p.order {
+		if id != req.Owner && len(targets) < req.Copies {
+			targets = append(targets, id)
+		}
+	}
+	p.mu.Unlock()
+	if len(targets) != 1 {
+		_, _ = io.Copy(io.Discard, req.Body) // a peer that fails at the end
+		return nil, fmt.Errorf("no peer to hold a copy")
+	}
+	_, err := p.tiers[targets[0]].PutReplica(ctx, req.Owner, req.Seq, req.Bucket, req.Key, req.Body,
+		tier.ReplicaOptions{PutOptions: req.Opts})
+	return targets, err
+}
+
+func (p *peers) ReplicateDelete(ctx context.Context, owner string, seq uint64, bucket, key string, copies int) ([]string, error) {
+	var holders []string
+	for _, id := range p.order {
+		if id != owner {
+			if err := p.tiers[id].DeleteReplica(ctx, owner, seq, bucket, key); err != nil {
+				return holders, err
+			}
+			holders = append(holders, id)
+		}
+	}
+	return holders, nil
+}
+
+func (p *peers) Destaged(ctx context.Context, owner string, seq uint64, bucket, key string, holders []string) error {
+	for _, h := range holders {
+		if err := p.tiers[h].ReplicaDestaged(ctx, owner, seq, bucket, key); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func TestReplicasAndTakeOver(t *testing.T) {
+	kinds(t, func(t *testing.T, kind string) {
+		owner := newEnv(t, kind)
+		holder := newEnv(t, "fs")
+		holder.be = owner.be // same remote bucket
+		gate := make(chan struct{})
+		owner.be.set(func(c *ctl) { c.gate = gate })
+		p := &peers{tiers: map[string]*tier.Tier{}, order: []string{"A", "B"}}
+		wb2 := map[string]tier.Bucket{"wback": {Mode: tier.ModeWriteback, Copies: 2}}
+		ta := owner.newTier(t, tier.Config{NodeID: "A", Replicator: p}, wb2)
+		tb := holder.newTier(t, tier.Config{NodeID: "B", Replicator: p}, wb2)
+		p.tiers["A"], p.tiers["B"] = ta, tb
+		ctx := context.Background()
+
+		body := backendtest.Body(9, 3<<20)
+		if _, err := ta.Put(ctx, "wback", "replicated", bytesReader(body), putOpts(len(body))); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ta.Put(ctx, "wback", "doomed", bytesReader([]byte("x")), putOpts(1)); err != nil {
+			t.Fatal(err)
+		}
+		if err := ta.Delete(ctx, "wback", "doomed"); err != nil {
+			t.Fatal(err)
+		}
+		rep, err := holder.local.Stat(ctx, "wback", "replicated")
+		if err != nil || !rep.Dirty || rep.Size != int64(len(body)) {
+			t.Fatalf("replica on the holder: %+v %v", rep, err)
+		}
+		if bl := tb.Backlog(); bl.ReplicaObjects != 2 || bl.ReplicaBytes != int64(len(body)) {
+			t.Errorf("holder backlog %+v", bl)
+		}
+		// The owner dies before destaging: its destager never runs again.
+		ta.Close()
+		n, err := tb.TakeOver(ctx, "A")
+		if err != nil || n != 2 {
+			t.Fatalf("TakeOver: %d %v", n, err)
+		}
+		close(gate)
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		if err := tb.WaitDestaged(wctx); err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(owner.remoteFile("replicated"))
+		if err != nil || !bytes.Equal(got, body) {
+			t.Fatalf("taken-over object did not reach the backend: %v", err)
+		}
+		if _, err := owner.raw.Stat(ctx, "doomed"); !errors.Is(err, object.ErrNotFound) {
+			t.Error("taken-over delete not destaged")
+		}
+		if bl := tb.Backlog(); bl.ReplicaObjects != 0 || bl.Objects != 0 {
+			t.Errorf("holder backlog after takeover %+v", bl)
+		}
+		if info, _ := holder.local.Stat(ctx, "wback", "replicated"); info.Dirty {
+			t.Error("holder copy still dirty after destage")
+		}
+	})
+}
+
+func TestReplicaCleanAfterOwnerDestage(t *testing.T) {
+	owner, holder := newEnv(t, "fs"), newEnv(t, "fs")
+	p := &peers{tiers: map[string]*tier.Tier{}, order: []string{"A", "B"}}
+	wb2 := map[string]tier.Bucket{"wback": {Mode: tier.ModeWriteback, Copies: 2}}
+	ta := owner.newTier(t, tier.Config{NodeID: "A", Replicator: p}, wb2)
+	tb := holder.newTier(t, tier.Config{NodeID: "B", Replicator: p}, wb2)
+	p.tiers["A"], p.tiers["B"] = ta, tb
+	ctx := context.Background()
+	if _, err := ta.Put(ctx, "wback", "k", bytesReader([]byte("hello")), putOpts(5)); err != nil {
+		t.Fatal(err)
+	}
+	if err := ta.WaitDestaged(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "replica marked clean", func() bool {
+		i, err := holder.local.Stat(ctx, "wback", "k")
+		return err == nil && !i.Dirty && tb.Backlog().ReplicaObjects == 0
+	})
+	// A failing replica fails the PUT, but the owner's copy is still destaged.
+	p.order = []string{"A"}
+	if _, err := ta.Put(ctx, "wback", "k2", bytesReader([]byte("x")), putOpts(1)); !errors.Is(err, object.ErrUnavailable) {
+		t.Errorf("PUT without a peer: %v", err)
+	}
+	if err := ta.WaitDestaged(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := owner.raw.Stat(ctx, "k2"); err != nil {
+		t.Errorf("owner copy not destaged: %v", err)
+	}
+}
