@@ -21,6 +21,9 @@ var (
 	// ErrPairDown marks a request aborted because its (local, remote) pair
 	// was taken out (its link stalled and a probe confirmed it).
 	ErrPairDown = errors.New("netx: interface pair down")
+	// ErrUnreachable wraps every error of Do and RoundTrip that comes from
+	// the network (dial, reset, stall) rather than from the caller's context.
+	ErrUnreachable = errors.New("netx: peer unreachable")
 	// ErrClosed is returned by a closed Transport.
 	ErrClosed = errors.New("netx: transport closed")
 )
@@ -580,7 +583,7 @@ func (t *Transport) attempt(ctx context.Context, p *pair, req *http.Request, n i
 			err = fmt.Errorf("%w: %w", ErrPairDown, err)
 		}
 		t.fail(p, err)
-		return nil, fmt.Errorf("netx: %s %s from %s: %w", req.Method, p.rem.addr, p.loc.name(), err)
+		return nil, fmt.Errorf("%w: %s %s from %s: %w", ErrUnreachable, req.Method, p.rem.addr, p.loc.name(), err)
 	}
 	if resp.Body == nil || resp.Body == http.NoBody {
 		t.finish(p, f)

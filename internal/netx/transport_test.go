@@ -429,6 +429,9 @@ func TestNoReplayOfOneShotBody(t *testing.T) {
 				if s.hits.Load() != hits {
 					t.Fatal("one-shot PUT reached the other address")
 				}
+				if !errors.Is(err, ErrUnreachable) {
+					t.Errorf("err = %v, want ErrUnreachable", err)
+				}
 				return
 			}
 			if err != nil {
