@@ -86,3 +86,13 @@ func files(t testing.TB, s *Store, sub string) []string {
 }
 
 func osStat(p string) (os.FileInfo, error) { return os.Stat(p) }
+
+// objectFile is the path of a committed object.
+func (s *Store) objectFile(bucket, key string) string {
+	e := s.lookup(bucket, key)
+	if e == nil {
+		return ""
+	}
+	_, f := s.mps[e.mp].objectPath(bucket, key)
+	return f
+}

@@ -11,7 +11,6 @@ import (
 	"io"
 	"maps"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -279,6 +278,9 @@ func (s *Store) commit(ctx context.Context, w *work, info object.Info) error {
 	mp := w.mp
 	dir, file := mp.objectPath(info.Bucket, info.Key)
 	if err := mkdirSynced(dir, mp.objDir); err != nil {
+		if isNoSpace(err) {
+			return noSpace(mp, err)
+		}
 		return fmt.Errorf("store: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
@@ -484,14 +486,4 @@ func (s *Store) flushAccessTimes() {
 			l.Unlock()
 		}
 	}
-}
-
-// objectFile is the path of a committed object (for tests and tools).
-func (s *Store) objectFile(bucket, key string) string {
-	e := s.lookup(bucket, key)
-	if e == nil {
-		return ""
-	}
-	_, f := s.mps[e.mp].objectPath(bucket, key)
-	return filepath.Clean(f)
 }

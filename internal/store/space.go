@@ -20,8 +20,11 @@ type MountpathStats struct {
 }
 
 // checkEvery is how often the background loop looks at the watermarks when
-// nothing kicks it.
-const checkEvery = 10 * time.Second
+// nothing kicks it; flushEvery how often it writes access times back.
+const (
+	checkEvery = 10 * time.Second
+	flushEvery = 5 * time.Minute
+)
 
 func (mp *mountpath) polAdd(k string, size int64) {
 	mp.polMu.Lock()
@@ -162,6 +165,7 @@ func (s *Store) background() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() { <-s.stop; cancel() }()
+	lastFlush := time.Now()
 	for {
 		select {
 		case <-s.stop:
@@ -174,6 +178,10 @@ func (s *Store) background() {
 				freed := s.evictToLow(ctx, mp)
 				s.log.Info("store: evicted over high watermark", "mountpath", mp.path, "freed", freed)
 			}
+		}
+		if time.Since(lastFlush) >= flushEvery {
+			s.flushAccessTimes()
+			lastFlush = time.Now()
 		}
 	}
 }

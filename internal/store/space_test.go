@@ -273,4 +273,3 @@ func TestMountpathsFilesystem(t *testing.T) {
 		t.Fatalf("objects %d bytes %d", objs, bytes)
 	}
 }
-

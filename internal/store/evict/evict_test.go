@@ -230,7 +230,7 @@ func TestScanResistance(t *testing.T) {
 		for round := 0; round < rounds; round++ {
 			for i := 0; i < scanSize; i++ {
 				c.access(fmt.Sprintf("scan-%d", i)) // the same dataset every epoch
-				if i%10 == 0 {                       // hot reads interleaved with the scan
+				if i%10 == 0 {                      // hot reads interleaved with the scan
 					h := c.hits
 					c.access(hot[r.IntN(hotSize)])
 					hotHits += c.hits - h
@@ -296,4 +296,3 @@ func BenchmarkTouch(b *testing.B) {
 		})
 	}
 }
-
