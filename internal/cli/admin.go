@@ -1,15 +1,279 @@
 package cli
 
 import (
+	"bytes"
 	"context"
-	"errors"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/slipstream-io/slipstream/internal/cluster"
+	"github.com/slipstream-io/slipstream/internal/node"
+	"github.com/slipstream-io/slipstream/internal/peer"
 )
+
+// adminClient talks to a node's admin API on its intra-cluster address.
+type adminClient struct {
+	base   string
+	secret string
+	hc     *http.Client
+}
+
+func newAdminClient(fs *flag.FlagSet) func() *adminClient {
+	nodeURL := fs.String("node", envOr("SLIPSTREAM_NODE", "http://127.0.1.1:9100"), "intra-cluster URL of any node ($SLIPSTREAM_NODE)")
+	secret := fs.String("secret", envOr("SLIPSTREAM_SECRET", "local-cluster-secret"), "cluster secret ($SLIPSTREAM_SECRET)")
+	return func() *adminClient {
+		return &adminClient{base: strings.TrimRight(*nodeURL, "/"), secret: *secret, hc: &http.Client{Timeout: 5 * time.Minute}}
+	}
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func (a *adminClient) call(ctx context.Context, method, path string, in, out any) error {
+	return a.callURL(ctx, method, a.base+path, in, out)
+}
+
+func (a *adminClient) callURL(ctx context.Context, method, url string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, body)
+	if err != nil {
+		return err
+	}
+	req.Header.Set(peer.SecretHeader, a.secret)
+	resp, err := a.hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		var e struct{ Error string }
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		if json.Unmarshal(b, &e) == nil && e.Error != "" {
+			return fmt.Errorf("%s", e.Error)
+		}
+		return fmt.Errorf("%s %s: HTTP %d: %s", method, url, resp.StatusCode, strings.TrimSpace(string(b)))
+	}
+	if out == nil {
+		return nil
+	}
+	return json.NewDecoder(resp.Body).Decode(out)
+}
 
 func adminCommand() Command {
 	return Command{
 		Summary: "cluster status, buckets, evict, prefetch, destage backlog",
 		Run: func(ctx context.Context, env Env) error {
-			return errors.New("not built yet")
+			if len(env.Args) == 0 {
+				return usagef("admin status | map | bucket ls|create|set|rm ...")
+			}
+			sub, args := env.Args[0], env.Args[1:]
+			switch sub {
+			case "status":
+				return adminStatus(ctx, env, args)
+			case "map":
+				return adminMap(ctx, env, args)
+			case "bucket":
+				return adminBucket(ctx, env, args)
+			default:
+				return usagef("unknown admin command %q", sub)
+			}
 		},
+	}
+}
+
+func adminMap(ctx context.Context, env Env, args []string) error {
+	fs := flag.NewFlagSet("admin map", flag.ContinueOnError)
+	fs.SetOutput(env.Stderr)
+	client := newAdminClient(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var m json.RawMessage
+	if err := client().call(ctx, http.MethodGet, "/cluster/map", nil, &m); err != nil {
+		return err
+	}
+	var out bytes.Buffer
+	_ = json.Indent(&out, m, "", "  ")
+	_, err := fmt.Fprintln(env.Stdout, out.String())
+	return err
+}
+
+func adminStatus(ctx context.Context, env Env, args []string) error {
+	fs := flag.NewFlagSet("admin status", flag.ContinueOnError)
+	fs.SetOutput(env.Stderr)
+	client := newAdminClient(fs)
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	a := client()
+	var m cluster.Map
+	if err := a.call(ctx, http.MethodGet, "/cluster/map", nil, &m); err != nil {
+		return err
+	}
+	var all []any
+	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "map version %d, %d nodes, %d buckets, %d volumes\n\n", m.Version, len(m.Nodes), len(m.Buckets), len(m.Volumes))
+	fmt.Fprintln(tw, "NODE\tSTATE\tVOTER\tPUBLIC\tMOUNTPATH\tUSED\tCAPACITY\tOBJECTS")
+	for _, id := range m.NodeIDs() {
+		ni, _ := m.Node(id)
+		var st node.Status
+		var err error
+		if len(ni.IntraAddrs) > 0 {
+			err = a.callURL(ctx, http.MethodGet, cluster.BaseURL(ni.IntraAddrs[0])+node.AdminPrefix+"status", nil, &st)
+		}
+		all = append(all, map[string]any{"node": ni, "status": st, "error": errString(err)})
+		if err != nil || len(st.Mountpaths) == 0 {
+			fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\t\t\t\n", id, ni.State, ni.Voter, strings.Join(ni.PublicAddrs, ","), errString(err))
+			continue
+		}
+		for i, mp := range st.Mountpaths {
+			name := id
+			if i > 0 {
+				name = ""
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\t%s\t%s\t%d\n", name, ni.State, ni.Voter, strings.Join(ni.PublicAddrs, ","),
+				mp.Path, humanBytes(mp.Used), humanBytes(mp.Capacity), mp.Objects)
+		}
+		for k, v := range st.Extra {
+			b, _ := json.Marshal(v)
+			fmt.Fprintf(tw, "\t%s:\t%s\n", k, b)
+		}
+	}
+	if *asJSON {
+		return json.NewEncoder(env.Stdout).Encode(all)
+	}
+	return tw.Flush()
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+func adminBucket(ctx context.Context, env Env, args []string) error {
+	if len(args) == 0 {
+		return usagef("admin bucket ls | create NAME [flags] | set NAME [flags] | rm NAME")
+	}
+	sub, args := args[0], args[1:]
+	fs := flag.NewFlagSet("admin bucket "+sub, flag.ContinueOnError)
+	fs.SetOutput(env.Stderr)
+	client := newAdminClient(fs)
+	var b cluster.BucketProps
+	fs.IntVar(&b.Copies, "copies", 1, "copies on distinct nodes")
+	fs.StringVar(&b.Mode, "mode", "local", "local, cache or writeback")
+	fs.StringVar(&b.Validate, "validate", "never", "warm-copy validation: never, always or ttl:<duration>")
+	fs.StringVar(&b.Backend.Kind, "backend", "", "backend kind: s3 or fs")
+	fs.StringVar(&b.Backend.Endpoint, "endpoint", "", "s3 backend endpoint URL")
+	fs.StringVar(&b.Backend.Region, "region", "us-east-1", "s3 backend region")
+	fs.StringVar(&b.Backend.Bucket, "remote-bucket", "", "s3 backend bucket")
+	fs.StringVar(&b.Backend.Prefix, "prefix", "", "key prefix in the backend")
+	fs.BoolVar(&b.Backend.PathStyle, "path-style", true, "s3 path-style addressing")
+	fs.StringVar(&b.Backend.AccessKey, "access-key", os.Getenv("BACKEND_ACCESS_KEY"), "s3 backend access key ($BACKEND_ACCESS_KEY)")
+	fs.StringVar(&b.Backend.SecretKey, "secret-key", os.Getenv("BACKEND_SECRET_KEY"), "s3 backend secret key ($BACKEND_SECRET_KEY)")
+	fs.StringVar(&b.Backend.Path, "path", "", "fs backend directory")
+	// Go's flag package stops at the first positional argument; accept the
+	// bucket name first, then flags.
+	name := ""
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		name, args = args[0], args[1:]
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	a := client()
+	if sub == "set" && name != "" {
+		// Start from the bucket's current properties; only the flags given
+		// change them.
+		var bs []cluster.BucketProps
+		if err := a.call(ctx, http.MethodGet, node.AdminPrefix+"buckets", nil, &bs); err != nil {
+			return err
+		}
+		found := false
+		for _, cur := range bs {
+			if cur.Name == name {
+				b, found = cur, true
+			}
+		}
+		if !found {
+			return fmt.Errorf("no bucket %q", name)
+		}
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+	}
+	switch sub {
+	case "ls":
+		var bs []cluster.BucketProps
+		if err := a.call(ctx, http.MethodGet, node.AdminPrefix+"buckets", nil, &bs); err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "BUCKET\tCOPIES\tMODE\tBACKEND\tVALIDATE\tCREATED")
+		for _, b := range bs {
+			be := "-"
+			switch b.Backend.Kind {
+			case cluster.BackendS3:
+				be = fmt.Sprintf("s3 %s/%s", b.Backend.Endpoint, b.Backend.Bucket)
+			case cluster.BackendFS:
+				be = "fs " + b.Backend.Path
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\n", b.Name, b.Copies, b.Mode, be, b.Validate, b.Created.Format(time.RFC3339))
+		}
+		return tw.Flush()
+	case "create", "set":
+		if name == "" {
+			return usagef("admin bucket %s NAME [flags]", sub)
+		}
+		b.Name = name
+		path := node.AdminPrefix + "buckets"
+		if sub == "set" {
+			path += "?update=true"
+		}
+		if err := a.call(ctx, http.MethodPost, path, b, nil); err != nil {
+			return err
+		}
+		fmt.Fprintf(env.Stdout, "bucket %s: copies=%d mode=%s\n", name, b.Copies, b.Mode)
+		return nil
+	case "rm":
+		if name == "" {
+			return usagef("admin bucket rm NAME")
+		}
+		return a.call(ctx, http.MethodDelete, node.AdminPrefix+"buckets/"+name, nil, nil)
+	default:
+		return usagef("unknown bucket command %q", sub)
 	}
 }

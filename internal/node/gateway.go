@@ -21,7 +21,7 @@ import (
 
 // metadata is what the gateway needs from the replicated cluster metadata.
 type metadata interface {
-	Map() *cluster.Map
+	mapView
 	CreateBucket(ctx context.Context, b cluster.BucketProps) error
 	DeleteBucket(ctx context.Context, name string) error
 }
@@ -37,6 +37,8 @@ type gateway struct {
 	defaultCopies int
 	log           *slog.Logger
 	now           func() time.Time
+	// sync catches this node's map up with the leader's (nil: no-op).
+	sync func(ctx context.Context) error
 }
 
 var _ s3api.Objects = (*gateway)(nil)
@@ -65,51 +67,75 @@ func hostPorts(addrs []string) []string {
 	return out
 }
 
-// placementOf returns the up nodes in HRW order for bucket/key. HRW runs
-// over every member (up or not) so that a node going down does not move the
-// objects of the others.
-func placementOf(m *cluster.Map, bucket, key string) []string {
-	order := placement.Order(m.NodeIDs(), placement.ObjectName(bucket, key))
-	up := order[:0]
-	for _, id := range order {
+// placementOf returns the nodes in HRW order for bucket/key, the up ones
+// first and then the others. HRW runs over every member (up or not) so that
+// a node going down does not move the objects of the others.
+func placementOf(m *cluster.Map, bucket, key string) (up, down []string) {
+	for _, id := range placement.Order(m.NodeIDs(), placement.ObjectName(bucket, key)) {
 		if n, _ := m.Node(id); n.State == cluster.StateUp {
 			up = append(up, id)
+		} else {
+			down = append(down, id)
 		}
 	}
-	return up
+	return up, down
 }
 
-func (g *gateway) bucket(m *cluster.Map, name string) (cluster.BucketProps, error) {
-	b, ok := m.Bucket(name)
-	if !ok {
-		return b, fmt.Errorf("%w: %s", object.ErrBucketNotFound, name)
+// bucket returns the cluster map and the bucket's properties. A bucket this
+// node does not know yet may have just been created through another node:
+// on a miss the node first catches up with the leader's map.
+func (g *gateway) bucket(ctx context.Context, name string) (*cluster.Map, cluster.BucketProps, error) {
+	m := g.meta.Map()
+	if b, ok := m.Bucket(name); ok {
+		return m, b, nil
 	}
-	return b, nil
+	if g.catchUp(ctx) {
+		m = g.meta.Map()
+		if b, ok := m.Bucket(name); ok {
+			return m, b, nil
+		}
+	}
+	return m, cluster.BucketProps{}, fmt.Errorf("%w: %s", object.ErrBucketNotFound, name)
+}
+
+// catchUp makes this node's map at least as new as the leader's, so that
+// bucket operations read their own writes across gateways. It reports
+// whether it could.
+func (g *gateway) catchUp(ctx context.Context) bool {
+	if g.sync == nil {
+		return false
+	}
+	if err := g.sync(ctx); err != nil {
+		g.log.Debug("catching up with the leader's map", "err", err)
+		return false
+	}
+	return true
 }
 
 // writeTargets returns the nodes that must all hold a new object.
 func (g *gateway) writeTargets(m *cluster.Map, b cluster.BucketProps, key string) ([]string, error) {
-	up := placementOf(m, b.Name, key)
+	up, _ := placementOf(m, b.Name, key)
 	if len(up) < b.Copies {
 		return nil, fmt.Errorf("%w: bucket %s wants %d copies, %d nodes are up", object.ErrUnavailable, b.Name, b.Copies, len(up))
 	}
 	return up[:b.Copies], nil
 }
 
-// readTargets returns the nodes to try, in order, for reading an object.
-// Cache and writeback buckets read through their owner, which fills from
-// the backend; local buckets try every replica and a few nodes beyond.
-func (g *gateway) readTargets(m *cluster.Map, b cluster.BucketProps, key string) []string {
-	up := placementOf(m, b.Name, key)
-	n := b.Copies + readFallback
-	if n < len(up) {
+// readTargets returns the nodes to try, in order, for reading or deleting
+// an object: its replicas and a few nodes beyond among the up nodes, then
+// the nodes marked down (a node that just restarted may not be marked up
+// yet, and it may hold the only copy).
+func (g *gateway) readTargets(m *cluster.Map, b cluster.BucketProps, key string) (up, down []string) {
+	up, down = placementOf(m, b.Name, key)
+	if n := b.Copies + readFallback; n < len(up) {
 		up = up[:n]
 	}
-	return up
+	return up, down
 }
 
 // ListBuckets implements s3api.Objects.
 func (g *gateway) ListBuckets(ctx context.Context) ([]object.BucketInfo, error) {
+	g.catchUp(ctx)
 	m := g.meta.Map()
 	out := make([]object.BucketInfo, 0, len(m.Buckets))
 	for _, name := range m.BucketNames() {
@@ -125,20 +151,25 @@ func (g *gateway) CreateBucket(ctx context.Context, name string) error {
 	if err := object.ValidateBucketName(name); err != nil {
 		return err
 	}
-	return g.meta.CreateBucket(ctx, cluster.BucketProps{Name: name, Created: g.now(), Copies: g.defaultCopies}.WithDefaults())
+	if err := g.meta.CreateBucket(ctx, cluster.BucketProps{Name: name, Created: g.now(), Copies: g.defaultCopies}.WithDefaults()); err != nil {
+		return err
+	}
+	waitMap(ctx, g.meta, hasBucket(name)) // read your own write through this node
+	return nil
 }
 
 // HeadBucket implements s3api.Objects.
 func (g *gateway) HeadBucket(ctx context.Context, name string) error {
-	_, err := g.bucket(g.meta.Map(), name)
+	g.catchUp(ctx) // a bucket deleted through another node must not exist here
+	_, _, err := g.bucket(ctx, name)
 	return err
 }
 
 // DeleteBucket implements s3api.Objects. The bucket must hold no objects
 // and no uploads on any node.
 func (g *gateway) DeleteBucket(ctx context.Context, name string) error {
-	m := g.meta.Map()
-	if _, err := g.bucket(m, name); err != nil {
+	m, _, err := g.bucket(ctx, name)
+	if err != nil {
 		return err
 	}
 	res, err := g.listAll(ctx, m, name, object.ListOptions{MaxKeys: 1})
@@ -158,6 +189,7 @@ func (g *gateway) DeleteBucket(ctx context.Context, name string) error {
 	if err := g.meta.DeleteBucket(ctx, name); err != nil {
 		return err
 	}
+	m = waitMap(ctx, g.meta, func(m *cluster.Map) bool { return !hasBucket(name)(m) })
 	for _, id := range m.UpNodeIDs() {
 		if err := g.at(m, id).DeleteBucket(ctx, name); err != nil && !errors.Is(err, object.ErrBucketNotFound) {
 			g.log.Warn("removing local bucket directories", "node", id, "bucket", name, "err", err)
@@ -172,8 +204,7 @@ func (g *gateway) PutObject(ctx context.Context, bucket, key string, body io.Rea
 	if err := object.ValidateKey(key); err != nil {
 		return object.Info{}, err
 	}
-	m := g.meta.Map()
-	b, err := g.bucket(m, bucket)
+	m, b, err := g.bucket(ctx, bucket)
 	if err != nil {
 		return object.Info{}, err
 	}
@@ -316,12 +347,12 @@ func (g *gateway) HeadObject(ctx context.Context, bucket, key string) (object.In
 // eachHolder calls f on the read targets in order until one succeeds or
 // answers with an error other than "not found" or "unreachable".
 func (g *gateway) eachHolder(ctx context.Context, bucket, key string, f func(peer.Local) error) error {
-	m := g.meta.Map()
-	b, err := g.bucket(m, bucket)
+	m, b, err := g.bucket(ctx, bucket)
 	if err != nil {
 		return err
 	}
-	targets := g.readTargets(m, b, key)
+	up, down := g.readTargets(m, b, key)
+	targets := append(up, down...)
 	if len(targets) == 0 {
 		return fmt.Errorf("%w: no node is up", object.ErrUnavailable)
 	}
@@ -356,12 +387,11 @@ func (g *gateway) DeleteObject(ctx context.Context, bucket, key string) error {
 	if err := object.ValidateKey(key); err != nil {
 		return err
 	}
-	m := g.meta.Map()
-	b, err := g.bucket(m, bucket)
+	m, b, err := g.bucket(ctx, bucket)
 	if err != nil {
 		return err
 	}
-	targets := g.readTargets(m, b, key)
+	targets, _ := g.readTargets(m, b, key)
 	errs := make([]error, len(targets))
 	var wg sync.WaitGroup
 	for i, id := range targets {
@@ -400,8 +430,8 @@ func (g *gateway) CopyObject(ctx context.Context, srcBucket, srcKey, dstBucket, 
 
 // ListObjects implements s3api.Objects.
 func (g *gateway) ListObjects(ctx context.Context, bucket string, opts object.ListOptions) (object.ListResult, error) {
-	m := g.meta.Map()
-	if _, err := g.bucket(m, bucket); err != nil {
+	m, _, err := g.bucket(ctx, bucket)
+	if err != nil {
 		return object.ListResult{}, err
 	}
 	return g.listAll(ctx, m, bucket, opts)
@@ -518,18 +548,19 @@ func parseUploadID(id string) (owner, local string, err error) {
 	return "", "", fmt.Errorf("%w: malformed upload id", object.ErrUploadNotFound)
 }
 
-func (g *gateway) uploadOwner(m *cluster.Map, bucket, uploadID string) (peer.Local, string, error) {
-	if _, err := g.bucket(m, bucket); err != nil {
-		return nil, "", err
+func (g *gateway) uploadOwner(ctx context.Context, bucket, uploadID string) (*cluster.Map, peer.Local, string, error) {
+	m, _, err := g.bucket(ctx, bucket)
+	if err != nil {
+		return nil, nil, "", err
 	}
 	owner, local, err := parseUploadID(uploadID)
 	if err != nil {
-		return nil, "", err
+		return nil, nil, "", err
 	}
 	if _, ok := m.Node(owner); !ok {
-		return nil, "", fmt.Errorf("%w: upload owner %s left the cluster", object.ErrUploadNotFound, owner)
+		return nil, nil, "", fmt.Errorf("%w: upload owner %s left the cluster", object.ErrUploadNotFound, owner)
 	}
-	return g.at(m, owner), local, nil
+	return m, g.at(m, owner), local, nil
 }
 
 // CreateMultipartUpload implements s3api.Objects.
@@ -537,8 +568,7 @@ func (g *gateway) CreateMultipartUpload(ctx context.Context, bucket, key string,
 	if err := object.ValidateKey(key); err != nil {
 		return "", err
 	}
-	m := g.meta.Map()
-	b, err := g.bucket(m, bucket)
+	m, b, err := g.bucket(ctx, bucket)
 	if err != nil {
 		return "", err
 	}
@@ -555,7 +585,7 @@ func (g *gateway) CreateMultipartUpload(ctx context.Context, bucket, key string,
 
 // UploadPart implements s3api.Objects.
 func (g *gateway) UploadPart(ctx context.Context, bucket, key, uploadID string, part int, body io.Reader, opts object.PutOptions) (object.PartInfo, error) {
-	l, id, err := g.uploadOwner(g.meta.Map(), bucket, uploadID)
+	_, l, id, err := g.uploadOwner(ctx, bucket, uploadID)
 	if err != nil {
 		return object.PartInfo{}, err
 	}
@@ -564,7 +594,7 @@ func (g *gateway) UploadPart(ctx context.Context, bucket, key, uploadID string, 
 
 // ListParts implements s3api.Objects.
 func (g *gateway) ListParts(ctx context.Context, bucket, key, uploadID string) ([]object.PartInfo, error) {
-	l, id, err := g.uploadOwner(g.meta.Map(), bucket, uploadID)
+	_, l, id, err := g.uploadOwner(ctx, bucket, uploadID)
 	if err != nil {
 		return nil, err
 	}
@@ -573,7 +603,7 @@ func (g *gateway) ListParts(ctx context.Context, bucket, key, uploadID string) (
 
 // AbortMultipartUpload implements s3api.Objects.
 func (g *gateway) AbortMultipartUpload(ctx context.Context, bucket, key, uploadID string) error {
-	l, id, err := g.uploadOwner(g.meta.Map(), bucket, uploadID)
+	_, l, id, err := g.uploadOwner(ctx, bucket, uploadID)
 	if err != nil {
 		return err
 	}
@@ -583,8 +613,7 @@ func (g *gateway) AbortMultipartUpload(ctx context.Context, bucket, key, uploadI
 // CompleteMultipartUpload implements s3api.Objects: the owner assembles
 // the object, then the gateway copies it to the replicas before answering.
 func (g *gateway) CompleteMultipartUpload(ctx context.Context, bucket, key, uploadID string, parts []object.CompletePart) (object.Info, error) {
-	m := g.meta.Map()
-	l, id, err := g.uploadOwner(m, bucket, uploadID)
+	m, l, id, err := g.uploadOwner(ctx, bucket, uploadID)
 	if err != nil {
 		return object.Info{}, err
 	}
@@ -630,8 +659,8 @@ func (g *gateway) replicate(ctx context.Context, m *cluster.Map, src peer.Local,
 
 // ListMultipartUploads implements s3api.Objects.
 func (g *gateway) ListMultipartUploads(ctx context.Context, bucket, prefix string) ([]object.UploadInfo, error) {
-	m := g.meta.Map()
-	if _, err := g.bucket(m, bucket); err != nil {
+	m, _, err := g.bucket(ctx, bucket)
+	if err != nil {
 		return nil, err
 	}
 	var (

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/slipstream-io/slipstream/internal/cluster"
 	"github.com/slipstream-io/slipstream/internal/object"
 	"github.com/slipstream-io/slipstream/internal/peer"
 	"github.com/slipstream-io/slipstream/internal/store"
@@ -16,21 +15,23 @@ import (
 // writeback buckets. Both the gateway (for objects this node owns) and the
 // peer protocol (for requests from other gateways) use it.
 type localService struct {
-	meta  interface{ Map() *cluster.Map }
+	meta  mapView
 	store *store.Store
 }
 
 var _ peer.Local = (*localService)(nil)
 
-func (l *localService) checkBucket(bucket string) error {
-	if _, ok := l.meta.Map().Bucket(bucket); !ok {
+// checkBucket fails unless the bucket exists; a gateway that routed a
+// request here has seen it, so a miss waits briefly for this node's map.
+func (l *localService) checkBucket(ctx context.Context, bucket string) error {
+	if _, ok := waitMap(ctx, l.meta, hasBucket(bucket)).Bucket(bucket); !ok {
 		return fmt.Errorf("%w: %s", object.ErrBucketNotFound, bucket)
 	}
 	return nil
 }
 
 func (l *localService) Put(ctx context.Context, bucket, key string, r io.Reader, opts peer.PutOptions) (object.Info, error) {
-	if err := l.checkBucket(bucket); err != nil {
+	if err := l.checkBucket(ctx, bucket); err != nil {
 		return object.Info{}, err
 	}
 	return l.store.Put(ctx, bucket, key, r, storePutOptions(opts))
@@ -44,28 +45,28 @@ func storePutOptions(o peer.PutOptions) store.PutOptions {
 }
 
 func (l *localService) Get(ctx context.Context, bucket, key string, rng *object.Range) (object.Reader, error) {
-	if err := l.checkBucket(bucket); err != nil {
+	if err := l.checkBucket(ctx, bucket); err != nil {
 		return nil, err
 	}
 	return l.store.Get(ctx, bucket, key, rng)
 }
 
 func (l *localService) Stat(ctx context.Context, bucket, key string) (object.Info, error) {
-	if err := l.checkBucket(bucket); err != nil {
+	if err := l.checkBucket(ctx, bucket); err != nil {
 		return object.Info{}, err
 	}
 	return l.store.Stat(ctx, bucket, key)
 }
 
 func (l *localService) Delete(ctx context.Context, bucket, key string) error {
-	if err := l.checkBucket(bucket); err != nil {
+	if err := l.checkBucket(ctx, bucket); err != nil {
 		return err
 	}
 	return l.store.Delete(ctx, bucket, key)
 }
 
 func (l *localService) List(ctx context.Context, bucket string, opts object.ListOptions) (object.ListResult, error) {
-	if err := l.checkBucket(bucket); err != nil {
+	if err := l.checkBucket(ctx, bucket); err != nil {
 		return object.ListResult{}, err
 	}
 	return l.store.List(ctx, bucket, opts)
@@ -78,14 +79,14 @@ func (l *localService) DeleteBucket(ctx context.Context, bucket string) error {
 }
 
 func (l *localService) CreateUpload(ctx context.Context, bucket, key string, opts object.PutOptions) (string, error) {
-	if err := l.checkBucket(bucket); err != nil {
+	if err := l.checkBucket(ctx, bucket); err != nil {
 		return "", err
 	}
 	return l.store.CreateUpload(ctx, bucket, key, opts)
 }
 
 func (l *localService) PutPart(ctx context.Context, bucket, key, uploadID string, part int, r io.Reader, opts object.PutOptions) (object.PartInfo, error) {
-	if err := l.checkBucket(bucket); err != nil {
+	if err := l.checkBucket(ctx, bucket); err != nil {
 		return object.PartInfo{}, err
 	}
 	return l.store.PutPart(ctx, bucket, key, uploadID, part, r, opts)
@@ -104,7 +105,7 @@ func (l *localService) AbortUpload(ctx context.Context, bucket, key, uploadID st
 }
 
 func (l *localService) CompleteUpload(ctx context.Context, bucket, key, uploadID string, parts []object.CompletePart) (object.Info, error) {
-	if err := l.checkBucket(bucket); err != nil {
+	if err := l.checkBucket(ctx, bucket); err != nil {
 		return object.Info{}, err
 	}
 	return l.store.CompleteUpload(ctx, bucket, key, uploadID, parts)

@@ -58,6 +58,11 @@ type Node struct {
 	servers []*http.Server
 	wg      sync.WaitGroup
 
+	// statusExtras add sections to the admin status; adminExtras add admin
+	// endpoints (tier jobs, interfaces, volumes).
+	statusExtras map[string]func() any
+	adminExtras  map[string]http.Handler
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -70,7 +75,10 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	log = log.With("node", cfg.ID)
-	n := &Node{cfg: cfg, log: log, reg: prometheus.NewRegistry()}
+	n := &Node{
+		cfg: cfg, log: log, reg: prometheus.NewRegistry(),
+		statusExtras: map[string]func() any{}, adminExtras: map[string]http.Handler{},
+	}
 	ok := false
 	defer func() {
 		if !ok {
@@ -133,6 +141,7 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 		defaultCopies: cfg.DefaultCopies,
 		log:           log,
 		now:           time.Now,
+		sync:          leaderSync(cl, hc),
 	}
 
 	creds := map[string]string{}
@@ -159,6 +168,7 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 	intra.HandleFunc("/health", n.health)
 	intra.Handle("/metrics", metrics)
 	intra.Handle(StatsPath, stats)
+	intra.Handle(AdminPrefix, requireSecret(cfg.Secret, n.adminHandler()))
 
 	public := http.NewServeMux()
 	public.HandleFunc(PublicHealthPath, n.health)

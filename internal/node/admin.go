@@ -1,0 +1,114 @@
+package node
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/slipstream-io/slipstream/internal/cluster"
+	"github.com/slipstream-io/slipstream/internal/object"
+	"github.com/slipstream-io/slipstream/internal/store"
+)
+
+// AdminPrefix is where the admin API is served on the intra-cluster
+// listeners (guarded by the cluster secret).
+const AdminPrefix = "/admin/v1/"
+
+// Status is a node's answer to GET /admin/v1/status.
+type Status struct {
+	Node       string                 `json:"node"`
+	Leader     string                 `json:"leader"`
+	MapVersion uint64                 `json:"mapVersion"`
+	Mountpaths []store.MountpathStats `json:"mountpaths"`
+	Extra      map[string]any         `json:"extra,omitempty"`
+}
+
+func (n *Node) adminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+AdminPrefix+"status", func(w http.ResponseWriter, r *http.Request) {
+		st := Status{
+			Node: n.cfg.ID, Leader: n.cluster.LeaderID(), MapVersion: n.cluster.Map().Version,
+			Mountpaths: n.store.Mountpaths(), Extra: map[string]any{},
+		}
+		for name, f := range n.statusExtras {
+			st.Extra[name] = f()
+		}
+		writeAdmin(w, st, nil)
+	})
+	mux.HandleFunc("GET "+AdminPrefix+"buckets", func(w http.ResponseWriter, r *http.Request) {
+		m := n.cluster.Map()
+		out := make([]cluster.BucketProps, 0, len(m.Buckets))
+		for _, name := range m.BucketNames() {
+			b, _ := m.Bucket(name)
+			b.Backend.SecretKey = redact(b.Backend.SecretKey)
+			out = append(out, b)
+		}
+		writeAdmin(w, out, nil)
+	})
+	mux.HandleFunc("POST "+AdminPrefix+"buckets", func(w http.ResponseWriter, r *http.Request) {
+		var b cluster.BucketProps
+		if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&b); err != nil {
+			writeAdmin(w, nil, fmt.Errorf("%w: %v", object.ErrInvalidArgument, err))
+			return
+		}
+		if b.Created.IsZero() {
+			b.Created = n.gw.now().UTC()
+		}
+		b = b.WithDefaults()
+		if err := b.Check(); err != nil {
+			writeAdmin(w, nil, err)
+			return
+		}
+		var err error
+		if r.URL.Query().Get("update") == "true" {
+			if cur, ok := n.cluster.Map().Bucket(b.Name); ok && b.Backend.SecretKey == redact(cur.Backend.SecretKey) {
+				b.Backend.SecretKey = cur.Backend.SecretKey // the redacted value came back unchanged
+			}
+			err = n.cluster.UpdateBucket(r.Context(), b)
+		} else {
+			err = n.cluster.CreateBucket(r.Context(), b)
+		}
+		if err == nil {
+			waitMap(r.Context(), n.cluster, func(m *cluster.Map) bool { cur, ok := m.Bucket(b.Name); return ok && cur == b })
+		}
+		writeAdmin(w, b, err)
+	})
+	mux.HandleFunc("DELETE "+AdminPrefix+"buckets/{name}", func(w http.ResponseWriter, r *http.Request) {
+		writeAdmin(w, struct{}{}, n.gw.DeleteBucket(r.Context(), r.PathValue("name")))
+	})
+	for path, h := range n.adminExtras {
+		mux.Handle(path, h)
+	}
+	return mux
+}
+
+func redact(s string) string {
+	if s == "" {
+		return ""
+	}
+	return "***"
+}
+
+func writeAdmin(w http.ResponseWriter, v any, err error) {
+	w.Header().Set("Content-Type", "application/json")
+	if err != nil {
+		status := http.StatusBadRequest
+		switch {
+		case errors.Is(err, object.ErrBucketNotFound):
+			status = http.StatusNotFound
+		case errors.Is(err, object.ErrBucketExists), errors.Is(err, object.ErrBucketNotEmpty):
+			status = http.StatusConflict
+		case errors.Is(err, object.ErrUnavailable), errors.Is(err, cluster.ErrNoLeader):
+			status = http.StatusServiceUnavailable
+		case !errors.Is(err, object.ErrInvalidArgument) && !errors.Is(err, object.ErrInvalidBucketName):
+			status = http.StatusInternalServerError
+		}
+		w.WriteHeader(status)
+		_ = json.NewEncoder(w).Encode(map[string]string{"error": strings.TrimSpace(err.Error())})
+		return
+	}
+	_ = json.NewEncoder(w).Encode(v)
+}

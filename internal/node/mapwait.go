@@ -1,0 +1,78 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"time"
+
+	"github.com/slipstream-io/slipstream/internal/cluster"
+)
+
+// mapView is the cluster map with change notification.
+type mapView interface {
+	Map() *cluster.Map
+	Watch(ctx context.Context) <-chan *cluster.Map
+}
+
+// mapLag bounds how long a node waits for its copy of the cluster map to
+// catch up with a change another node has already seen (a bucket created
+// through one gateway and written through another at once).
+const mapLag = 3 * time.Second
+
+// waitMap waits until cond holds for this node's map or mapLag passes, and
+// returns the last map seen. It is called only when cond fails on the
+// current map, so the common path costs nothing.
+func waitMap(ctx context.Context, mv mapView, cond func(*cluster.Map) bool) *cluster.Map {
+	m := mv.Map()
+	if cond(m) {
+		return m
+	}
+	ctx, cancel := context.WithTimeout(ctx, mapLag)
+	defer cancel()
+	for m2 := range mv.Watch(ctx) {
+		m = m2
+		if cond(m) {
+			return m
+		}
+	}
+	return m
+}
+
+func hasBucket(name string) func(*cluster.Map) bool {
+	return func(m *cluster.Map) bool { _, ok := m.Bucket(name); return ok }
+}
+
+// leaderSync returns a function that makes this node's map at least as new
+// as the leader's: one request for the leader's version, then a wait for
+// this node to apply it. It gives read-your-writes across gateways for
+// bucket operations.
+func leaderSync(cl *cluster.Cluster, hc *http.Client) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		if cl.IsLeader() {
+			return nil
+		}
+		m := cl.Map()
+		ln, ok := m.Node(cl.LeaderID())
+		if !ok || len(ln.IntraAddrs) == 0 {
+			return cluster.ErrNoLeader
+		}
+		ctx, cancel := context.WithTimeout(ctx, mapLag)
+		defer cancel()
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, cluster.BaseURL(ln.IntraAddrs[0])+cluster.PathHealth, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		var h cluster.Health
+		if err := json.NewDecoder(resp.Body).Decode(&h); err != nil {
+			return err
+		}
+		waitMap(ctx, cl, func(m *cluster.Map) bool { return m.Version >= h.Version })
+		return nil
+	}
+}

@@ -1,0 +1,413 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/md5"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/smithy-go"
+
+	"github.com/slipstream-io/slipstream/internal/localcluster"
+)
+
+func randomBytes(seed int64, n int) []byte {
+	b := make([]byte, n)
+	rand.New(rand.NewSource(seed)).Read(b)
+	return b
+}
+
+func md5hex(b []byte) string {
+	s := md5.Sum(b)
+	return hex.EncodeToString(s[:])
+}
+
+func putObject(ctx context.Context, c *s3.Client, bucket, key string, body []byte) error {
+	_, err := c.PutObject(ctx, &s3.PutObjectInput{
+		Bucket: aws.String(bucket), Key: aws.String(key), Body: bytes.NewReader(body), ContentLength: aws.Int64(int64(len(body))),
+	})
+	return err
+}
+
+func getObject(ctx context.Context, c *s3.Client, bucket, key string) ([]byte, error) {
+	out, err := c.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
+	if err != nil {
+		return nil, err
+	}
+	defer out.Body.Close()
+	return io.ReadAll(out.Body)
+}
+
+func apiCode(err error) string {
+	var ae smithy.APIError
+	if errors.As(err, &ae) {
+		return ae.ErrorCode()
+	}
+	return ""
+}
+
+// TestAnyNodeServesAnyObject writes through one node and reads every
+// object back through every public address of every node (the gateway
+// forwards to the owner; boto3-like clients do not follow redirects).
+func TestAnyNodeServesAnyObject(t *testing.T) {
+	c := startCluster(t, localcluster.Spec{})
+	ctx := context.Background()
+	w := s3Client(c, c.Endpoint(0))
+	if _, err := w.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String("anynode")}); err != nil {
+		t.Fatal(err)
+	}
+	const n = 30
+	for i := 0; i < n; i++ {
+		if err := putObject(ctx, w, "anynode", fmt.Sprintf("obj/%03d", i), randomBytes(int64(i), 1000+i*997)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, ep := range c.Endpoints() {
+		r := s3Client(c, ep)
+		for i := 0; i < n; i++ {
+			got, err := getObject(ctx, r, "anynode", fmt.Sprintf("obj/%03d", i))
+			if err != nil {
+				t.Fatalf("GET obj/%03d via %s: %v", i, ep, err)
+			}
+			if want := randomBytes(int64(i), 1000+i*997); !bytes.Equal(got, want) {
+				t.Fatalf("GET obj/%03d via %s: wrong content", i, ep)
+			}
+		}
+		list, err := r.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String("anynode"), MaxKeys: aws.Int32(7)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list.Contents) != 7 || !aws.ToBool(list.IsTruncated) {
+			t.Fatalf("list via %s: %d objects, truncated=%v", ep, len(list.Contents), aws.ToBool(list.IsTruncated))
+		}
+	}
+	// Paging through the merged listing returns every key exactly once.
+	p := s3.NewListObjectsV2Paginator(w, &s3.ListObjectsV2Input{Bucket: aws.String("anynode"), MaxKeys: aws.Int32(4)})
+	var keys []string
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range page.Contents {
+			keys = append(keys, aws.ToString(o.Key))
+		}
+	}
+	if len(keys) != n {
+		t.Fatalf("paged listing returned %d keys, want %d", len(keys), n)
+	}
+	for i, k := range keys {
+		if k != fmt.Sprintf("obj/%03d", i) {
+			t.Fatalf("key %d is %s", i, k)
+		}
+	}
+}
+
+// TestAWSCLI drives the cluster with the AWS CLI: mb, cp (multipart), ls,
+// cp back, rm, rb.
+func TestAWSCLI(t *testing.T) {
+	if _, err := exec.LookPath("aws"); err != nil {
+		t.Fatal("the AWS CLI is not installed; run scripts/setup.sh")
+	}
+	c := startCluster(t, localcluster.Spec{})
+	dir := t.TempDir()
+	src := filepath.Join(dir, "big.bin")
+	data := randomBytes(42, 23<<20+12345) // multipart with the CLI's 8 MiB parts
+	if err := os.WriteFile(src, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := func(node int, args ...string) string {
+		t.Helper()
+		cmd := exec.Command("aws", args...)
+		cmd.Env = awsEnv(c, node)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("aws %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	run(0, "s3", "mb", "s3://cli-bucket")
+	run(1, "s3", "cp", "--no-progress", src, "s3://cli-bucket/dir/big.bin")
+	out := run(2, "s3", "ls", "s3://cli-bucket", "--recursive")
+	if !strings.Contains(out, fmt.Sprint(len(data))) || !strings.Contains(out, "dir/big.bin") {
+		t.Fatalf("ls does not show the object: %s", out)
+	}
+	back := filepath.Join(dir, "back.bin")
+	run(2, "s3", "cp", "--no-progress", "s3://cli-bucket/dir/big.bin", back)
+	got, err := os.ReadFile(back)
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("downloaded copy differs (%v)", err)
+	}
+	out = run(0, "s3api", "head-object", "--bucket", "cli-bucket", "--key", "dir/big.bin")
+	if !strings.Contains(out, `-3\"`) {
+		t.Fatalf("multipart ETag should end in -3: %s", out)
+	}
+	run(1, "s3", "rm", "s3://cli-bucket/dir/big.bin")
+	out = run(0, "s3", "ls", "s3://cli-bucket", "--recursive")
+	if strings.TrimSpace(out) != "" {
+		t.Fatalf("bucket not empty after rm: %q", out)
+	}
+	run(0, "s3", "rb", "s3://cli-bucket")
+}
+
+// TestBoto3 runs a boto3 script that exercises the S3 API through
+// different nodes and checks every answer itself.
+func TestBoto3(t *testing.T) {
+	c := startCluster(t, localcluster.Spec{})
+	cmd := exec.Command("python3", "boto3_check.py")
+	cmd.Env = append(awsEnv(c, 0), "SECOND_ENDPOINT="+c.Endpoint(2))
+	out, err := cmd.CombinedOutput()
+	t.Logf("%s", out)
+	if err != nil {
+		t.Fatalf("boto3 checks failed: %v", err)
+	}
+	if !strings.Contains(string(out), "boto3 checks: all passed") {
+		t.Fatal("boto3 script did not report success")
+	}
+}
+
+// TestCopiesSurviveNodeLoss keeps 2 copies, kills one node with SIGKILL
+// and reads every object without a single error.
+func TestCopiesSurviveNodeLoss(t *testing.T) {
+	c := startCluster(t, localcluster.Spec{})
+	ctx := context.Background()
+	admin(t, c, 0, "bucket", "create", "two", "--copies", "2")
+	w := s3Client(c, c.Endpoint(0))
+	const n = 40
+	for i := 0; i < n; i++ {
+		if err := putObject(ctx, w, "two", fmt.Sprintf("k%02d", i), randomBytes(int64(i), 64<<10)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Kill(1) // node2: owner or replica of about two thirds of the objects
+	r := s3Client(c, c.Endpoint(2))
+	for i := 0; i < n; i++ {
+		got, err := getObject(ctx, r, "two", fmt.Sprintf("k%02d", i))
+		if err != nil {
+			t.Fatalf("GET k%02d with node2 dead: %v", i, err)
+		}
+		if !bytes.Equal(got, randomBytes(int64(i), 64<<10)) {
+			t.Fatalf("GET k%02d with node2 dead: wrong content", i)
+		}
+	}
+	// Writes go on once the cluster has marked the node down.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		err := putObject(ctx, w, "two", "after-loss", []byte("still writable"))
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("PUT with one node dead: %v", err)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+}
+
+// TestKillNineDuringPuts SIGKILLs a node while clients PUT, restarts it,
+// and checks that every acknowledged object is intact and that no torn
+// object is visible anywhere.
+func TestKillNineDuringPuts(t *testing.T) {
+	c := startCluster(t, localcluster.Spec{})
+	ctx := context.Background()
+	w := s3Client(c, c.Endpoint(0))
+	if _, err := w.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String("crash")}); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu    sync.Mutex
+		acked = map[string]string{} // key -> md5
+	)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			cl := s3Client(c, c.Endpoint(0))
+			for i := 0; i < 400; i++ { // bounded
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				key := fmt.Sprintf("g%d/obj%04d", g, i)
+				body := randomBytes(int64(g*100000+i), 256<<10)
+				if err := putObject(ctx, cl, "crash", key, body); err == nil {
+					mu.Lock()
+					acked[key] = md5hex(body)
+					mu.Unlock()
+				}
+			}
+		}(g)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	c.Kill(1)
+	time.Sleep(500 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	if err := c.StartNode(1); err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := c.WaitReady(rctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	if len(acked) < 10 {
+		t.Fatalf("only %d PUTs were acknowledged before the kill; the test did not exercise anything", len(acked))
+	}
+	r := s3Client(c, c.Endpoint(2))
+	for key, sum := range acked {
+		got, err := getObject(ctx, r, "crash", key)
+		if err != nil {
+			t.Fatalf("acknowledged %s lost after kill -9 and restart: %v", key, err)
+		}
+		if md5hex(got) != sum {
+			t.Fatalf("acknowledged %s corrupted after kill -9 and restart", key)
+		}
+	}
+	// Every listed object is whole: its size and content match its ETag.
+	p := s3.NewListObjectsV2Paginator(r, &s3.ListObjectsV2Input{Bucket: aws.String("crash")})
+	listed := 0
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range page.Contents {
+			listed++
+			got, err := getObject(ctx, r, "crash", aws.ToString(o.Key))
+			if err != nil {
+				t.Fatalf("listed %s cannot be read: %v", aws.ToString(o.Key), err)
+			}
+			if int64(len(got)) != aws.ToInt64(o.Size) || `"`+md5hex(got)+`"` != aws.ToString(o.ETag) {
+				t.Fatalf("torn object %s visible: %d bytes, listed %d", aws.ToString(o.Key), len(got), aws.ToInt64(o.Size))
+			}
+		}
+	}
+	t.Logf("%d acknowledged PUTs intact, %d objects listed", len(acked), listed)
+	// No work files are left behind on the killed node after its restart.
+	tmps, _ := filepath.Glob(filepath.Join(c.Configs[1].Mountpaths[0], "tmp", "*"))
+	if len(tmps) > 0 {
+		t.Fatalf("work files left after restart: %v", tmps)
+	}
+}
+
+// TestBadInput checks that malformed requests get clear S3 errors and
+// leave nothing behind.
+func TestBadInput(t *testing.T) {
+	c := startCluster(t, localcluster.Spec{MaxBytes: 8 << 20})
+	ctx := context.Background()
+	w := s3Client(c, c.Endpoint(0))
+	if _, err := w.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String("bad")}); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("bad keys", func(t *testing.T) {
+		for _, key := range []string{"../etc/passwd", "a/../../b", "a//b", "nul\x00byte", strings.Repeat("k", 1025)} {
+			err := putObject(ctx, w, "bad", key, []byte("x"))
+			if err == nil {
+				t.Errorf("PUT %q accepted", key)
+			}
+		}
+	})
+	t.Run("bad bucket name", func(t *testing.T) {
+		_, err := w.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String("Bad_Name")})
+		if apiCode(err) != "InvalidBucketName" {
+			t.Errorf("CreateBucket Bad_Name: %v", err)
+		}
+	})
+	t.Run("wrong secret", func(t *testing.T) {
+		bad := s3.New(s3.Options{
+			BaseEndpoint: aws.String(c.Endpoint(1)), Region: "us-east-1", UsePathStyle: true,
+			Credentials: credentials.NewStaticCredentialsProvider(c.Spec.AccessKey, "wrong", ""),
+		})
+		_, err := getObject(ctx, bad, "bad", "x")
+		if apiCode(err) != "SignatureDoesNotMatch" {
+			t.Errorf("wrong secret: %v", err)
+		}
+	})
+	t.Run("bad digest", func(t *testing.T) {
+		_, err := w.PutObject(ctx, &s3.PutObjectInput{
+			Bucket: aws.String("bad"), Key: aws.String("digest"), Body: bytes.NewReader([]byte("hello")),
+			ContentMD5: aws.String("XrY7u+Ae7tCTyyK7j1rNww=="), // MD5 of "hello world"
+		})
+		if apiCode(err) != "BadDigest" {
+			t.Errorf("bad Content-MD5: %v", err)
+		}
+		if _, err := getObject(ctx, w, "bad", "digest"); apiCode(err) != "NoSuchKey" {
+			t.Errorf("object stored despite bad digest: %v", err)
+		}
+	})
+	t.Run("truncated body", func(t *testing.T) {
+		// A client that promises 1 MiB, sends 1000 bytes and hangs up.
+		conn, err := net.Dial("tcp", strings.TrimPrefix(c.Endpoint(0), "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := presignedPut(t, c, "bad", "truncated", 1<<20)
+		fmt.Fprintf(conn, "PUT %s HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\n\r\n", req.path, req.host, 1<<20)
+		conn.Write(make([]byte, 1000))
+		conn.Close()
+		time.Sleep(500 * time.Millisecond)
+		if _, err := getObject(ctx, w, "bad", "truncated"); apiCode(err) != "NoSuchKey" {
+			t.Errorf("truncated upload left an object: %v", err)
+		}
+		for _, cfg := range c.Configs {
+			for _, mp := range cfg.Mountpaths {
+				if tmps, _ := filepath.Glob(filepath.Join(mp, "tmp", "*")); len(tmps) > 0 {
+					t.Errorf("work files left on %s: %v", mp, tmps)
+				}
+			}
+		}
+	})
+	t.Run("mountpath full", func(t *testing.T) {
+		// 8 MiB per mountpath: a 20 MiB object cannot fit anywhere.
+		err := putObject(ctx, w, "bad", "huge", make([]byte, 20<<20))
+		if err == nil {
+			t.Fatal("a 20 MiB object fit in 8 MiB mountpaths")
+		}
+		if code := apiCode(err); code != "EntityTooLarge" && code != "InsufficientStorage" && code != "ServiceUnavailable" && code != "SlowDown" {
+			t.Errorf("full mountpath answered %q (%v)", code, err)
+		}
+		if err := putObject(ctx, w, "bad", "small", []byte("fits")); err != nil {
+			t.Errorf("a small PUT failed after the big one: %v", err)
+		}
+	})
+}
+
+type rawRequest struct{ host, path string }
+
+// presignedPut returns the request line target of a presigned PUT, for
+// tests that write raw HTTP.
+func presignedPut(t *testing.T, c *localcluster.Cluster, bucket, key string, size int64) rawRequest {
+	t.Helper()
+	ps := s3.NewPresignClient(s3Client(c, c.Endpoint(0)))
+	req, err := ps.PresignPutObject(context.Background(), &s3.PutObjectInput{
+		Bucket: aws.String(bucket), Key: aws.String(key), ContentLength: aws.Int64(size),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := url.Parse(req.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rawRequest{host: u.Host, path: u.RequestURI()}
+}
