@@ -41,6 +41,7 @@ type Local interface {
 	Delete(ctx context.Context, bucket, key string) error
 	EvictObject(ctx context.Context, bucket, key string) error
 	Walk(ctx context.Context, bucket string, fn func(object.Info) error) error
+	List(ctx context.Context, bucket string, opts object.ListOptions) (object.ListResult, error)
 }
 
 var _ Local = (*store.Store)(nil)

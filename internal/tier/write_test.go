@@ -17,7 +17,9 @@ import (
 	"github.com/slipstream-io/slipstream/internal/tier"
 )
 
-func putOpts(n int) object.PutOptions { return object.PutOptions{Size: int64(n), ContentType: "text/plain"} }
+func putOpts(n int) object.PutOptions {
+	return object.PutOptions{Size: int64(n), ContentType: "text/plain"}
+}
 
 func TestWriteThrough(t *testing.T) {
 	kinds(t, func(t *testing.T, kind string) {
@@ -403,5 +405,50 @@ func TestReplicaCleanAfterOwnerDestage(t *testing.T) {
 	}
 	if _, err := owner.raw.Stat(ctx, "k2"); err != nil {
 		t.Errorf("owner copy not destaged: %v", err)
+	}
+}
+
+func TestListMergesPendingWrites(t *testing.T) {
+	e := newEnv(t, "fs")
+	gate := make(chan struct{})
+	defer close(gate)
+	e.be.set(func(c *ctl) { c.gate = gate })
+	tr := e.newTier(t, tier.Config{}, wbBucket)
+	ctx := context.Background()
+	for _, k := range []string{"a", "b", "c", "dir/x"} {
+		remotePut(t, e.raw, k, []byte("remote "+k))
+	}
+	for _, k := range []string{"bb", "d", "dir/y", "new/z"} {
+		if _, err := tr.Put(ctx, "wback", k, bytesReader([]byte("local")), putOpts(5)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tr.Delete(ctx, "wback", "b"); err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	after := ""
+	for i := 0; i < 10; i++ {
+		res, err := tr.List(ctx, "wback", object.ListOptions{StartAfter: after, MaxKeys: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range res.Objects {
+			keys = append(keys, o.Key)
+		}
+		if !res.IsTruncated {
+			break
+		}
+		after = res.NextMarker
+	}
+	if got := strings.Join(keys, ","); got != "a,bb,c,d,dir/x,dir/y,new/z" {
+		t.Errorf("paged merged listing: %s", got)
+	}
+	res, err := tr.List(ctx, "wback", object.ListOptions{Delimiter: "/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(res.CommonPrefixes, ","); got != "dir/,new/" || len(res.Objects) != 4 {
+		t.Errorf("delimited merged listing: %v %v", res.Objects, res.CommonPrefixes)
 	}
 }
