@@ -112,9 +112,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hdr.Set("X-Amz-Id-2", id)
 	hdr.Set("Server", "Slipstream")
 
-	bucket, key := h.route(r)
+	bucket, key, vhost := h.route(r)
 	rq := &request{Request: r, bucket: bucket, key: key}
-	res, err := h.verifier.Verify(r)
+	vb := ""
+	if vhost {
+		vb = bucket
+	}
+	res, err := h.verifier.Verify(r, vb)
 	if err != nil {
 		h.writeError(w, r, err)
 		return
@@ -128,18 +132,18 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // route extracts the bucket and key from the Host (virtual-hosted-style)
 // or the path (path-style).
-func (h *handler) route(r *http.Request) (bucket, key string) {
+func (h *handler) route(r *http.Request) (bucket, key string, vhost bool) {
 	path := r.URL.Path
 	if host := hostname(r.Host); host != "" {
 		for _, d := range h.cfg.Domains {
 			if b, ok := strings.CutSuffix(host, "."+d); ok && b != "" {
-				return b, strings.TrimPrefix(path, "/")
+				return b, strings.TrimPrefix(path, "/"), true
 			}
 		}
 	}
 	path = strings.TrimPrefix(path, "/")
 	bucket, key, _ = strings.Cut(path, "/")
-	return bucket, key
+	return bucket, key, false
 }
 
 func hostname(hostport string) string {

@@ -176,7 +176,7 @@ func TestRoute(t *testing.T) {
 	for _, tt := range tests {
 		r := httptest.NewRequest("GET", "http://x"+tt.path, nil)
 		r.Host = tt.host
-		b, k := h.route(r)
+		b, k, _ := h.route(r)
 		if b != tt.bucket || k != tt.key {
 			t.Errorf("route(%s%s) = %q, %q, want %q, %q", tt.host, tt.path, b, k, tt.bucket, tt.key)
 		}

@@ -1,7 +1,8 @@
 // Package sigv4 verifies AWS Signature Version 4 on S3 requests: the
 // Authorization header, presigned URLs, and the payload itself while it
 // streams (a hex SHA-256, aws-chunked bodies with per-chunk signatures, and
-// trailing or header x-amz-checksum-* values). It knows nothing of S3
+// trailing or header x-amz-checksum-* values). Legacy Signature Version 2
+// headers and presigned URLs are verified too (v2.go). It knows nothing of S3
 // operations; the s3api package maps its errors to S3 error codes.
 package sigv4
 
@@ -107,9 +108,14 @@ type Result struct {
 }
 
 // Verify authenticates r by its Authorization header or presigned query and
-// returns the verified request. It does not read the body.
-func (v *Verifier) Verify(r *http.Request) (*Result, error) {
+// returns the verified request. It does not read the body. vhostBucket is
+// the bucket a virtual-hosted-style Host names ("" for path-style); only
+// legacy V2 signatures need it.
+func (v *Verifier) Verify(r *http.Request, vhostBucket string) (*Result, error) {
 	if h := r.Header.Get("Authorization"); h != "" {
+		if strings.HasPrefix(h, "AWS ") {
+			return v.verifyV2(r, vhostBucket)
+		}
 		if !strings.HasPrefix(h, Algorithm+" ") {
 			return nil, ErrUnsupportedAuth
 		}
@@ -120,7 +126,7 @@ func (v *Verifier) Verify(r *http.Request) (*Result, error) {
 		return v.verifyPresigned(r, q)
 	}
 	if q.Has("AWSAccessKeyId") || q.Has("Signature") {
-		return nil, ErrUnsupportedAuth
+		return v.verifyV2(r, vhostBucket)
 	}
 	return nil, ErrMissingAuth
 }
@@ -266,13 +272,17 @@ func (v *Verifier) wrapBody(r *http.Request, res *Result, payload string, sc *st
 			return nil
 		})
 	}
-	// A checksum sent as a header (not a trailer) covers the decoded payload.
-	ck, err := headerChecksum(r.Header)
-	if err != nil {
-		return err
-	}
-	if ck != nil {
-		rd = newVerifyReader(rd, res.Size, ck.h, ck.verify)
+	// A checksum sent as a header (not a trailer) covers the decoded
+	// payload, except on CompleteMultipartUpload where it names the whole
+	// object's checksum, not the XML body's.
+	if !(r.Method == http.MethodPost && r.URL.Query().Has("uploadId")) {
+		ck, err := headerChecksum(r.Header)
+		if err != nil {
+			return err
+		}
+		if ck != nil {
+			rd = newVerifyReader(rd, res.Size, ck.h, ck.verify)
+		}
 	}
 	res.Body = readCloser{rd, body}
 	return nil

@@ -90,7 +90,7 @@ func examplePresigned() *http.Request {
 
 // readAll verifies r and reads its body.
 func readAll(v *Verifier, r *http.Request) ([]byte, error) {
-	res, err := v.Verify(r)
+	res, err := v.Verify(r, "")
 	if err != nil {
 		return nil, err
 	}
@@ -116,7 +116,8 @@ func TestVerifyExamples(t *testing.T) {
 			return r
 		}, ErrInvalidAccessKeyID, 0},
 		{"get no auth", exampleNow, func() *http.Request { r := exampleGet(); r.Header.Del("Authorization"); return r }, ErrMissingAuth, 0},
-		{"get sigv2", exampleNow, func() *http.Request { r := exampleGet(); r.Header.Set("Authorization", "AWS AKID:sig"); return r }, ErrUnsupportedAuth, 0},
+		{"get sigv2 bad", exampleNow, func() *http.Request { r := exampleGet(); r.Header.Set("Authorization", "AWS AKID:sig"); return r }, ErrInvalidAccessKeyID, 0},
+		{"get other scheme", exampleNow, func() *http.Request { r := exampleGet(); r.Header.Set("Authorization", "Bearer x"); return r }, ErrUnsupportedAuth, 0},
 		{"get no date", exampleNow, func() *http.Request { r := exampleGet(); r.Header.Del("X-Amz-Date"); return r }, ErrMissingDate, 0},
 		{"get no content sha", exampleNow, func() *http.Request { r := exampleGet(); r.Header.Del("X-Amz-Content-Sha256"); return r }, ErrMissingContentSHA256, 0},
 		{"put", exampleNow, func() *http.Request { return examplePut(payload) }, nil, len(payload)},
@@ -163,7 +164,7 @@ func TestVerifyExamples(t *testing.T) {
 // the declared size (and never sees EOF on its own) still gets the error.
 func TestChunkedErrorWithLastByte(t *testing.T) {
 	r := exampleChunked(func(b []byte) []byte { return bytes.Replace(b, []byte("b6c6ea8a"), []byte("a6c6ea8a"), 1) })
-	res, err := exampleVerifier(exampleNow).Verify(r)
+	res, err := exampleVerifier(exampleNow).Verify(r, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +173,7 @@ func TestChunkedErrorWithLastByte(t *testing.T) {
 		t.Fatalf("CopyN of the declared size: err = %v, want the final chunk's signature mismatch", err)
 	}
 	r = examplePut("Welcome to Amazon S4.")
-	res, err = exampleVerifier(exampleNow).Verify(r)
+	res, err = exampleVerifier(exampleNow).Verify(r, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -388,5 +389,23 @@ func TestCanonicalURI(t *testing.T) {
 		if got := CanonicalURI(r.URL); got != tt.want {
 			t.Errorf("CanonicalURI(%q) = %q, want %q", tt.raw, got, tt.want)
 		}
+	}
+}
+
+// TestV2Example is the GET example of the AWS S3 Signature Version 2
+// documentation (virtual-hosted bucket johnsmith).
+func TestV2Example(t *testing.T) {
+	now := time.Date(2007, 3, 27, 19, 36, 42, 0, time.UTC)
+	r := httptest.NewRequest("GET", "http://johnsmith.s3.amazonaws.com/photos/puppy.jpg", nil)
+	r.Header.Set("Date", "Tue, 27 Mar 2007 19:36:42 +0000")
+	r.Header.Set("Authorization", "AWS "+exampleKey+":bWq2s1WEIj+Ydj0vQ697zp+IXMU=")
+	if _, err := exampleVerifier(now).Verify(r, "johnsmith"); err != nil {
+		t.Fatalf("documented V2 request: %v", err)
+	}
+	if _, err := exampleVerifier(now).Verify(r, ""); !errors.Is(err, ErrSignatureMismatch) {
+		t.Fatalf("without the virtual-host bucket: %v", err)
+	}
+	if _, err := exampleVerifier(now.Add(time.Hour)).Verify(r, "johnsmith"); !errors.Is(err, ErrTimeSkewed) {
+		t.Fatalf("an hour later: %v", err)
 	}
 }
