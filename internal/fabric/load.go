@@ -160,6 +160,16 @@ func LoadPaths(ctx context.Context, paths []string) (*Model, error) {
 // node descriptions come from the LFT comments). guid2lid adds LMC ranges;
 // osm.log and opensm.out tell which routing engine ran.
 func LoadFiles(ctx context.Context, fs Files) (*Model, error) {
+	return loadFiles(ctx, fs, ibdump.Open)
+}
+
+// opener opens a file for reading (ibdump.Open, or in-memory files in tests).
+type opener func(path string) (io.ReadCloser, error)
+
+func loadFiles(ctx context.Context, fs Files, open opener) (*Model, error) {
+	withFile := func(path string, fn func(r io.Reader, name string) error) error {
+		return withFileFrom(open, path, fn)
+	}
 	b := newBuilder()
 	lftPath := fs[FileLFTs]
 	if lftPath == "" {
@@ -262,7 +272,11 @@ func LoadFiles(ctx context.Context, fs Files) (*Model, error) {
 }
 
 func withFile(path string, fn func(r io.Reader, name string) error) error {
-	r, err := ibdump.Open(path)
+	return withFileFrom(ibdump.Open, path, fn)
+}
+
+func withFileFrom(open opener, path string, fn func(r io.Reader, name string) error) error {
+	r, err := open(path)
 	if err != nil {
 		return err
 	}
