@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -24,6 +23,7 @@ type testNode struct {
 	mps   []string
 	addr  string
 	srv   *http.Server
+	h     *volume.Handler
 	done  chan struct{}
 	// writes counts chunk-mutating requests per chunk, by URL path.
 	mu     sync.Mutex
@@ -53,16 +53,8 @@ func (n *testNode) start() {
 		n.t.Fatal(err)
 	}
 	n.addr = ln.Addr().String()
-	h := volume.NewHandler(n.local)
-	n.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPut || strings.HasSuffix(r.URL.Path, "/zero") {
-			n.puts.Add(1)
-			n.mu.Lock()
-			n.writes[strings.TrimSuffix(r.URL.Path, "/zero")]++
-			n.mu.Unlock()
-		}
-		h.ServeHTTP(w, r)
-	})}
+	n.h = volume.NewHandler(countingReplica{n.local, n})
+	n.srv = &http.Server{Handler: n.h}
 	n.done = make(chan struct{})
 	go func() { defer close(n.done); _ = n.srv.Serve(ln) }()
 }
@@ -73,8 +65,32 @@ func (n *testNode) kill() {
 		return
 	}
 	n.srv.Close()
+	n.h.Close()
 	<-n.done
 	n.srv = nil
+}
+
+// countingReplica counts the chunk-mutating calls a node serves.
+type countingReplica struct {
+	*volume.Local
+	n *testNode
+}
+
+func (c countingReplica) count(vol string, chunk int64) {
+	c.n.puts.Add(1)
+	c.n.mu.Lock()
+	c.n.writes[fmt.Sprintf("%s/%d", vol, chunk)]++
+	c.n.mu.Unlock()
+}
+
+func (c countingReplica) WriteAt(ctx context.Context, vol string, chunk int64, p []byte, off int64, sync bool) error {
+	c.count(vol, chunk)
+	return c.Local.WriteAt(ctx, vol, chunk, p, off, sync)
+}
+
+func (c countingReplica) Zero(ctx context.Context, vol string, chunk int64, off, n int64, punch bool) error {
+	c.count(vol, chunk)
+	return c.Local.Zero(ctx, vol, chunk, off, n, punch)
 }
 
 func (n *testNode) url() string { return "http://" + n.addr }
@@ -103,7 +119,9 @@ func openVolume(t *testing.T, spec volume.Spec, stateDir string, nodes ...*testN
 		if i == 0 {
 			cfg.Replicas[n.id] = n.local
 		} else {
-			cfg.Replicas[n.id] = volume.NewClient(n.url(), nil)
+			c := volume.NewClient(n.url(), nil)
+			t.Cleanup(func() { c.Close() })
+			cfg.Replicas[n.id] = c
 		}
 	}
 	v, err := volume.Open(context.Background(), cfg)
@@ -291,5 +309,4 @@ func TestPlacementSpreadsChunks(t *testing.T) {
 			t.Errorf("node %s holds %d of 600 chunk copies: %v", id, k, count)
 		}
 	}
-	_ = fmt.Sprint
 }

@@ -3,9 +3,11 @@ package volume
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -20,21 +22,44 @@ import (
 //	POST   /volume/{vol}/{chunk}/zero?off=O&n=N[&punch=1]
 //	POST   /volume/{vol}/_sync                      body: chunk numbers, comma-separated
 //	DELETE /volume/{vol}
+//	POST   /volume/_stream   (Upgrade: slipstream-volume/1; see stream.go)
 //
 // Errors are plain-text bodies with status 400 (bad request) or 500.
 
 // MaxTransfer caps the data of one chunk request.
 const MaxTransfer = 64 << 20
 
+// Handler serves a Replica over HTTP under /volume/.
+type Handler struct {
+	mux *http.ServeMux
+	h   *handler
+}
+
+// ServeHTTP implements http.Handler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+
+// Close ends the upgraded stream connections, which http.Server.Close and
+// Shutdown do not track (register it with RegisterOnShutdown).
+func (h *Handler) Close() error {
+	h.h.smu.Lock()
+	defer h.h.smu.Unlock()
+	h.h.closed = true
+	for c := range h.h.streams {
+		_ = c.Close()
+	}
+	return nil
+}
+
 // NewHandler serves r over HTTP under /volume/.
-func NewHandler(r Replica) http.Handler {
-	h := &handler{r: r}
+func NewHandler(r Replica) *Handler {
+	h := &handler{r: r, streams: map[net.Conn]struct{}{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /volume/_ping", func(w http.ResponseWriter, req *http.Request) {
 		if err := r.Ping(req.Context()); err != nil {
 			httpError(w, err)
 		}
 	})
+	mux.HandleFunc("POST /volume/_stream", h.serveStream)
 	mux.HandleFunc("GET /volume/{vol}/{chunk}", h.read)
 	mux.HandleFunc("PUT /volume/{vol}/{chunk}", h.write)
 	mux.HandleFunc("POST /volume/{vol}/{chunk}/zero", h.zero)
@@ -44,12 +69,16 @@ func NewHandler(r Replica) http.Handler {
 			httpError(w, err)
 		}
 	})
-	return mux
+	return &Handler{mux: mux, h: h}
 }
 
 type handler struct {
 	r    Replica
 	pool sync.Pool
+
+	smu     sync.Mutex
+	streams map[net.Conn]struct{}
+	closed  bool
 }
 
 func (h *handler) buf(n int) *[]byte {
@@ -181,18 +210,42 @@ func httpError(w http.ResponseWriter, err error) {
 	http.Error(w, err.Error(), code)
 }
 
-// Client is a Replica on another node, reached over HTTP.
+// Client is a Replica on another node, reached over HTTP: chunk data goes
+// over a few upgraded, pipelined stream connections; ping and delete are
+// plain requests.
 type Client struct {
-	base string
-	hc   *http.Client
+	base   string
+	hc     *http.Client
+	stream *streamClient
 }
 
 var _ Replica = (*Client)(nil)
 
-// NewClient returns a replica client for the node at baseURL
-// (e.g. "http://10.0.0.2:9001"); hc nil means a client with a connection
-// pool sized for deep queues.
+// ClientConfig configures a Client.
+type ClientConfig struct {
+	// BaseURL is the node's intra-cluster address, e.g. "http://10.0.0.2:9001".
+	BaseURL string
+	// HTTP is used for plain requests; nil means a pooled default.
+	HTTP *http.Client
+	// StreamConns is the number of stream connections; 0 means 4, and a
+	// negative value sends chunk data over plain HTTP requests instead.
+	StreamConns int
+}
+
+// NewClient returns a replica client for the node at baseURL with the
+// default configuration.
 func NewClient(baseURL string, hc *http.Client) *Client {
+	c, err := NewClientConfig(ClientConfig{BaseURL: baseURL, HTTP: hc})
+	if err != nil {
+		// Only a malformed URL fails; calls then fail with this error.
+		return &Client{base: baseURL, hc: http.DefaultClient, stream: nil}
+	}
+	return c
+}
+
+// NewClientConfig returns a replica client for cfg.
+func NewClientConfig(cfg ClientConfig) (*Client, error) {
+	hc := cfg.HTTP
 	if hc == nil {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.MaxIdleConnsPerHost = 256
@@ -200,7 +253,35 @@ func NewClient(baseURL string, hc *http.Client) *Client {
 		tr.Proxy = nil
 		hc = &http.Client{Transport: tr}
 	}
-	return &Client{base: strings.TrimRight(baseURL, "/"), hc: hc}
+	c := &Client{base: strings.TrimRight(cfg.BaseURL, "/"), hc: hc}
+	if cfg.StreamConns >= 0 {
+		n := cfg.StreamConns
+		if n == 0 {
+			n = 4
+		}
+		s, err := newStreamClient(c.base, n)
+		if err != nil {
+			return nil, err
+		}
+		c.stream = s
+	}
+	return c, nil
+}
+
+// Close closes the stream connections.
+func (c *Client) Close() error {
+	if c.stream != nil {
+		c.stream.close()
+	}
+	return nil
+}
+
+func (c *Client) streamDo(ctx context.Context, r *streamReq, dst []byte) error {
+	sc, err := c.stream.conn(ctx)
+	if err != nil {
+		return err
+	}
+	return sc.do(ctx, r, dst)
 }
 
 func (c *Client) url(vol string, chunk int64, suffix, query string) string {
@@ -253,11 +334,21 @@ func (c *Client) do(ctx context.Context, method, url string, body []byte, into [
 
 // ReadAt implements Replica.
 func (c *Client) ReadAt(ctx context.Context, vol string, chunk int64, p []byte, off int64) error {
+	if c.stream != nil {
+		return c.streamDo(ctx, &streamReq{op: opRead, vol: vol, chunk: chunk, off: off, n: int64(len(p))}, p)
+	}
 	return c.do(ctx, http.MethodGet, c.url(vol, chunk, "", "off="+strconv.FormatInt(off, 10)+"&n="+strconv.Itoa(len(p))), nil, p)
 }
 
 // WriteAt implements Replica.
 func (c *Client) WriteAt(ctx context.Context, vol string, chunk int64, p []byte, off int64, sync bool) error {
+	if c.stream != nil {
+		r := &streamReq{op: opWrite, vol: vol, chunk: chunk, off: off, payload: p}
+		if sync {
+			r.flags = flagSync
+		}
+		return c.streamDo(ctx, r, nil)
+	}
 	q := "off=" + strconv.FormatInt(off, 10)
 	if sync {
 		q += "&sync=1"
@@ -267,6 +358,13 @@ func (c *Client) WriteAt(ctx context.Context, vol string, chunk int64, p []byte,
 
 // Zero implements Replica.
 func (c *Client) Zero(ctx context.Context, vol string, chunk int64, off, n int64, punch bool) error {
+	if c.stream != nil {
+		r := &streamReq{op: opZero, vol: vol, chunk: chunk, off: off, n: n}
+		if punch {
+			r.flags = flagPunch
+		}
+		return c.streamDo(ctx, r, nil)
+	}
 	q := "off=" + strconv.FormatInt(off, 10) + "&n=" + strconv.FormatInt(n, 10)
 	if punch {
 		q += "&punch=1"
@@ -276,6 +374,13 @@ func (c *Client) Zero(ctx context.Context, vol string, chunk int64, off, n int64
 
 // Sync implements Replica.
 func (c *Client) Sync(ctx context.Context, vol string, chunks []int64) error {
+	if c.stream != nil {
+		p := make([]byte, 0, 8*len(chunks))
+		for _, ch := range chunks {
+			p = binary.BigEndian.AppendUint64(p, uint64(ch))
+		}
+		return c.streamDo(ctx, &streamReq{op: opSync, vol: vol, payload: p}, nil)
+	}
 	var b []byte
 	for i, ch := range chunks {
 		if i > 0 {

@@ -45,15 +45,24 @@ func allocated(t *testing.T, mps []string) int64 {
 // TestReplicas runs one conformance suite on the local replica and on the
 // HTTP client talking to a handler over a local replica.
 func TestReplicas(t *testing.T) {
-	for _, kind := range []string{"local", "http"} {
+	for _, kind := range []string{"local", "stream", "http"} {
 		t.Run(kind, func(t *testing.T) {
 			ctx := context.Background()
 			l, mps := newLocal(t, 2)
 			var r volume.Replica = l
-			if kind == "http" {
+			if kind != "local" {
 				srv := httptest.NewServer(volume.NewHandler(l))
 				t.Cleanup(srv.Close)
-				r = volume.NewClient(srv.URL, nil)
+				conns := 2
+				if kind == "http" {
+					conns = -1 // plain HTTP requests
+				}
+				c, err := volume.NewClientConfig(volume.ClientConfig{BaseURL: srv.URL, StreamConns: conns})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { c.Close() })
+				r = c
 			}
 			if err := r.Ping(ctx); err != nil {
 				t.Fatal(err)

@@ -1,0 +1,203 @@
+package volume_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/slipstream-io/slipstream/internal/volume"
+	"github.com/slipstream-io/slipstream/internal/volume/filedev"
+	"github.com/slipstream-io/slipstream/internal/volume/nbd"
+)
+
+// TestBenchNBD is the NBD benchmark behind scripts/bench-nbd.sh. It runs only
+// when SLIPSTREAM_BENCH_NBD is set: the fio matrix against our server
+// (a file device, copies=1 and copies=2 volumes on two in-process nodes)
+// and, in the same run, against nbdkit null, nbdkit memory and a local file
+// through libaio, and prints ratios.
+func TestBenchNBD(t *testing.T) {
+	if os.Getenv("SLIPSTREAM_BENCH_NBD") == "" {
+		t.Skip("set SLIPSTREAM_BENCH_NBD=1 (scripts/bench-nbd.sh) to run the NBD benchmark")
+	}
+	for _, tool := range []string{"fio", "nbdkit"} {
+		needTool(t, tool)
+	}
+	runtime := envInt("BENCH_RUNTIME", 5)
+	jobs := envInt("BENCH_JOBS", 2)
+	const region = 512 << 20 // bytes each target is exercised over
+	dir := t.TempDir()
+
+	a, b := startNode(t, "a"), startNode(t, "b")
+	mkvol := func(name string, copies int) *volume.Volume {
+		return openVolume(t, volume.Spec{Name: name, Size: region, Copies: copies}, filepath.Join(dir, "state"), a, b)
+	}
+	fd, err := filedev.Open(filepath.Join(dir, "ours-file.img"), region)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fd.Close()
+	sock := serveNBD(t, nbd.Map{"file": fd, "c1": mkvol("c1", 1), "c2": mkvol("c2", 2)})
+
+	nbdkit := func(name string, args ...string) string {
+		s := filepath.Join(dir, name+".sock")
+		cmd := exec.Command("nbdkit", append([]string{"-f", "-U", s, "--threads=16"}, args...)...)
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		for i := 0; i < 100; i++ {
+			if _, err := os.Stat(s); err == nil {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		return s
+	}
+	nullSock := nbdkit("null", "null", fmt.Sprint(region))
+	memSock := nbdkit("memory", "memory", fmt.Sprint(region))
+	diskFile := filepath.Join(dir, "disk.img")
+
+	type target struct {
+		name, desc string
+		args       []string
+	}
+	nbdArgs := func(sock, export string) []string {
+		return []string{"--ioengine=nbd", "--uri=nbd+unix:///" + export + "?socket=" + sock}
+	}
+	targets := []target{
+		{"nbdkit-null", "nbdkit null plugin (protocol only)", nbdArgs(nullSock, "")},
+		{"nbdkit-memory", "nbdkit memory plugin", nbdArgs(memSock, "")},
+		{"disk", "local file, fio libaio direct=1 (the disk)", []string{"--ioengine=libaio", "--direct=1", "--filename=" + diskFile}},
+		{"ours-file", "our server, file device", nbdArgs(sock, "file")},
+		{"c1", "our server, volume copies=1 (2 nodes)", nbdArgs(sock, "c1")},
+		{"c2", "our server, volume copies=2 (2 nodes)", nbdArgs(sock, "c2")},
+	}
+	type job struct {
+		name string
+		args []string
+	}
+	matrix := []job{
+		{"4k-randread", []string{"--rw=randread", "--bs=4k"}},
+		{"4k-randwrite", []string{"--rw=randwrite", "--bs=4k"}},
+		{"8k-randread", []string{"--rw=randread", "--bs=8k"}},
+		{"8k-randwrite", []string{"--rw=randwrite", "--bs=8k"}},
+		{"64k-randrw", []string{"--rw=randrw", "--bs=64k", "--rwmixread=50"}},
+		{"1m-read", []string{"--rw=read", "--bs=1m"}},
+		{"1m-write", []string{"--rw=write", "--bs=1m"}},
+		{"32k-randwrite", []string{"--rw=randwrite", "--bs=32k"}},
+		{"256k-randwrite", []string{"--rw=randwrite", "--bs=256k"}},
+	}
+	common := []string{"--name=bench", "--iodepth=32", fmt.Sprintf("--numjobs=%d", jobs),
+		fmt.Sprintf("--size=%d", region/jobs), fmt.Sprintf("--offset_increment=%d", region/jobs),
+		"--group_reporting", "--output-format=json", "--percentile_list=50:99:99.9"}
+
+	runFio := func(args ...string) fioResult {
+		out, err := exec.Command("fio", args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("fio %v: %v\n%s", args, err, out)
+		}
+		return parseFio(t, out)
+	}
+	// Fill every target first so that reads read data, not holes.
+	for _, tg := range targets {
+		runFio(append(append(append([]string{}, common...), tg.args...), "--rw=write", "--bs=1m")...)
+	}
+	results := map[string]map[string]fioResult{}
+	for _, j := range matrix {
+		results[j.name] = map[string]fioResult{}
+		for _, tg := range targets {
+			args := append(append(append([]string{}, common...), tg.args...), j.args...)
+			args = append(args, "--time_based", fmt.Sprintf("--runtime=%d", runtime), "--ramp_time=1")
+			results[j.name][tg.name] = runFio(args...)
+		}
+	}
+
+	var md bytes.Buffer
+	fmt.Fprintf(&md, "fio: iodepth 32, numjobs %d (one NBD connection per job), %d s per job after 1 s ramp, over %d MiB; all in one run, jobs interleaved across targets.\n\n", jobs, runtime, region>>20)
+	for _, tg := range targets {
+		fmt.Fprintf(&md, "- `%s`: %s\n", tg.name, tg.desc)
+	}
+	fmt.Fprintf(&md, "\n| job | target | IOPS | MiB/s | p50 µs | p99 µs | p99.9 µs | vs null | vs memory | vs disk |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, j := range matrix {
+		r := results[j.name]
+		for _, tg := range targets {
+			x := r[tg.name]
+			fmt.Fprintf(&md, "| %s | %s | %.0f | %.0f | %.0f | %.0f | %.0f | %.2f | %.2f | %.2f |\n", j.name, tg.name, x.iops, x.mibs, x.p50, x.p99, x.p999,
+				x.iops/r["nbdkit-null"].iops, x.iops/r["nbdkit-memory"].iops, x.iops/r["disk"].iops)
+		}
+	}
+	fmt.Fprintf(&md, "\nKey ratios (same run):\n\n| job | c1 / nbdkit null | ours-file / nbdkit null | c2 / c1 (WB+1 vs WB+0) |\n|---|---:|---:|---:|\n")
+	for _, j := range matrix {
+		r := results[j.name]
+		fmt.Fprintf(&md, "| %s | %.2f | %.2f | %.2f |\n", j.name, r["c1"].iops/r["nbdkit-null"].iops, r["ours-file"].iops/r["nbdkit-null"].iops, r["c2"].iops/r["c1"].iops)
+	}
+	fmt.Fprintf(&md, "\nWrite-size sweep, random writes, copies=1 vs copies=2:\n\n| size | c1 IOPS | c1 p99 µs | c2 IOPS | c2 p99 µs | c2 / c1 |\n|---|---:|---:|---:|---:|---:|\n")
+	for _, s := range []string{"4k", "32k", "256k"} {
+		r := results[s+"-randwrite"]
+		fmt.Fprintf(&md, "| %s | %.0f | %.0f | %.0f | %.0f | %.2f |\n", s, r["c1"].iops, r["c1"].p99, r["c2"].iops, r["c2"].p99, r["c2"].iops/r["c1"].iops)
+	}
+	os.Stdout.Write(md.Bytes())
+	if out := os.Getenv("BENCH_OUT"); out != "" {
+		if err := os.WriteFile(out, md.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = context.Background
+	_ = io.Discard
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+type fioResult struct{ iops, mibs, p50, p99, p999 float64 }
+
+// parseFio reads fio's JSON output (after any text the nbd engine prints).
+func parseFio(t *testing.T, out []byte) fioResult {
+	t.Helper()
+	i := bytes.IndexByte(out, '{')
+	if i < 0 {
+		t.Fatalf("no JSON in fio output:\n%s", out)
+	}
+	var doc struct {
+		Jobs []struct {
+			Read, Write fioSide
+		} `json:"jobs"`
+	}
+	if err := json.NewDecoder(bytes.NewReader(out[i:])).Decode(&doc); err != nil || len(doc.Jobs) == 0 {
+		t.Fatalf("fio JSON: %v\n%s", err, out)
+	}
+	j := doc.Jobs[0]
+	r := fioResult{iops: j.Read.IOPS + j.Write.IOPS, mibs: float64(j.Read.BW+j.Write.BW) / (1 << 20)}
+	side := j.Read
+	if j.Read.IOPS == 0 {
+		side = j.Write
+	}
+	r.p50 = side.Clat.Percentile["50.000000"] / 1000
+	r.p99 = side.Clat.Percentile["99.000000"] / 1000
+	r.p999 = side.Clat.Percentile["99.900000"] / 1000
+	return r
+}
+
+type fioSide struct {
+	IOPS float64 `json:"iops"`
+	BW   int64   `json:"bw_bytes"`
+	Clat struct {
+		Percentile map[string]float64 `json:"percentile"`
+	} `json:"clat_ns"`
+}
+
+var _ = strings.TrimSpace

@@ -1,0 +1,470 @@
+package volume
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The chunk data path between nodes: a client upgrades an HTTP request
+// (POST /volume/_stream, "Upgrade: slipstream-volume/1") to a binary,
+// pipelined protocol on the same connection. Many requests are in flight
+// per connection and answered out of order; a reply carries the request id.
+//
+//	request:  op u8, flags u8, vol length u16, payload length u32,
+//	          id u64, chunk u64, off u64, n u64, vol, payload
+//	reply:    id u64, status u32, length u32, data (read data or error text)
+//
+// ops: 1 read (n bytes at off), 2 write (payload at off), 3 zero ([off,
+// off+n)), 4 sync (payload: chunk numbers, 8 bytes each). flags: 1 sync
+// (FUA), 2 punch. status: 0 ok, 1 out of range / invalid, 2 other error.
+const (
+	streamProto     = "slipstream-volume/1"
+	streamReqLen    = 40
+	streamReplyLen  = 16
+	opRead          = 1
+	opWrite         = 2
+	opZero          = 3
+	opSync          = 4
+	flagSync        = 1
+	flagPunch       = 2
+	statusOK        = 0
+	statusInvalid   = 1
+	statusError     = 2
+	streamMaxInFlit = 256
+)
+
+type streamReq struct {
+	op, flags uint8
+	id        uint64
+	chunk     int64
+	off, n    int64
+	vol       string
+	payload   []byte
+}
+
+func appendStreamReq(b []byte, r *streamReq) []byte {
+	b = append(b, r.op, r.flags)
+	b = binary.BigEndian.AppendUint16(b, uint16(len(r.vol)))
+	b = binary.BigEndian.AppendUint32(b, uint32(len(r.payload)))
+	b = binary.BigEndian.AppendUint64(b, r.id)
+	b = binary.BigEndian.AppendUint64(b, uint64(r.chunk))
+	b = binary.BigEndian.AppendUint64(b, uint64(r.off))
+	b = binary.BigEndian.AppendUint64(b, uint64(r.n))
+	return append(b, r.vol...)
+}
+
+// parseStreamReq decodes a request header; it returns the vol and payload
+// lengths to read next.
+func parseStreamReq(h []byte) (r streamReq, volLen, payLen int, err error) {
+	if len(h) < streamReqLen {
+		return r, 0, 0, io.ErrUnexpectedEOF
+	}
+	r.op, r.flags = h[0], h[1]
+	volLen = int(binary.BigEndian.Uint16(h[2:4]))
+	payLen = int(binary.BigEndian.Uint32(h[4:8]))
+	r.id = binary.BigEndian.Uint64(h[8:16])
+	r.chunk = int64(binary.BigEndian.Uint64(h[16:24]))
+	r.off = int64(binary.BigEndian.Uint64(h[24:32]))
+	r.n = int64(binary.BigEndian.Uint64(h[32:40]))
+	if r.op < opRead || r.op > opSync || volLen > 128 || payLen > MaxTransfer || r.op == opRead && (r.n < 0 || r.n > MaxTransfer) {
+		return r, 0, 0, fmt.Errorf("%w: stream request op %d vol %d payload %d n %d", ErrOutOfRange, r.op, volLen, payLen, r.n)
+	}
+	return r, volLen, payLen, nil
+}
+
+// serveStream hijacks the request's connection and serves the stream
+// protocol on it until the peer hangs up.
+func (h *handler) serveStream(w http.ResponseWriter, req *http.Request) {
+	if req.Header.Get("Upgrade") != streamProto {
+		http.Error(w, "volume: expected Upgrade: "+streamProto, http.StatusBadRequest)
+		return
+	}
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		http.Error(w, "volume: connection cannot be upgraded", http.StatusInternalServerError)
+		return
+	}
+	c, brw, err := hj.Hijack()
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	h.smu.Lock()
+	if h.closed {
+		h.smu.Unlock()
+		return
+	}
+	h.streams[c] = struct{}{}
+	h.smu.Unlock()
+	defer func() {
+		h.smu.Lock()
+		delete(h.streams, c)
+		h.smu.Unlock()
+	}()
+	if _, err := io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: "+streamProto+"\r\n\r\n"); err != nil {
+		return
+	}
+	s := &streamServer{h: h, c: c, sem: make(chan struct{}, streamMaxInFlit)}
+	// Bytes the HTTP server read ahead belong to the stream.
+	pre, _ := brw.Reader.Peek(brw.Reader.Buffered())
+	s.serve(req.Context(), bufio.NewReaderSize(io.MultiReader(bytes.NewReader(bytes.Clone(pre)), c), 256<<10))
+}
+
+type streamServer struct {
+	h   *handler
+	c   net.Conn
+	sem chan struct{}
+	wg  sync.WaitGroup
+
+	wmu     sync.Mutex
+	queue   []streamReply
+	spare   []streamReply
+	writing bool
+	failed  bool
+	bufs    net.Buffers
+}
+
+type streamReply struct {
+	hdr  [streamReplyLen]byte
+	data []byte
+	buf  *[]byte
+}
+
+func (s *streamServer) serve(ctx context.Context, br *bufio.Reader) {
+	ctx = context.WithoutCancel(ctx) // the request context ends with the hijack
+	defer s.wg.Wait()
+	var hdr [streamReqLen]byte
+	for {
+		if _, err := io.ReadFull(br, hdr[:]); err != nil {
+			return
+		}
+		r, volLen, payLen, err := parseStreamReq(hdr[:])
+		if err != nil {
+			return // cannot resynchronise
+		}
+		vb := make([]byte, volLen)
+		if _, err := io.ReadFull(br, vb); err != nil {
+			return
+		}
+		r.vol = string(vb)
+		var pb *[]byte
+		if payLen > 0 {
+			pb = s.h.buf(payLen)
+			if _, err := io.ReadFull(br, *pb); err != nil {
+				return
+			}
+			r.payload = *pb
+		}
+		s.sem <- struct{}{}
+		s.wg.Add(1)
+		go func() {
+			defer func() { <-s.sem; s.wg.Done() }()
+			s.handle(ctx, &r, pb)
+		}()
+	}
+}
+
+func (s *streamServer) handle(ctx context.Context, r *streamReq, pb *[]byte) {
+	if pb != nil {
+		defer s.h.put(pb)
+	}
+	rep := streamReply{}
+	var err error
+	switch r.op {
+	case opRead:
+		rep.buf = s.h.buf(int(r.n))
+		err = s.h.r.ReadAt(ctx, r.vol, r.chunk, *rep.buf, r.off)
+		if err == nil {
+			rep.data = *rep.buf
+		}
+	case opWrite:
+		err = s.h.r.WriteAt(ctx, r.vol, r.chunk, r.payload, r.off, r.flags&flagSync != 0)
+	case opZero:
+		err = s.h.r.Zero(ctx, r.vol, r.chunk, r.off, r.n, r.flags&flagPunch != 0)
+	case opSync:
+		chunks := make([]int64, len(r.payload)/8)
+		for i := range chunks {
+			chunks[i] = int64(binary.BigEndian.Uint64(r.payload[8*i:]))
+		}
+		err = s.h.r.Sync(ctx, r.vol, chunks)
+	}
+	status := uint32(statusOK)
+	if err != nil {
+		status = statusError
+		if errors.Is(err, ErrOutOfRange) || errors.Is(err, ErrInvalidName) {
+			status = statusInvalid
+		}
+		rep.data = []byte(err.Error())
+	}
+	binary.BigEndian.PutUint64(rep.hdr[0:8], r.id)
+	binary.BigEndian.PutUint32(rep.hdr[8:12], status)
+	binary.BigEndian.PutUint32(rep.hdr[12:16], uint32(len(rep.data)))
+	s.send(rep)
+}
+
+// send queues a reply; the first sender to find the writer idle writes the
+// whole queue with writev, so replies that finish together share a syscall.
+func (s *streamServer) send(r streamReply) {
+	s.wmu.Lock()
+	s.queue = append(s.queue, r)
+	if s.writing {
+		s.wmu.Unlock()
+		return
+	}
+	s.writing = true
+	for len(s.queue) > 0 {
+		batch := s.queue
+		s.queue = s.spare[:0]
+		failed := s.failed
+		s.wmu.Unlock()
+		if !failed {
+			s.bufs = s.bufs[:0]
+			for i := range batch {
+				s.bufs = append(s.bufs, batch[i].hdr[:])
+				if len(batch[i].data) > 0 {
+					s.bufs = append(s.bufs, batch[i].data)
+				}
+			}
+			bufs := s.bufs
+			if _, err := bufs.WriteTo(s.c); err != nil {
+				failed = true
+				_ = s.c.Close()
+			}
+		}
+		for i := range batch {
+			if batch[i].buf != nil {
+				s.h.put(batch[i].buf)
+			}
+			batch[i] = streamReply{}
+		}
+		s.wmu.Lock()
+		s.failed = s.failed || failed
+		s.spare = batch[:0]
+	}
+	s.writing = false
+	s.wmu.Unlock()
+}
+
+// streamClient keeps a few upgraded connections to one node and spreads
+// calls over them.
+type streamClient struct {
+	host  string
+	conns []streamSlot
+	next  atomic.Uint64
+}
+
+type streamSlot struct {
+	mu sync.Mutex
+	c  *streamConn
+}
+
+func newStreamClient(baseURL string, n int) (*streamClient, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil || u.Host == "" {
+		return nil, fmt.Errorf("volume: bad replica URL %q", baseURL)
+	}
+	if u.Scheme != "http" {
+		return nil, fmt.Errorf("volume: the chunk stream needs an http:// URL, got %q", baseURL)
+	}
+	return &streamClient{host: u.Host, conns: make([]streamSlot, n)}, nil
+}
+
+// conn returns a live connection, dialing if its slot is empty or broken.
+func (sc *streamClient) conn(ctx context.Context) (*streamConn, error) {
+	slot := &sc.conns[sc.next.Add(1)%uint64(len(sc.conns))]
+	slot.mu.Lock()
+	defer slot.mu.Unlock()
+	if slot.c != nil && !slot.c.broken.Load() {
+		return slot.c, nil
+	}
+	c, err := dialStream(ctx, sc.host)
+	if err != nil {
+		return nil, err
+	}
+	slot.c = c
+	return c, nil
+}
+
+func (sc *streamClient) close() {
+	for i := range sc.conns {
+		s := &sc.conns[i]
+		s.mu.Lock()
+		if s.c != nil {
+			s.c.fail(net.ErrClosed)
+		}
+		s.mu.Unlock()
+	}
+}
+
+type streamConn struct {
+	c      net.Conn
+	wmu    sync.Mutex
+	wbuf   []byte
+	mu     sync.Mutex
+	calls  map[uint64]*streamCall
+	nextID uint64
+	broken atomic.Bool
+	err    error
+}
+
+type streamCall struct {
+	dst  []byte
+	done chan struct{}
+	err  error
+}
+
+func dialStream(ctx context.Context, host string) (*streamConn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", host)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrReplicaError, err)
+	}
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+	}
+	req := "POST /volume/_stream HTTP/1.1\r\nHost: " + host + "\r\nConnection: Upgrade\r\nUpgrade: " + streamProto + "\r\nContent-Length: 0\r\n\r\n"
+	if dl, ok := ctx.Deadline(); ok {
+		_ = c.SetDeadline(dl)
+	}
+	if _, err := io.WriteString(c, req); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("%w: %w", ErrReplicaError, err)
+	}
+	br := bufio.NewReaderSize(c, 256<<10)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("%w: stream upgrade: %w", ErrReplicaError, err)
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		c.Close()
+		return nil, fmt.Errorf("%w: stream upgrade refused: %s", ErrReplicaError, resp.Status)
+	}
+	_ = c.SetDeadline(time.Time{})
+	sc := &streamConn{c: c, calls: map[uint64]*streamCall{}}
+	go sc.readLoop(br)
+	return sc, nil
+}
+
+func (sc *streamConn) fail(err error) {
+	sc.mu.Lock()
+	if sc.broken.Swap(true) {
+		sc.mu.Unlock()
+		return
+	}
+	sc.err = err
+	calls := sc.calls
+	sc.calls = map[uint64]*streamCall{}
+	sc.mu.Unlock()
+	_ = sc.c.Close()
+	for _, call := range calls {
+		call.err = fmt.Errorf("%w: %w", ErrReplicaError, err)
+		close(call.done)
+	}
+}
+
+func (sc *streamConn) readLoop(br *bufio.Reader) {
+	var h [streamReplyLen]byte
+	for {
+		if _, err := io.ReadFull(br, h[:]); err != nil {
+			sc.fail(err)
+			return
+		}
+		id := binary.BigEndian.Uint64(h[0:8])
+		status := binary.BigEndian.Uint32(h[8:12])
+		n := int(binary.BigEndian.Uint32(h[12:16]))
+		sc.mu.Lock()
+		call := sc.calls[id]
+		delete(sc.calls, id)
+		sc.mu.Unlock()
+		var err error
+		switch {
+		case status == statusOK && call != nil && n == len(call.dst):
+			_, err = io.ReadFull(br, call.dst)
+		case status == statusOK && call != nil && n != 0:
+			err = fmt.Errorf("reply of %d bytes, want %d", n, len(call.dst))
+		case status == statusOK:
+			_, err = br.Discard(n)
+		default:
+			msg := make([]byte, min(n, 4096))
+			if _, err = io.ReadFull(br, msg); err == nil {
+				_, err = br.Discard(n - len(msg))
+			}
+			if call != nil {
+				if status == statusInvalid {
+					call.err = fmt.Errorf("%w: %s", ErrOutOfRange, msg)
+				} else {
+					call.err = fmt.Errorf("%w: %s", ErrReplicaError, msg)
+				}
+			}
+		}
+		if call != nil {
+			if err != nil && call.err == nil {
+				call.err = fmt.Errorf("%w: %w", ErrReplicaError, err)
+			}
+			close(call.done)
+		}
+		if err != nil {
+			sc.fail(err)
+			return
+		}
+	}
+}
+
+// do sends r and waits for its reply; for reads the data lands in dst.
+func (sc *streamConn) do(ctx context.Context, r *streamReq, dst []byte) error {
+	call := &streamCall{dst: dst, done: make(chan struct{})}
+	sc.mu.Lock()
+	if sc.broken.Load() {
+		err := sc.err
+		sc.mu.Unlock()
+		return fmt.Errorf("%w: %w", ErrReplicaError, err)
+	}
+	sc.nextID++
+	r.id = sc.nextID
+	sc.calls[r.id] = call
+	sc.mu.Unlock()
+
+	sc.wmu.Lock()
+	sc.wbuf = appendStreamReq(sc.wbuf[:0], r)
+	var err error
+	if len(r.payload) > 0 {
+		bufs := net.Buffers{sc.wbuf, r.payload}
+		_, err = bufs.WriteTo(sc.c)
+	} else {
+		_, err = sc.c.Write(sc.wbuf)
+	}
+	sc.wmu.Unlock()
+	if err != nil {
+		sc.fail(err)
+	}
+
+	select {
+	case <-call.done:
+		return call.err
+	case <-ctx.Done():
+		sc.mu.Lock()
+		_, pending := sc.calls[r.id]
+		delete(sc.calls, r.id)
+		sc.mu.Unlock()
+		if !pending {
+			// The reader owns the call (and may be filling dst): wait for it.
+			<-call.done
+			return call.err
+		}
+		// A peer that does not answer in time is treated as failed.
+		sc.fail(ctx.Err())
+		return fmt.Errorf("%w: %w", ErrReplicaError, ctx.Err())
+	}
+}
