@@ -1,0 +1,131 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const fabricSamples = "../fabric/testdata/samples"
+
+func runFabric(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := Main(context.Background(), append([]string{"fabric"}, args...), &out, &errb)
+	return out.String(), errb.String(), code
+}
+
+func TestFabricCommandsJSON(t *testing.T) {
+	before := filepath.Join(fabricSamples, "ft2-h16/minhop/before")
+	after := filepath.Join(fabricSamples, "ft2-h16/minhop/after")
+	png := filepath.Join(t.TempDir(), "loads.png")
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		check func(t *testing.T, v any)
+	}{
+		{"info", []string{"info", "--json", before}, func(t *testing.T, v any) {
+			if m := v.(map[string]any); m["hosts"].(float64) != 16 || m["switches"].(float64) != 6 {
+				t.Errorf("info %v", m)
+			}
+		}},
+		{"hosts", []string{"hosts", before, "--json"}, func(t *testing.T, v any) {
+			if l := v.([]any); len(l) != 16 {
+				t.Errorf("%d hosts", len(l))
+			}
+		}},
+		{"route", []string{"route", "--json", before, "node0001", "stor004"}, func(t *testing.T, v any) {
+			rs := v.([]any)
+			if len(rs) != 2 {
+				t.Fatalf("%d routes, want both directions", len(rs))
+			}
+			if r := rs[0].(map[string]any); r["src"] != "node0001/mlx5_0/1" || len(r["hops"].([]any)) != 4 {
+				t.Errorf("route %v", r)
+			}
+		}},
+		{"loads", []string{"loads", "--json", "--png", png, before}, func(t *testing.T, v any) {
+			if m := v.(map[string]any); m["routes"].(float64) != 240 || len(m["links"].([]any)) != 20 {
+				t.Errorf("loads routes %v links %d", m["routes"], len(m["links"].([]any)))
+			}
+		}},
+		{"select", []string{"select", "--json", "-k", "3", "--candidates", "node[0001-0012]", "--targets", "stor[001-004]", before}, func(t *testing.T, v any) {
+			m := v.(map[string]any)
+			if len(m["hosts"].([]any)) != 3 || !strings.HasPrefix(m["hostlist"].(string), "node") {
+				t.Errorf("select %v", m)
+			}
+		}},
+		{"diff", []string{"diff", "--json", before, after}, func(t *testing.T, v any) {
+			if m := v.(map[string]any); m["changed"].(float64) != 72 || m["routes"].(float64) != 240 {
+				t.Errorf("diff %v of %v", m["changed"], m["routes"])
+			}
+		}},
+		{"check", []string{"check", "--json", before}, func(t *testing.T, v any) {
+			if l := v.([]any); len(l) != 3 {
+				t.Errorf("%d checks", len(l))
+			}
+		}},
+		{"watch", []string{"watch", "--json", "--interval", "10ms", "--timeout", "200ms", before}, func(t *testing.T, v any) {
+			if m := v.(map[string]any); m["summary"] == nil {
+				t.Errorf("watch event %v", m)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, errs, code := runFabric(t, tc.args...)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, errs)
+			}
+			var v any
+			dec := json.NewDecoder(strings.NewReader(out))
+			if err := dec.Decode(&v); err != nil {
+				t.Fatalf("not JSON: %v\n%s", err, out)
+			}
+			tc.check(t, v)
+		})
+	}
+	if st, err := os.Stat(png); err != nil || st.Size() < 1000 {
+		t.Errorf("heat map: %v", err)
+	}
+}
+
+func TestFabricTextAndErrors(t *testing.T) {
+	before := filepath.Join(fabricSamples, "ft2-h16/minhop/before")
+	out, _, code := runFabric(t, "select", before, "-k", "4", "--format", "hostlist")
+	if code != 0 || !strings.Contains(out, "[") {
+		t.Errorf("hostlist output %q (exit %d)", out, code)
+	}
+	out, _, code = runFabric(t, "loads", before, "--format", "csv", "--top", "0")
+	if code != 0 || strings.Count(out, "\n") != 49 || !strings.HasPrefix(out, "from_guid,") {
+		t.Errorf("csv: %d lines (exit %d)", strings.Count(out, "\n"), code)
+	}
+	out, _, code = runFabric(t, "diff", before, filepath.Join(fabricSamples, "ft3-k4-h16/ftree/after"))
+	if code != 0 {
+		t.Errorf("diff of different fabrics: exit %d", code)
+	}
+	out, _, code = runFabric(t, "diff", filepath.Join(fabricSamples, "ft3-k4-h16/ftree/before"), filepath.Join(fabricSamples, "ft3-k4-h16/ftree/after"))
+	if code != 0 || !strings.Contains(out, "96 of 240") || !strings.Contains(out, "fell back from ftree to minhop") {
+		t.Errorf("diff text:\n%s", out)
+	}
+	for _, args := range [][]string{
+		{"route", before, "node0001"},
+		{"select", before},
+		{"nosuch"},
+		{"select", before, "-k", "2", "--candidates", "node[1-"},
+	} {
+		if _, _, code := runFabric(t, args...); code != 2 {
+			t.Errorf("%v: exit %d, want 2", args, code)
+		}
+	}
+	_, errs, code := runFabric(t, "route", before, "node0001", "nohost")
+	if code != 1 || !strings.Contains(errs, "nohost") {
+		t.Errorf("unknown host: exit %d %q", code, errs)
+	}
+	_, errs, code = runFabric(t, "info", filepath.Join(before, "opensm-subnet.lst"))
+	if code != 1 || !strings.Contains(errs, "LFT") {
+		t.Errorf("no LFT: exit %d %q", code, errs)
+	}
+}
