@@ -301,18 +301,26 @@ func (t *Transport) newIface(a string, nets []*net.IPNet) (*iface, error) {
 		}
 	}
 	loc.dialer = d
-	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := d.DialContext(ctx, network, addr)
-		if err != nil {
-			return nil, err
+	// Bytes of data connections are progress on their pair; those of probe
+	// connections are counted but are not progress (a probe must not hide
+	// a stall).
+	dialer := func(progress bool) func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			p := t.pair(loc, addr, "")
+			cc := newCountConn(c, &loc.c, nil, nil)
+			cc.b = &p.c
+			if progress {
+				cc.progress = &p.lastProgress
+			}
+			return cc, nil
 		}
-		p := t.pair(loc, addr, "")
-		cc := newCountConn(c, &loc.c, &p.lastProgress, nil)
-		cc.b = &p.c
-		return cc, nil
 	}
 	loc.rt = &http.Transport{
-		DialContext:           dial,
+		DialContext:           dialer(true),
 		TLSClientConfig:       t.cfg.TLS,
 		MaxIdleConns:          0,
 		MaxIdleConnsPerHost:   t.cfg.MaxIdleConnsPerHost,
@@ -323,7 +331,7 @@ func (t *Transport) newIface(a string, nets []*net.IPNet) (*iface, error) {
 		ReadBufferSize:        64 << 10,
 	}
 	loc.probeRT = &http.Transport{
-		DialContext:         dial,
+		DialContext:         dialer(false),
 		TLSClientConfig:     t.cfg.TLS,
 		MaxIdleConnsPerHost: 1,
 		IdleConnTimeout:     30 * time.Second,
@@ -629,11 +637,16 @@ func (t *Transport) finish(p *pair, f *flight) {
 	f.cancel(nil)
 }
 
-// fail counts an error on p and takes it out.
+// fail counts an error on p and takes it out; requests still in flight on
+// it are aborted if nothing has moved on the pair for FailAfter.
 func (t *Transport) fail(p *pair, err error) {
 	p.errors.Add(1)
 	p.loc.errors.Add(1)
-	t.markDown(p, err, false)
+	t.markDown(p, err, t.stalled(p))
+}
+
+func (t *Transport) stalled(p *pair) bool {
+	return time.Since(time.Unix(0, p.lastProgress.Load())) > t.cfg.FailAfter
 }
 
 func (t *Transport) markDown(p *pair, err error, abort bool) {
@@ -782,13 +795,14 @@ func (t *Transport) probe(p *pair) {
 		t.markUp(p)
 		return
 	}
-	idle := time.Since(time.Unix(0, p.lastProgress.Load()))
-	if p.down.Load() {
+	// Nothing moved on the pair for FailAfter and the probe failed too: the
+	// pair is down and whatever is still in flight on it is stuck.
+	if t.stalled(p) {
+		t.markDown(p, fmt.Errorf("probe: %w", err), true)
+	} else if p.down.Load() {
 		p.mu.Lock()
 		p.lastErr = err.Error()
 		p.mu.Unlock()
-	} else if idle > t.cfg.FailAfter {
-		t.markDown(p, fmt.Errorf("probe: %w", err), true)
 	}
 }
 

@@ -368,33 +368,46 @@ func TestFailoverAndReadmit(t *testing.T) {
 
 // TestStallAborts: a response body stops moving and the address fails its
 // probes: the pair is taken out and the read fails with ErrPairDown within
-// about FailAfter plus a probe, not after a TCP timeout.
+// about FailAfter plus a probe, not after a TCP timeout; also when the pair
+// was already taken out by another request's failure.
 func TestStallAborts(t *testing.T) {
-	s := startServer(t, "127.0.0.2:0", 0)
-	peer := Peer{ID: "n1", Addrs: []string{s.addr}}
-	tr := newTestTransport(t, Config{
-		LocalAddrs: []string{"127.0.0.5"}, ProbePath: "/healthz",
-		ProbeInterval: 100 * time.Millisecond, FailAfter: 300 * time.Millisecond,
-	})
-	req, _ := http.NewRequest(http.MethodGet, "/stall", nil)
-	resp, err := tr.Do(context.Background(), peer, req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	s.sick.Store(true)
-	start := time.Now()
-	_, err = io.Copy(io.Discard, resp.Body)
-	el := time.Since(start)
-	if !errors.Is(err, ErrPairDown) {
-		t.Fatalf("read err = %v after %v, want ErrPairDown", err, el)
-	}
-	if el > 3*time.Second {
-		t.Errorf("stall detected after %v", el)
-	}
-	t.Logf("stall detected after %v", el)
-	if p := tr.Pairs()[0]; p.State != StateDown || p.InFlight != 0 {
-		t.Errorf("pair %+v", p)
+	for _, alreadyDown := range []bool{false, true} {
+		t.Run(fmt.Sprint("alreadyDown=", alreadyDown), func(t *testing.T) {
+			s := startServer(t, "127.0.0.2:0", 0)
+			peer := Peer{ID: "n1", Addrs: []string{s.addr}}
+			tr := newTestTransport(t, Config{
+				LocalAddrs: []string{"127.0.0.5"}, ProbePath: "/healthz",
+				ProbeInterval: 100 * time.Millisecond, FailAfter: 300 * time.Millisecond,
+			})
+			req, _ := http.NewRequest(http.MethodGet, "/stall", nil)
+			resp, err := tr.Do(context.Background(), peer, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			s.sick.Store(true)
+			if alreadyDown {
+				tr.mu.Lock()
+				var p *pair
+				for _, p = range tr.pairs {
+				}
+				tr.mu.Unlock()
+				tr.markDown(p, errors.New("another request failed"), false)
+			}
+			start := time.Now()
+			_, err = io.Copy(io.Discard, resp.Body)
+			el := time.Since(start)
+			if !errors.Is(err, ErrPairDown) {
+				t.Fatalf("read err = %v after %v, want ErrPairDown", err, el)
+			}
+			if el > 3*time.Second {
+				t.Errorf("stall detected after %v", el)
+			}
+			t.Logf("stall detected after %v", el)
+			if p := tr.Pairs()[0]; p.State != StateDown || p.InFlight != 0 {
+				t.Errorf("pair %+v", p)
+			}
+		})
 	}
 }
 
@@ -479,15 +492,19 @@ func TestRoundTripper(t *testing.T) {
 		}(w)
 	}
 	wg.Wait()
+	hosts := map[string]int{}
 	for _, s := range []*testServer{s1, s2} {
 		if s.hits.Load() < 20 {
 			t.Errorf("%s got %d of 100 requests", s.addr, s.hits.Load())
 		}
 		s.mu.Lock()
-		if s.hosts["node-a"] == 0 || s.hosts[s1.addr] == 0 || len(s.hosts) != 2 {
-			t.Errorf("%s saw Host headers %v", s.addr, s.hosts)
+		for h, n := range s.hosts {
+			hosts[h] += n
 		}
 		s.mu.Unlock()
+	}
+	if len(hosts) != 2 || hosts["node-a"] != 50 || hosts[s1.addr] != 50 {
+		t.Errorf("servers saw Host headers %v, want node-a and %s 50 times each", hosts, s1.addr)
 	}
 	// An unknown host is a peer of one address.
 	s3 := startServer(t, "127.0.0.4:0", 0)
