@@ -483,11 +483,16 @@ func (c *Cluster) Leave(ctx context.Context) error {
 		if cf.Error() == nil && len(cf.Configuration().Servers) == 1 {
 			return c.Close(ctx)
 		}
-		if err := c.raft.LeadershipTransfer().Error(); err != nil {
-			c.log.Warn("leadership transfer before leave failed", "err", err)
+		for i := 0; i < 3 && c.IsLeader() && ctx.Err() == nil; i++ {
+			if err := c.raft.LeadershipTransfer().Error(); err != nil {
+				c.log.Warn("leadership transfer before leave failed", "err", err)
+			}
 		}
 	}
 	err := c.retry(ctx, func() error {
+		if !c.inConfiguration() {
+			return nil // the removal has reached this node already
+		}
 		if c.IsLeader() {
 			return c.removeMember(ctx, c.self.ID)
 		}
@@ -497,6 +502,21 @@ func (c *Cluster) Leave(ctx context.Context) error {
 		err = cerr
 	}
 	return err
+}
+
+// inConfiguration reports whether the latest raft configuration this node
+// knows lists it.
+func (c *Cluster) inConfiguration() bool {
+	cf := c.raft.GetConfiguration()
+	if cf.Error() != nil {
+		return true
+	}
+	for _, s := range cf.Configuration().Servers {
+		if string(s.ID) == c.self.ID {
+			return true
+		}
+	}
+	return false
 }
 
 // Close stops the node's raft instance and background work. The node stays

@@ -475,6 +475,25 @@ func TestLeave(t *testing.T) {
 	if err := next.Cluster().CreateBucket(ctx, cluster.BucketProps{Name: "two-nodes"}); err != nil {
 		t.Fatal(err)
 	}
+	// A follower leaves too; the last node carries on alone.
+	var f *clustertest.Node
+	for _, n := range tc.Nodes() {
+		if n != leader && n != next {
+			f = n
+		}
+	}
+	if err := f.Cluster().Leave(ctx); err != nil {
+		t.Fatalf("follower leave: %v", err)
+	}
+	if err := tc.WaitMap(ctx, next, func(m *cluster.Map) bool { return len(m.Nodes) == 1 }); err != nil {
+		t.Fatal(err)
+	}
+	if st := next.Cluster().Status(); !slices.Equal(st.Voters, []string{next.ID}) {
+		t.Errorf("voters after leaves: %v", st.Voters)
+	}
+	if err := next.Cluster().CreateBucket(ctx, cluster.BucketProps{Name: "alone"}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestFullClusterRestart(t *testing.T) {
@@ -593,9 +612,9 @@ func TestHandlerErrors(t *testing.T) {
 	f := follower(t, tc)
 	tests := []struct {
 		name, method, path, body string
-		header                    map[string]string
-		status                    int
-		code                      string
+		header                   map[string]string
+		status                   int
+		code                     string
 	}{
 		{"garbage apply", "POST", cluster.PathApply, "{", nil, http.StatusBadRequest, "invalid"},
 		{"unknown op", "POST", cluster.PathApply, `{"op":"explode"}`, nil, http.StatusBadRequest, "invalid"},
