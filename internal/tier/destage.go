@@ -38,9 +38,10 @@ func (o *op) bytes() int64 {
 }
 
 type keyState struct {
-	pending *op // latest operation not started yet
-	running *op // operation being destaged
-	queued  bool
+	pending  *op // latest operation not started yet
+	running  *op // operation being destaged
+	queued   bool
+	attempts int // consecutive failures
 }
 
 // destager owns the journal, the backlog and the upload workers.
@@ -383,16 +384,18 @@ func (d *destager) finish(k string, o *op, err error) {
 	ks.running = nil
 	if err != nil {
 		d.failures++
+		ks.attempts++
 		d.lastErr = err.Error()
 		if ks.pending == nil {
 			ks.pending = o // retry it
 		} else {
 			d.dirty -= o.bytes() // a newer operation replaces it
 		}
+		delay := d.backoff(ks.attempts)
+		d.note.broadcast()
 		d.mu.Unlock()
-		d.t.log.Warn("tier: destage failed, will retry", "bucket", o.bucket, "key", o.key, "seq", o.seq, "err", err)
-		backoff := d.t.cfg.RetryBackoff
-		time.AfterFunc(backoff, func() { d.requeue(k) })
+		d.t.log.Warn("tier: destage failed, will retry", "bucket", o.bucket, "key", o.key, "seq", o.seq, "err", err, "retry_in", delay)
+		time.AfterFunc(delay, func() { d.requeue(k) })
 		return
 	}
 	d.destaged++
@@ -411,6 +414,16 @@ func (d *destager) finish(k string, o *op, err error) {
 		d.t.log.Error("tier: journal", "err", err)
 	}
 	d.maybeCompact()
+}
+
+// backoff is the delay before retry number n (1-based): RetryBackoff,
+// doubling, at most a minute.
+func (d *destager) backoff(n int) time.Duration {
+	b := d.t.cfg.RetryBackoff
+	for i := 1; i < n && b < time.Minute; i++ {
+		b *= 2
+	}
+	return min(b, time.Minute)
 }
 
 func (d *destager) requeue(k string) {

@@ -215,6 +215,7 @@ func (f *fill) fetchAndCommit() error {
 	if err != nil {
 		return err
 	}
+	validated := time.Now()
 	cfg := f.t.cfg
 	f.mu.Lock()
 	f.attrs = attrs
@@ -251,8 +252,7 @@ func (f *fill) fetchAndCommit() error {
 		return nil
 	}
 	if f.b.Validate.Policy == ValidateTTL {
-		now := time.Now()
-		_, _ = f.t.local.UpdateMeta(f.ctx, f.bucket, f.key, func(i *object.Info) error { i.ValidatedAt = now; return nil })
+		_, _ = f.t.local.UpdateMeta(f.ctx, f.bucket, f.key, func(i *object.Info) error { i.ValidatedAt = validated; return nil })
 	}
 	return nil
 }

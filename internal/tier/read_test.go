@@ -283,7 +283,7 @@ func TestStaleness(t *testing.T) {
 					t.Errorf("right after the remote overwrite: %q, want %q", got, want)
 				}
 				if pol == "ttl:300ms" {
-					time.Sleep(350 * time.Millisecond)
+					time.Sleep(450 * time.Millisecond)
 					r, err := tr.Get(ctx, "data", "k", nil)
 					if got := readAll(t, r, err); !bytes.Equal(got, v2) {
 						t.Errorf("after the TTL: %q", got)
@@ -294,7 +294,7 @@ func TestStaleness(t *testing.T) {
 						t.Fatal(err)
 					}
 					if pol == "ttl:300ms" {
-						time.Sleep(350 * time.Millisecond)
+						time.Sleep(450 * time.Millisecond)
 					}
 					if _, err := tr.Get(ctx, "data", "k", nil); !errors.Is(err, object.ErrNotFound) {
 						t.Errorf("after a remote delete: %v", err)
