@@ -5,10 +5,11 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
-	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -153,7 +154,8 @@ func ErrorKind(err error) string {
 		return "timeout"
 	}
 	var oe *net.OpError
-	if errors.As(err, &oe) || strings.Contains(err.Error(), "connection reset") || strings.Contains(err.Error(), "EOF") {
+	if errors.As(err, &oe) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE) {
 		return "connection"
 	}
 	return "other"

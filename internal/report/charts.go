@@ -208,7 +208,8 @@ func (t niceTicks) Ticks(min, max float64) []plot.Tick {
 		prec++
 	}
 	for v := math.Ceil(min/step) * step; v <= max+step*1e-9; v += step {
-		ticks = append(ticks, plot.Tick{Value: v, Label: strconv.FormatFloat(v, 'f', prec, 64)})
+		p := math.Pow(10, float64(prec))
+		ticks = append(ticks, plot.Tick{Value: v, Label: strconv.FormatFloat(math.Round(v*p)/p, 'f', -1, 64)})
 		if h := v + step/2; h < max {
 			ticks = append(ticks, plot.Tick{Value: h})
 		}
