@@ -107,3 +107,32 @@ func report(b *testing.B, tStore, tRaw time.Duration) {
 	b.ReportMetric(mb/tRaw.Seconds(), "raw-MiB/s")
 	b.ReportMetric(tRaw.Seconds()/tStore.Seconds(), "store/raw")
 }
+
+// BenchmarkList pages through a bucket of 200k objects (index only: the
+// objects are entered directly, no files), with and without a delimiter.
+func BenchmarkList(b *testing.B) {
+	s := openTest(b, Config{})
+	bi := s.bucket("bench", true)
+	for i := 0; i < 200000; i++ {
+		k := fmt.Sprintf("dir%03d/obj%06d", i%500, i)
+		bi.set(k, newEntry(object.Info{Bucket: "bench", Key: k, Size: 1}, 0))
+	}
+	ctx := context.Background()
+	for _, c := range []struct {
+		name string
+		opts object.ListOptions
+	}{
+		{"page", object.ListOptions{StartAfter: "dir250/"}},
+		{"delimiter", object.ListOptions{Delimiter: "/"}},
+		{"prefix", object.ListOptions{Prefix: "dir499/"}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				res, err := s.List(ctx, "bench", c.opts)
+				if err != nil || len(res.Objects)+len(res.CommonPrefixes) == 0 {
+					b.Fatal(res, err)
+				}
+			}
+		})
+	}
+}

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -40,7 +39,7 @@ func (e *entry) snapshot() object.Info {
 // bucketIndex is the sorted key index of one bucket.
 type bucketIndex struct {
 	mu   sync.RWMutex
-	keys []string // sorted
+	keys sortedKeys
 	m    map[string]*entry
 }
 
@@ -77,8 +76,7 @@ func (bi *bucketIndex) set(key string, e *entry) *entry {
 	old := bi.m[key]
 	bi.m[key] = e
 	if old == nil {
-		i, _ := slices.BinarySearch(bi.keys, key)
-		bi.keys = slices.Insert(bi.keys, i, key)
+		bi.keys.Insert(key)
 	}
 	return old
 }
@@ -93,9 +91,7 @@ func (bi *bucketIndex) remove(key string, e *entry) *entry {
 		return nil
 	}
 	delete(bi.m, key)
-	if i, ok := slices.BinarySearch(bi.keys, key); ok {
-		bi.keys = slices.Delete(bi.keys, i, i+1)
-	}
+	bi.keys.Delete(key)
 	return old
 }
 
@@ -130,18 +126,16 @@ func (s *Store) List(ctx context.Context, bucket string, opts object.ListOptions
 	}
 	bi.mu.RLock()
 	defer bi.mu.RUnlock()
-	keys := bi.keys
-	n := len(keys)
-	i := sort.SearchStrings(keys, opts.Prefix)
+	keys := &bi.keys
+	c := keys.SeekGE(opts.Prefix)
 	if opts.StartAfter >= opts.Prefix {
-		sa := opts.StartAfter
-		i = sort.Search(n, func(j int) bool { return keys[j] > sa })
+		c = keys.SeekGT(opts.StartAfter)
 	}
 	count := 0
 	last := ""
-	for i < n {
-		k := keys[i]
-		if !strings.HasPrefix(k, opts.Prefix) {
+	for {
+		k, ok := keys.At(c)
+		if !ok || !strings.HasPrefix(k, opts.Prefix) {
 			break
 		}
 		if opts.Delimiter != "" {
@@ -157,9 +151,12 @@ func (s *Store) List(ctx context.Context, bucket string, opts object.ListOptions
 					count++
 					last = cp
 				}
-				// Skip every key under cp: they are contiguous.
-				base := i
-				i = base + sort.Search(n-base, func(j int) bool { return !strings.HasPrefix(keys[base+j], cp) })
+				// Skip every key under cp with one seek.
+				end, ok := prefixEnd(cp)
+				if !ok {
+					break
+				}
+				c = keys.SeekGE(end)
 				continue
 			}
 		}
@@ -170,7 +167,7 @@ func (s *Store) List(ctx context.Context, bucket string, opts object.ListOptions
 		res.Objects = append(res.Objects, bi.m[k].snapshot())
 		count++
 		last = k
-		i++
+		c = keys.Next(c)
 	}
 	if res.IsTruncated {
 		res.NextMarker = last

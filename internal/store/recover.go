@@ -81,11 +81,12 @@ func (s *Store) recover(ctx context.Context) error {
 		}
 	}
 	for _, bi := range s.buckets {
-		bi.keys = make([]string, 0, len(bi.m))
+		keys := make([]string, 0, len(bi.m))
 		for k := range bi.m {
-			bi.keys = append(bi.keys, k)
+			keys = append(keys, k)
 		}
-		sort.Strings(bi.keys)
+		sort.Strings(keys)
+		bi.keys = sortedKeysFrom(keys)
 	}
 	for _, mp := range s.mps {
 		if err := s.recoverUploads(mp); err != nil {

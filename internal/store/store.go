@@ -39,20 +39,22 @@
 //
 // # Index
 //
-// Every bucket has a sorted in-memory key index (rebuilt at Open) holding
-// each object's Info, mountpath and access time. List seeks it with binary
-// search, so a page costs O(log n + page) whatever the bucket holds, and
-// skipping a common prefix is one more binary search; walking the hashed
-// directories could not return keys in order at all. Inserting a new key
-// moves the tail of a slice (memmove), cheap next to the fsyncs of a PUT for
-// the hundreds of thousands of objects a node holds.
+// Every bucket has an in-memory index (rebuilt at Open): a map from key to
+// the object's Info, mountpath and access time, and the keys in order in
+// blocks of at most 512 (sortedKeys), so that inserting one of millions of
+// keys in random order moves a few kilobytes, not the whole key list. List
+// seeks it with binary search, so a page costs O(log n + page) whatever the
+// bucket holds, and skipping a common prefix is one more seek; walking the
+// hashed directories could not return keys in order at all, and reading
+// every xattr per listing would cost a syscall per object.
 //
 // # Space
 //
 // Each mountpath has an eviction policy (package evict, "lru" or "s3fifo")
 // fed with its clean objects; dirty objects (not yet destaged) are never
 // handed to it and so are never evicted. Access times are kept in memory and
-// written back to the xattrs lazily (at Close, without fsync). A background
+// written back to the xattrs lazily (every few minutes and at Close,
+// without fsync). A background
 // loop evicts a mountpath from the high to the low watermark; a PUT that
 // does not fit (MaxBytes, or ENOSPC from the filesystem) first evicts what it
 // needs on its own mountpath and fails with object.ErrNoSpace only if that
