@@ -35,7 +35,7 @@ const (
 // env is an S3 handler over s3mem behind an httptest server, with an SDK
 // client for it.
 type env struct {
-	t      *testing.T
+	t      testing.TB
 	srv    *httptest.Server
 	store  *s3mem.Store
 	client *s3.Client
@@ -49,9 +49,9 @@ type envOpts struct {
 	objects func(*s3mem.Store) s3api.Objects // wraps the store
 }
 
-func newEnv(t *testing.T, o envOpts) *env {
-	t.Helper()
-	e := &env{t: t, store: s3mem.New(s3mem.Options{MinPartSize: 1024})}
+func newEnv(tb testing.TB, o envOpts) *env {
+	tb.Helper()
+	e := &env{t: tb, store: s3mem.New(s3mem.Options{MinPartSize: 1024})}
 	var objs s3api.Objects = e.store
 	if o.objects != nil {
 		objs = o.objects(e.store)
@@ -62,7 +62,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 		Domains:     []string{testDomain},
 	}, objs)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	rec := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		e.mu.Lock()
@@ -75,7 +75,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 	} else {
 		e.srv = httptest.NewServer(rec)
 	}
-	t.Cleanup(e.srv.Close)
+	tb.Cleanup(e.srv.Close)
 	e.client = e.newClient(testKey, testSecret)
 	return e
 }

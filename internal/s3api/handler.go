@@ -176,7 +176,7 @@ func (h *handler) dispatch(w http.ResponseWriter, rq *request) error {
 				return h.getBucketVersioning(w, rq)
 			case q.Has("uploads"):
 				return h.listMultipartUploads(w, rq)
-			case hasAny(q, "acl", "policy", "lifecycle", "cors", "tagging", "website", "replication", "encryption", "object-lock", "notification", "logging", "accelerate", "requestPayment", "ownershipControls", "publicAccessBlock", "analytics", "metrics", "inventory", "intelligent-tiering", "versions"):
+			case hasAny(q, bucketSubresources...) || q.Has("versions"):
 				return errNotImplemented
 			case q.Get("list-type") == "2":
 				return h.listObjectsV2(w, rq)
@@ -184,12 +184,12 @@ func (h *handler) dispatch(w http.ResponseWriter, rq *request) error {
 				return h.listObjectsV1(w, rq)
 			}
 		case http.MethodPut:
-			if len(q) > 0 {
+			if hasAny(q, bucketSubresources...) || q.Has("versioning") {
 				return errNotImplemented
 			}
 			return h.createBucket(w, rq)
 		case http.MethodDelete:
-			if len(q) > 0 {
+			if hasAny(q, bucketSubresources...) {
 				return errNotImplemented
 			}
 			return h.deleteBucket(w, rq)
@@ -244,6 +244,13 @@ func (h *handler) dispatch(w http.ResponseWriter, rq *request) error {
 	}
 	return errMethodNotAllowed
 }
+
+// bucketSubresources are the bucket configuration APIs this layer does not
+// implement; requests for them get NotImplemented rather than being taken
+// for a listing, a CreateBucket or a DeleteBucket.
+var bucketSubresources = []string{"acl", "policy", "lifecycle", "cors", "tagging", "website", "replication",
+	"encryption", "object-lock", "notification", "logging", "accelerate", "requestPayment", "ownershipControls",
+	"publicAccessBlock", "analytics", "metrics", "inventory", "intelligent-tiering", "policyStatus"}
 
 func hasAny(q map[string][]string, names ...string) bool {
 	for _, n := range names {
