@@ -25,6 +25,7 @@ import (
 
 	"github.com/slipstream-io/slipstream/internal/cluster"
 	"github.com/slipstream-io/slipstream/internal/config"
+	"github.com/slipstream-io/slipstream/internal/netx"
 	"github.com/slipstream-io/slipstream/internal/peer"
 	"github.com/slipstream-io/slipstream/internal/s3api"
 	"github.com/slipstream-io/slipstream/internal/store"
@@ -49,14 +50,15 @@ type Options struct {
 
 // Node is one running Slipstream node.
 type Node struct {
-	cfg     config.Node
-	log     *slog.Logger
-	store   *store.Store
-	cluster *cluster.Cluster
-	gw      *gateway
-	reg     *prometheus.Registry
-	servers []*http.Server
-	wg      sync.WaitGroup
+	cfg       config.Node
+	log       *slog.Logger
+	store     *store.Store
+	cluster   *cluster.Cluster
+	transport *netx.Transport
+	gw        *gateway
+	reg       *prometheus.Registry
+	servers   []*http.Server
+	wg        sync.WaitGroup
 
 	// statusExtras add sections to the admin status; adminExtras add admin
 	// endpoints (tier jobs, interfaces, volumes).
@@ -98,15 +100,22 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 	}
 	n.store = st
 
-	intraLns, err := listenAll(cfg.Intra)
+	intraLns, err := listenCounted(ctx, cfg.Intra)
 	if err != nil {
 		return nil, err
 	}
-	publicLns, err := listenAll(cfg.Public)
+	publicLns, err := listenCounted(ctx, cfg.Public)
 	if err != nil {
 		closeAll(intraLns)
 		return nil, err
 	}
+	tr, err := netx.NewTransport(netx.Config{LocalAddrs: cfg.Intra, ProbePath: "/health", Log: log})
+	if err != nil {
+		closeAll(intraLns)
+		closeAll(publicLns)
+		return nil, fmt.Errorf("node %s: %w", cfg.ID, err)
+	}
+	n.transport = tr
 
 	hc := &http.Client{Transport: newPeerTransport()}
 	cl, err := cluster.New(ctx, cluster.Config{
@@ -137,7 +146,7 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 		self:          cfg.ID,
 		meta:          cl,
 		local:         local,
-		peers:         &peer.Client{Doer: &peer.HTTPDoer{Client: hc, Secret: cfg.Secret}},
+		peers:         &peer.Client{Doer: &netxDoer{tr: tr, secret: cfg.Secret}},
 		defaultCopies: cfg.DefaultCopies,
 		log:           log,
 		now:           time.Now,
@@ -157,7 +166,15 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 		return nil, err
 	}
 
-	n.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	n.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		netx.NewCollector(tr, append(append([]*netx.CountingListener{}, intraLns...), publicLns...)...))
+	n.statusExtras["interfaces"] = func() any {
+		var ls []netx.ListenerStats
+		for _, l := range append(append([]*netx.CountingListener{}, intraLns...), publicLns...) {
+			ls = append(ls, l.Stats())
+		}
+		return map[string]any{"peerTransport": tr.Stats(), "listeners": ls}
+	}
 	httpm := newHTTPMetrics(n.reg)
 	metrics := promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{})
 	stats := sysstat.Handler(cfg.ID, cfg.Mountpaths, nil)
@@ -255,6 +272,9 @@ func (n *Node) Close(ctx context.Context) error {
 		if n.cluster != nil {
 			errs = append(errs, n.cluster.Close(ctx))
 		}
+		if n.transport != nil {
+			errs = append(errs, n.transport.Close())
+		}
 		if n.store != nil {
 			errs = append(errs, n.store.Close())
 		}
@@ -263,20 +283,21 @@ func (n *Node) Close(ctx context.Context) error {
 	return n.closeErr
 }
 
-func listenAll(addrs []string) ([]net.Listener, error) {
-	var lns []net.Listener
-	for _, a := range addrs {
-		ln, err := net.Listen("tcp", a)
-		if err != nil {
-			closeAll(lns)
-			return nil, fmt.Errorf("listen %s: %w", a, err)
-		}
-		lns = append(lns, ln)
+// listenCounted listens on every address (never on all interfaces) and
+// counts bytes per address.
+func listenCounted(ctx context.Context, addrs []string) ([]*netx.CountingListener, error) {
+	lns, err := netx.Listen(ctx, addrs)
+	if err != nil {
+		return nil, err
 	}
-	return lns, nil
+	out := make([]*netx.CountingListener, len(lns))
+	for i, l := range lns {
+		out[i] = netx.CountListener(l)
+	}
+	return out, nil
 }
 
-func closeAll(lns []net.Listener) {
+func closeAll(lns []*netx.CountingListener) {
 	for _, l := range lns {
 		_ = l.Close()
 	}
