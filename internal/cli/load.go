@@ -123,8 +123,8 @@ func runLoad(ctx context.Context, env Env) error {
 	}
 
 	res, runErr := loader.Run(ctx, cfg)
-	if res == nil {
-		return runErr
+	if res == nil || (res.Fill == nil && res.Main.Start.IsZero()) {
+		return runErr // failed before measuring anything
 	}
 	if err := loader.PrintTable(env.Stdout, res); err != nil {
 		return err

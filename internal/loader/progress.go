@@ -21,15 +21,19 @@ func (r *runner) progress(label string, rec *Recorder) (stop func()) {
 		defer wg.Done()
 		t := time.NewTicker(time.Second)
 		defer t.Stop()
+		printed := false
 		for {
 			select {
 			case <-done:
-				fmt.Fprint(w, "\n")
+				if printed {
+					fmt.Fprint(w, "\n")
+				}
 				return
 			case <-t.C:
 				now := r.clock.Now()
 				if s, ok := rec.Last(now); ok {
 					fmt.Fprint(w, ProgressLine(label, now.Sub(rec.Start()), s))
+					printed = true
 				}
 			}
 		}
