@@ -19,6 +19,20 @@ import (
 // implements it (routing to owners, replicas, tiering); s3api/s3mem has an
 // in-memory implementation for tests. Errors are object.Err* sentinels
 // (wrapped with %w); s3api maps them to S3 codes in one place (errors.go).
+//
+// What the handler guarantees to an implementation:
+//   - bucket names and keys have passed object.ValidateBucketName and
+//     object.ValidateKey before any call;
+//   - a PUT or UploadPart body yields exactly opts.Size bytes (the decoded
+//     size for aws-chunked uploads) when it is sound; when it is not (bad
+//     signature, checksum or SHA-256, truncated or malformed), a Read
+//     returns an error instead of the last bytes, so an implementation that
+//     stores only bodies read in full without error (even with io.CopyN)
+//     never stores a bad one. The handler reports the body's own error;
+//   - ListOptions.StartAfter is compared bytewise and may be a common
+//     prefix followed by the byte 0xFF, meaning "after every key under that
+//     prefix" (continuing a listing past a rolled-up prefix); no valid key
+//     contains 0xFF.
 type Objects interface {
 	ListBuckets(ctx context.Context) ([]object.BucketInfo, error)
 	CreateBucket(ctx context.Context, bucket string) error

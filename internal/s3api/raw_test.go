@@ -431,3 +431,56 @@ func TestSendfilePath(t *testing.T) {
 		t.Fatalf("file readers used: %d", fo.files.Load())
 	}
 }
+
+// copyNObjects stores what io.CopyN(size) of the body gives when it
+// reports no error: the way a store that trusts the declared size reads.
+type copyNObjects struct{ *s3mem.Store }
+
+func (o copyNObjects) PutObject(c ctxT, bucket, key string, body io.Reader, opts object.PutOptions) (object.Info, error) {
+	var buf bytes.Buffer
+	if _, err := io.CopyN(&buf, body, opts.Size); err != nil {
+		return object.Info{}, fmt.Errorf("store: %w", err)
+	}
+	opts.Size = int64(buf.Len())
+	return o.Store.PutObject(c, bucket, key, &buf, opts)
+}
+
+// TestSizeTrustingStoreStoresNoBadBody checks that a store reading exactly
+// the declared size still sees the body's error.
+func TestSizeTrustingStoreStoresNoBadBody(t *testing.T) {
+	e := newEnv(t, envOpts{objects: func(s *s3mem.Store) s3api.Objects { return copyNObjects{s} }})
+	e.mkBucket("copyn")
+	data := bytes.Repeat([]byte("size trusting "), 20000)
+	other := sha256.Sum256([]byte("x"))
+	cases := []struct {
+		name string
+		req  *http.Request
+		code string
+	}{
+		{"sha256 mismatch", e.rawRequest("PUT", "/copyn/a", "", data, hex.EncodeToString(other[:]), nil), "XAmzContentSHA256Mismatch"},
+		{"bad crc32", e.rawRequest("PUT", "/copyn/b", "", data, sigv4.UnsignedPayload, map[string]string{"X-Amz-Checksum-Crc32": crc32b64([]byte("x"))}), "BadDigest"},
+		{"bad final chunk signature", e.chunkedPut("/copyn/c", data, 65536, false, func(b []byte) []byte {
+			i := bytes.LastIndex(b, []byte("0;chunk-signature=")) + 18
+			b[i] ^= 1
+			return b
+		}), "SignatureDoesNotMatch"},
+		{"bad trailer checksum", e.chunkedPut("/copyn/d", data, 65536, true, func(b []byte) []byte {
+			i := bytes.Index(b, []byte("x-amz-checksum-crc32:")) + 21
+			b[i] ^= 1
+			return b
+		}), "SignatureDoesNotMatch"},
+	}
+	for _, c := range cases {
+		resp, rb := e.do(c.req)
+		if resp.StatusCode/100 != 4 || errorCode(rb) != c.code {
+			t.Errorf("%s: %d %s, want %s", c.name, resp.StatusCode, rb, c.code)
+		}
+	}
+	if n := e.store.Len("copyn"); n != 0 {
+		t.Fatalf("%d bad bodies stored", n)
+	}
+	resp, rb := e.do(e.chunkedPut("/copyn/good", data, 65536, true, nil))
+	if resp.StatusCode != 200 || e.store.Len("copyn") != 1 {
+		t.Fatalf("good chunked upload: %d %s", resp.StatusCode, rb)
+	}
+}
