@@ -417,6 +417,10 @@ func (c *Cluster) Watch(ctx context.Context) <-chan *Map {
 	return out
 }
 
+// Mutations below go through the leader (forwarded when called on a
+// follower), retry while leadership moves, and return once the change is
+// committed and, unless ctx ends first, visible in this node's Map.
+
 // CreateBucket adds a bucket (defaults applied, Created set to now if zero).
 // It fails with object.ErrBucketExists if the name is taken.
 func (c *Cluster) CreateBucket(ctx context.Context, b BucketProps) error {
@@ -541,7 +545,10 @@ func (c *Cluster) propose(ctx context.Context, cmd command) error {
 		if c.IsLeader() {
 			err = c.applyLocal(ctx, cmd)
 		} else {
-			err = c.postLeader(ctx, "/cluster/apply", cmd, nil)
+			var resp applyResponse
+			if err = c.postLeader(ctx, PathApply, cmd, &resp); err == nil {
+				c.waitVersion(ctx, resp.Version)
+			}
 		}
 		if errors.Is(err, raft.ErrLeadershipLost) || errors.Is(err, errUnreachable) {
 			// The entry may or may not have been committed.
@@ -552,6 +559,64 @@ func (c *Cluster) propose(ctx context.Context, cmd command) error {
 			return nil
 		}
 		return err
+	})
+}
+
+// waitVersion waits until this node's map reaches version v or ctx ends.
+func (c *Cluster) waitVersion(ctx context.Context, v uint64) bool {
+	for {
+		m, changed := c.pub.snapshot()
+		if m.Version >= v {
+			return true
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return false
+		case <-c.ctx.Done():
+			return false
+		}
+	}
+}
+
+// Sync makes this node's map at least as new as everything the leader had
+// applied when Sync was called (read-your-writes across nodes): on the leader
+// it is a raft barrier; on a follower it asks the leader for its version and
+// waits to apply it.
+func (c *Cluster) Sync(ctx context.Context) error {
+	return c.retry(ctx, func() error {
+		if c.IsLeader() {
+			err := c.raft.Barrier(timeoutFrom(ctx, 10*time.Second)).Error()
+			if errors.Is(err, raft.ErrRaftShutdown) {
+				return ErrClosed
+			}
+			return err
+		}
+		_, id := c.raft.LeaderWithID()
+		leader, ok := c.Map().Nodes[string(id)]
+		if id == "" || !ok {
+			return ErrNoLeader
+		}
+		var h Health
+		var err error = errUnreachable
+		for _, base := range leader.IntraURLs() {
+			if err = c.get(ctx, base+PathHealth, timeoutFrom(ctx, 5*time.Second), &h); err == nil {
+				break
+			}
+		}
+		if err != nil {
+			return err
+		}
+		if h.Leader != string(id) {
+			return ErrNotLeader // it lost leadership meanwhile
+		}
+		if !c.waitVersion(ctx, h.Version) {
+			if c.ctx.Err() != nil {
+				return ErrClosed
+			}
+			return fmt.Errorf("%w: %w", ErrNoLeader, ctx.Err())
+		}
+		return nil
 	})
 }
 

@@ -59,6 +59,17 @@ func TestThreeNodesBucketOnFollower(t *testing.T) {
 	if err := f.Cluster().CreateBucket(ctx, cluster.BucketProps{Name: "alpha", Copies: 2}); err != nil {
 		t.Fatalf("create on follower: %v", err)
 	}
+	if _, ok := f.Cluster().Map().Bucket("alpha"); !ok {
+		t.Error("follower's own map lacks the bucket it just created")
+	}
+	for _, n := range tc.Nodes() {
+		if err := n.Cluster().Sync(ctx); err != nil {
+			t.Fatalf("%s: sync: %v", n.ID, err)
+		}
+		if _, ok := n.Cluster().Map().Bucket("alpha"); !ok {
+			t.Errorf("%s: bucket missing right after Sync", n.ID)
+		}
+	}
 	if err := tc.WaitAll(ctx, hasBucket("alpha")); err != nil {
 		t.Fatal(err)
 	}

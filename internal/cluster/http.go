@@ -113,6 +113,11 @@ func encodeJSON(v any) ([]byte, error) {
 	return b, nil
 }
 
+// applyResponse tells a forwarding node which map version includes its change.
+type applyResponse struct {
+	Version uint64 `json:"version"`
+}
+
 type leaveRequest struct {
 	ID string `json:"id"`
 }
@@ -197,7 +202,10 @@ func (c *Cluster) serveApply(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.leaderOnly(w, r, PathApply, cmd, func(ctx context.Context) (any, error) {
-		return struct{}{}, c.applyLocal(ctx, cmd)
+		if err := c.applyLocal(ctx, cmd); err != nil {
+			return nil, err
+		}
+		return applyResponse{Version: c.Map().Version}, nil
 	})
 }
 
