@@ -59,6 +59,9 @@ func (t *Tier) acquireFill(b Bucket, bucket, key string, force bool) (f *fill, l
 	if f := t.fills[k]; f != nil && f.failed() == nil {
 		return f, false, nil
 	}
+	if t.writing[k] > 0 {
+		return nil, false, errWriting
+	}
 	if !force {
 		// The fill that just finished may have committed the object.
 		if _, err := t.local.Stat(t.ctx, bucket, key); err == nil {

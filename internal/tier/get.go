@@ -17,6 +17,19 @@ import (
 // caller reads it; a cold range is answered with a range request to the
 // backend while the whole object fills in the background.
 func (t *Tier) Get(ctx context.Context, bucket, key string, rng *object.Range) (object.Reader, error) {
+	for {
+		r, err := t.get(ctx, bucket, key, rng)
+		if !errors.Is(err, errWriting) {
+			return r, err
+		}
+		t.waitWrite(bucket, key) // then look again: the write made it local
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+	}
+}
+
+func (t *Tier) get(ctx context.Context, bucket, key string, rng *object.Range) (object.Reader, error) {
 	b, err := t.bucket(bucket)
 	if err != nil {
 		return nil, err

@@ -14,6 +14,19 @@ import (
 // to commit the local copy. It returns the local metadata, and whether a
 // fill was needed.
 func (t *Tier) Fill(ctx context.Context, bucket, key string) (object.Info, bool, error) {
+	for {
+		info, filled, err := t.fill(ctx, bucket, key)
+		if !errors.Is(err, errWriting) {
+			return info, filled, err
+		}
+		t.waitWrite(bucket, key)
+		if err := ctx.Err(); err != nil {
+			return object.Info{}, false, err
+		}
+	}
+}
+
+func (t *Tier) fill(ctx context.Context, bucket, key string) (object.Info, bool, error) {
 	b, err := t.bucket(bucket)
 	if err != nil {
 		return object.Info{}, false, err

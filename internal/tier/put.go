@@ -93,11 +93,11 @@ func (c ctxReader) Read(p []byte) (int, error) {
 }
 
 func (t *Tier) putThrough(ctx context.Context, b Bucket, bucket, key string, r io.Reader, opts object.PutOptions) (object.Info, error) {
-	unlock := t.keyLocks.lock(okey(bucket, key))
-	defer unlock()
-	if err := t.waitFill(ctx, bucket, key); err != nil {
+	end, err := t.beginWrite(ctx, bucket, key)
+	if err != nil {
 		return object.Info{}, err
 	}
+	defer end()
 	var a backend.Attrs
 	var info object.Info
 	errB, errL := tee(ctx, r,
@@ -146,11 +146,11 @@ func (t *Tier) putBack(ctx context.Context, b Bucket, bucket, key string, r io.R
 		return object.Info{}, err
 	}
 	defer d.unreserve(opts.Size)
-	unlock := t.keyLocks.lock(okey(bucket, key))
-	defer unlock()
-	if err := t.waitFill(ctx, bucket, key); err != nil {
+	end, err := t.beginWrite(ctx, bucket, key)
+	if err != nil {
 		return object.Info{}, err
 	}
+	defer end()
 	seq := d.seq()
 	now := time.Now()
 	lopts := store.PutOptions{PutOptions: opts, Dirty: true}
@@ -202,11 +202,11 @@ func (t *Tier) Delete(ctx context.Context, bucket, key string) error {
 	if b.Mode == ModeLocal {
 		return t.local.Delete(ctx, bucket, key)
 	}
-	unlock := t.keyLocks.lock(okey(bucket, key))
-	defer unlock()
-	if err := t.waitFill(ctx, bucket, key); err != nil {
+	end, err := t.beginWrite(ctx, bucket, key)
+	if err != nil {
 		return err
 	}
+	defer end()
 	if b.Mode == ModeCache {
 		if err := b.Backend.Delete(ctx, key); err != nil {
 			return err
@@ -250,8 +250,11 @@ func (t *Tier) PutReplica(ctx context.Context, owner string, seq uint64, bucket,
 	if t.d == nil {
 		return object.Info{}, ErrNoJournal
 	}
-	unlock := t.keyLocks.lock(okey(bucket, key))
-	defer unlock()
+	end, err := t.beginWrite(ctx, bucket, key)
+	if err != nil {
+		return object.Info{}, err
+	}
+	defer end()
 	info, err := t.local.Put(ctx, bucket, key, r, store.PutOptions{PutOptions: opts.PutOptions, ETag: opts.ETag, ModTime: opts.ModTime, Dirty: true})
 	if err != nil {
 		return object.Info{}, err
@@ -272,8 +275,11 @@ func (t *Tier) DeleteReplica(ctx context.Context, owner string, seq uint64, buck
 	if t.d == nil {
 		return ErrNoJournal
 	}
-	unlock := t.keyLocks.lock(okey(bucket, key))
-	defer unlock()
+	end, err := t.beginWrite(ctx, bucket, key)
+	if err != nil {
+		return err
+	}
+	defer end()
 	if err := t.local.Delete(ctx, bucket, key); err != nil && !errors.Is(err, object.ErrNotFound) {
 		return err
 	}

@@ -207,6 +207,7 @@ type Tier struct {
 	mu      sync.Mutex
 	buckets map[string]Bucket
 	fills   map[string]*fill
+	writing map[string]int // writes in progress per object: no fill may start
 
 	keyLocks keyLocks
 	d        *destager // nil without a journal
@@ -226,6 +227,7 @@ func New(ctx context.Context, cfg Config, local Local) (*Tier, error) {
 		log:     cfg.Log,
 		buckets: make(map[string]Bucket),
 		fills:   make(map[string]*fill),
+		writing: make(map[string]int),
 	}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	if cfg.JournalDir != "" {
@@ -302,6 +304,39 @@ func (t *Tier) bucket(name string) (Bucket, error) {
 }
 
 func okey(bucket, key string) string { return bucket + "\x00" + key }
+
+// errWriting tells a reader that a write of the object is in progress.
+var errWriting = errors.New("tier: write in progress")
+
+// beginWrite serialises writes of bucket/key, keeps new fills of it from
+// starting (an older remote version must not land after the write) and
+// waits for a fill in progress to end. The returned func ends the write.
+func (t *Tier) beginWrite(ctx context.Context, bucket, key string) (func(), error) {
+	k := okey(bucket, key)
+	t.mu.Lock()
+	t.writing[k]++
+	t.mu.Unlock()
+	unlock := t.keyLocks.lock(k)
+	end := func() {
+		unlock()
+		t.mu.Lock()
+		if t.writing[k]--; t.writing[k] == 0 {
+			delete(t.writing, k)
+		}
+		t.mu.Unlock()
+	}
+	if err := t.waitFill(ctx, bucket, key); err != nil {
+		end()
+		return nil, err
+	}
+	return end, nil
+}
+
+// waitWrite waits for the writes of bucket/key in progress to end.
+func (t *Tier) waitWrite(bucket, key string) {
+	unlock := t.keyLocks.lock(okey(bucket, key))
+	unlock()
+}
 
 // keyLocks serialises writes of one key.
 type keyLocks struct {

@@ -452,3 +452,65 @@ func TestListMergesPendingWrites(t *testing.T) {
 		t.Errorf("delimited merged listing: %v %v", res.Objects, res.CommonPrefixes)
 	}
 }
+
+// A GET racing a write-back PUT of the same key must never let an older
+// remote version overwrite the acknowledged write.
+func TestReadDuringWriteKeepsNewest(t *testing.T) {
+	e := newEnv(t, "fs")
+	gate := make(chan struct{})
+	defer close(gate)
+	e.be.set(func(c *ctl) { c.gate = gate; c.slow = time.Millisecond })
+	tr := e.newTier(t, tier.Config{}, wbBucket)
+	ctx := context.Background()
+	old := backendtest.Body(10, 1<<20)
+	remotePut(t, e.raw, "k", old)
+	newer := backendtest.Body(11, 1<<20)
+	pr, pw := io.Pipe()
+	putDone := make(chan error, 1)
+	go func() {
+		_, err := tr.Put(ctx, "wback", "k", pr, putOpts(len(newer)))
+		putDone <- err
+	}()
+	// The PUT is in progress (half its body sent) when GETs arrive.
+	if _, err := pw.Write(newer[:len(newer)/2]); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	got := make([][]byte, 4)
+	for i := range got {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := tr.Get(ctx, "wback", "k", nil)
+			if err == nil {
+				got[i], err = io.ReadAll(r)
+				r.Close()
+			}
+			if err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	time.Sleep(50 * time.Millisecond)
+	if _, err := pw.Write(newer[len(newer)/2:]); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	if err := <-putDone; err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	for i, g := range got {
+		if !bytes.Equal(g, newer) {
+			t.Errorf("reader %d did not get the acknowledged version (old: %v)", i, bytes.Equal(g, old))
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // let any stray fill finish
+	r, err := e.local.Get(ctx, "wback", "k", nil)
+	if data := readAll(t, r, err); !bytes.Equal(data, newer) {
+		t.Fatal("an older remote version replaced the acknowledged write")
+	}
+	if info, _ := e.local.Stat(ctx, "wback", "k"); !info.Dirty {
+		t.Error("the acknowledged write lost its dirty mark")
+	}
+}
