@@ -459,6 +459,9 @@ func (s *Store) flushAccessTimes() {
 	s.mu.RUnlock()
 	for _, b := range names {
 		bi := s.bucket(b, false)
+		if bi == nil {
+			continue // deleted meanwhile
+		}
 		bi.mu.RLock()
 		var stale []string
 		for k, e := range bi.m {

@@ -273,3 +273,64 @@ func TestMountpathsFilesystem(t *testing.T) {
 		t.Fatalf("objects %d bytes %d", objs, bytes)
 	}
 }
+
+// TestStoreScanResistance runs an epoch-style scan through a small store
+// while a hot set is read, under both policies: s3fifo keeps the hot set
+// resident, lru lets the scan flush it.
+func TestStoreScanResistance(t *testing.T) {
+	if testing.Short() {
+		t.Skip("hundreds of fsynced PUTs")
+	}
+	const (
+		obj      = 1 << 10
+		capacity = 50
+		hot      = 8
+		scan     = 3 * capacity
+		rounds   = 2
+	)
+	ctx := context.Background()
+	ratio := map[string]float64{}
+	for _, policy := range []string{"lru", "s3fifo"} {
+		s := openTest(t, Config{Mountpaths: []string{filepath.Join(t.TempDir(), "mp")}, MaxBytes: capacity * obj,
+			HighWatermark: 99.99, LowWatermark: 99.9, Policy: policy})
+		data := make([]byte, obj)
+		access := func(key string) bool {
+			r, err := s.Get(ctx, "bkt", key, nil)
+			if err == nil {
+				r.Close()
+				return true
+			}
+			if !errors.Is(err, object.ErrNotFound) {
+				t.Fatal(err)
+			}
+			put(t, s, "bkt", key, data) // miss: fill from the "backend"
+			return false
+		}
+		for i := 0; i < hot; i++ {
+			for j := 0; j < 3; j++ {
+				access(fmt.Sprintf("hot-%d", i))
+			}
+		}
+		hits, reqs := 0, 0
+		for round := 0; round < rounds; round++ {
+			for i := 0; i < scan; i++ {
+				access(fmt.Sprintf("scan-%03d", i))
+				if i%10 == 0 { // each hot key every 80 scan objects: beyond LRU reach
+					reqs++
+					if access(fmt.Sprintf("hot-%d", (i/10)%hot)) {
+						hits++
+					}
+				}
+			}
+		}
+		ratio[policy] = float64(hits) / float64(reqs)
+		st := s.Mountpaths()[0]
+		fmt.Printf("store scan resistance: %-6s hot-set hit ratio %.2f (%d objects resident, %d bytes of %d)\n", policy, ratio[policy], st.Objects, st.Used, st.Capacity)
+		if st.Used > capacity*obj {
+			t.Fatalf("%s: %d bytes used over MaxBytes %d", policy, st.Used, capacity*obj)
+		}
+	}
+	if ratio["s3fifo"] < 0.9 || ratio["lru"] > 0.5 {
+		t.Fatalf("hot-set hit ratios: s3fifo %.2f (want >= 0.9), lru %.2f (want <= 0.5)", ratio["s3fifo"], ratio["lru"])
+	}
+}
