@@ -40,9 +40,9 @@ func TestCrashChild(t *testing.T) {
 	ctx := context.Background()
 	out := bufio.NewWriter(os.Stdout)
 	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
-	pool := randBytes(r.Uint64(), 4<<20) // bodies are slices of it: the child spends its time in Put
+	pool := randBytes(r.Uint64(), 8<<20) // bodies are slices of it: the child spends its time in Put
 	for i := 0; ; i++ {
-		size := r.IntN(2 << 20)
+		size := r.IntN(4 << 20)
 		off := r.IntN(len(pool) - size)
 		data := pool[off : off+size]
 		key := fmt.Sprintf("r%s/u%05d", round, i) // unique
@@ -81,7 +81,7 @@ func TestCrashSafety(t *testing.T) {
 		t.Fatal(err)
 	}
 	leftovers := 0
-	for round := 0; round < 5; round++ {
+	for round := 0; round < 6; round++ {
 		cmd := exec.Command(exe, "-test.run=^TestCrashChild$", "-test.count=1")
 		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d:%s", crashEnv, round, strings.Join(mps, ",")))
 		stdout, err := cmd.StdoutPipe()

@@ -10,6 +10,8 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -497,5 +499,41 @@ func TestConcurrent(t *testing.T) {
 	}
 	if int64(len(res.Objects)) != n || listed != bytesSum || len(files(t, s, "obj")) != len(res.Objects) || len(files(t, s, "tmp")) != 0 {
 		t.Fatalf("index %d objects/%d bytes, accounting %d/%d, files %d, tmp %v", len(res.Objects), listed, n, bytesSum, len(files(t, s, "obj")), files(t, s, "tmp"))
+	}
+}
+
+// TestReaderServeContent: a Reader (here of a range) works as the content
+// of http.ServeContent, including HTTP Range requests within it.
+func TestReaderServeContent(t *testing.T) {
+	s := openTest(t, Config{})
+	data := randBytes(12, 100000)
+	put(t, s, "bkt", "h", data)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		r, err := s.Get(req.Context(), "bkt", "h", &object.Range{Offset: 1000, Length: 50000})
+		if err != nil {
+			http.Error(w, err.Error(), 500)
+			return
+		}
+		defer r.Close()
+		http.ServeContent(w, req, "h", r.Info().ModTime, r)
+	}))
+	defer srv.Close()
+	for _, c := range []struct {
+		rng      string
+		from, to int
+	}{{"", 1000, 51000}, {"bytes=10-19", 1010, 1020}, {"bytes=-5", 50995, 51000}} {
+		req, _ := http.NewRequest("GET", srv.URL, nil)
+		if c.rng != "" {
+			req.Header.Set("Range", c.rng)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !bytes.Equal(b, data[c.from:c.to]) {
+			t.Fatalf("Range %q: status %d, %d bytes, want data[%d:%d]", c.rng, resp.StatusCode, len(b), c.from, c.to)
+		}
 	}
 }
