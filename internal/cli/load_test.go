@@ -101,6 +101,18 @@ func TestLoadAndReportCommands(t *testing.T) {
 		}
 	}
 
+	// Results of loaders that ran together merge into one run.
+	merged := filepath.Join(dir, "merged")
+	if out, code := run("report", "-merge", "both", cold, warm, "-o", merged, "-table=false"); code != 0 {
+		t.Fatalf("report -merge exited %d:\n%s", code, out)
+	}
+	if _, err := os.Stat(filepath.Join(merged, "01-both-throughput.png")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(merged, "compare-throughput.png")); err == nil {
+		t.Fatal("a merged report has comparison charts")
+	}
+
 	// Usage errors exit 2.
 	for _, args := range [][]string{
 		{"load", "--bucket", "b"}, // no duration or epochs

@@ -23,8 +23,9 @@ func runReport(ctx context.Context, env Env) error {
 	fs.SetOutput(env.Stderr)
 	out := fs.String("o", "report", "output directory")
 	table := fs.Bool("table", true, "also print the summary table")
+	merge := fs.String("merge", "", "merge all result files (loaders that ran together) into one run with this label")
 	fs.Usage = func() {
-		fmt.Fprintln(env.Stderr, "usage: slipstream report RESULT.json [RESULT.json...] [-o DIR]")
+		fmt.Fprintln(env.Stderr, "usage: slipstream report RESULT.json [RESULT.json...] [-o DIR] [-merge LABEL]")
 		fs.PrintDefaults()
 	}
 	// Flags may come before or after the result files.
@@ -50,6 +51,13 @@ func runReport(ctx context.Context, env Env) error {
 			return err
 		}
 		results = append(results, r)
+	}
+	if *merge != "" {
+		m, err := loader.Merge(*merge, results...)
+		if err != nil {
+			return err
+		}
+		results = []*loader.Result{m}
 	}
 	if err := ctx.Err(); err != nil {
 		return err

@@ -305,7 +305,8 @@ func summarize(a *opAcc, secs float64) OpSummary {
 	return s
 }
 
-// Histograms returns each op's latency histogram (microseconds) in the
+// Histograms returns each op's latency histogram and, for ops with a body,
+// its time-to-first-byte histogram under "OP/ttfb" (microseconds), in the
 // HdrHistogram V2 compressed encoding, base64, so results of several loader
 // processes can be merged exactly.
 func (r *Recorder) Histograms() (map[string]string, error) {
@@ -318,13 +319,31 @@ func (r *Recorder) Histograms() (map[string]string, error) {
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		b, err := r.ops[Op(k)].lat.Encode(hdrhistogram.V2CompressedEncodingCookieBase)
-		if err != nil {
-			return nil, fmt.Errorf("loader: encode %s histogram: %w", k, err)
+		a := r.ops[Op(k)]
+		for name, h := range map[string]*hdrhistogram.Histogram{k: a.lat, k + ttfbSuffix: a.ttfb} {
+			if h.TotalCount() == 0 && name != k {
+				continue
+			}
+			enc, err := encodeHistogram(h)
+			if err != nil {
+				return nil, fmt.Errorf("loader: encode %s histogram: %w", name, err)
+			}
+			out[name] = enc
 		}
-		out[k] = base64.StdEncoding.EncodeToString(b)
 	}
 	return out, nil
+}
+
+// ttfbSuffix marks the time-to-first-byte histogram of an op in
+// Phase.Histograms ("GET/ttfb").
+const ttfbSuffix = "/ttfb"
+
+func encodeHistogram(h *hdrhistogram.Histogram) (string, error) {
+	b, err := h.Encode(hdrhistogram.V2CompressedEncodingCookieBase)
+	if err != nil {
+		return "", err
+	}
+	return base64.StdEncoding.EncodeToString(b), nil
 }
 
 // DecodeHistogram decodes one entry of Phase.Histograms.
