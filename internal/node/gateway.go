@@ -39,6 +39,9 @@ type gateway struct {
 	now           func() time.Time
 	// sync catches this node's map up with the leader's (nil: no-op).
 	sync func(ctx context.Context) error
+	// listBackend lists a tiered bucket's backend (with this node's
+	// objects not yet destaged).
+	listBackend func(ctx context.Context, bucket string, opts object.ListOptions) (object.ListResult, error)
 }
 
 var _ s3api.Objects = (*gateway)(nil)
@@ -112,11 +115,16 @@ func (g *gateway) catchUp(ctx context.Context) bool {
 	return true
 }
 
-// writeTargets returns the nodes that must all hold a new object.
+// writeTargets returns the nodes the gateway sends a new object to. For a
+// writeback bucket that is the owner alone: its tier journals the write and
+// makes the peer copies itself, so it can destage and track them.
 func (g *gateway) writeTargets(m *cluster.Map, b cluster.BucketProps, key string) ([]string, error) {
 	up, _ := placementOf(m, b.Name, key)
 	if len(up) < b.Copies {
 		return nil, fmt.Errorf("%w: bucket %s wants %d copies, %d nodes are up", object.ErrUnavailable, b.Name, b.Copies, len(up))
+	}
+	if b.Mode == cluster.ModeWriteback {
+		return up[:1], nil
 	}
 	return up[:b.Copies], nil
 }
@@ -172,7 +180,7 @@ func (g *gateway) DeleteBucket(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	res, err := g.listAll(ctx, m, name, object.ListOptions{MaxKeys: 1})
+	res, err := g.listAll(ctx, m, name, object.ListOptions{MaxKeys: 1}, nil)
 	if err != nil {
 		return err
 	}
@@ -213,14 +221,20 @@ func (g *gateway) PutObject(ctx context.Context, bucket, key string, body io.Rea
 		return object.Info{}, err
 	}
 	popts := peer.PutOptions{PutOptions: opts, ModTime: g.now().UTC()}
-	return g.fanOut(ctx, m, targets, bucket, key, body, popts)
+	return g.fanOut(ctx, m, targets, bucket, key, body, func(i int) peer.PutOptions {
+		o := popts
+		if i > 0 { // the first target owns the object; the others hold replicas
+			o.Replica, o.Owner = true, targets[0]
+		}
+		return o
+	})
 }
 
-// fanOut writes body to every target in parallel through pipes. The first
-// target is the owner; the others are written as replicas of it.
-func (g *gateway) fanOut(ctx context.Context, m *cluster.Map, targets []string, bucket, key string, body io.Reader, opts peer.PutOptions) (object.Info, error) {
+// fanOut writes body to every target in parallel through pipes, with the
+// options optsFor gives each target.
+func (g *gateway) fanOut(ctx context.Context, m *cluster.Map, targets []string, bucket, key string, body io.Reader, optsFor func(i int) peer.PutOptions) (object.Info, error) {
 	if len(targets) == 1 {
-		return g.at(m, targets[0]).Put(ctx, bucket, key, body, opts)
+		return g.at(m, targets[0]).Put(ctx, bucket, key, body, optsFor(0))
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -231,10 +245,7 @@ func (g *gateway) fanOut(ctx context.Context, m *cluster.Map, targets []string, 
 	for i, id := range targets {
 		pr, pw := io.Pipe()
 		writers[i] = pw
-		o := opts
-		if i > 0 {
-			o.Replica, o.Owner = true, targets[0]
-		}
+		o := optsFor(i)
 		wg.Add(1)
 		go func(i int, id string, o peer.PutOptions) {
 			defer wg.Done()
@@ -430,17 +441,22 @@ func (g *gateway) CopyObject(ctx context.Context, srcBucket, srcKey, dstBucket, 
 
 // ListObjects implements s3api.Objects.
 func (g *gateway) ListObjects(ctx context.Context, bucket string, opts object.ListOptions) (object.ListResult, error) {
-	m, _, err := g.bucket(ctx, bucket)
+	m, b, err := g.bucket(ctx, bucket)
 	if err != nil {
 		return object.ListResult{}, err
 	}
-	return g.listAll(ctx, m, bucket, opts)
+	if b.Mode != cluster.ModeLocal && g.listBackend != nil {
+		return g.listAll(ctx, m, bucket, opts, g.listBackend)
+	}
+	return g.listAll(ctx, m, bucket, opts, nil)
 }
 
 // listAll asks every up node for its first page after the marker and
 // merges them: any entry among the first MaxKeys of the whole bucket is
 // among the first MaxKeys of the node that holds it, so one round is exact.
-func (g *gateway) listAll(ctx context.Context, m *cluster.Map, bucket string, opts object.ListOptions) (object.ListResult, error) {
+// extra, if set, adds one more source (the backend of a tiered bucket).
+func (g *gateway) listAll(ctx context.Context, m *cluster.Map, bucket string, opts object.ListOptions,
+	extra func(ctx context.Context, bucket string, opts object.ListOptions) (object.ListResult, error)) (object.ListResult, error) {
 	if opts.MaxKeys <= 0 || opts.MaxKeys > 1000 {
 		opts.MaxKeys = 1000
 	}
@@ -455,6 +471,14 @@ func (g *gateway) listAll(ctx context.Context, m *cluster.Map, bucket string, op
 			defer wg.Done()
 			pages[i], errs[i] = g.at(m, id).List(ctx, bucket, opts)
 		}(i, id)
+	}
+	if extra != nil {
+		p, err := extra(ctx, bucket, opts)
+		if err != nil {
+			wg.Wait()
+			return object.ListResult{}, fmt.Errorf("listing the backend of %s: %w", bucket, err)
+		}
+		pages = append(pages, p)
 	}
 	wg.Wait()
 	for i, err := range errs {

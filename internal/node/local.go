@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/slipstream-io/slipstream/internal/cluster"
 	"github.com/slipstream-io/slipstream/internal/object"
 	"github.com/slipstream-io/slipstream/internal/peer"
 	"github.com/slipstream-io/slipstream/internal/store"
+	"github.com/slipstream-io/slipstream/internal/tier"
 )
 
 // localService is this node's own objects: the store, checked against the
@@ -17,24 +19,42 @@ import (
 type localService struct {
 	meta  mapView
 	store *store.Store
+	tier  *tier.Tier
 }
 
 var _ peer.Local = (*localService)(nil)
 
-// checkBucket fails unless the bucket exists; a gateway that routed a
-// request here has seen it, so a miss waits briefly for this node's map.
-func (l *localService) checkBucket(ctx context.Context, bucket string) error {
-	if _, ok := waitMap(ctx, l.meta, hasBucket(bucket)).Bucket(bucket); !ok {
-		return fmt.Errorf("%w: %s", object.ErrBucketNotFound, bucket)
+// bucket returns the bucket's properties; a gateway that routed a request
+// here has seen the bucket, so a miss waits briefly for this node's map.
+func (l *localService) bucket(ctx context.Context, bucket string) (cluster.BucketProps, error) {
+	b, ok := waitMap(ctx, l.meta, hasBucket(bucket)).Bucket(bucket)
+	if !ok {
+		return b, fmt.Errorf("%w: %s", object.ErrBucketNotFound, bucket)
 	}
-	return nil
+	return b, nil
 }
 
+// tiered reports whether the bucket goes through the tier (it has a
+// backend).
+func tiered(b cluster.BucketProps) bool { return b.Mode != cluster.ModeLocal }
+
 func (l *localService) Put(ctx context.Context, bucket, key string, r io.Reader, opts peer.PutOptions) (object.Info, error) {
-	if err := l.checkBucket(ctx, bucket); err != nil {
+	b, err := l.bucket(ctx, bucket)
+	if err != nil {
 		return object.Info{}, err
 	}
-	return l.store.Put(ctx, bucket, key, r, storePutOptions(opts))
+	switch {
+	case opts.Replica && b.Mode == cluster.ModeWriteback:
+		return l.tier.PutReplica(ctx, opts.Owner, opts.Seq, bucket, key, r, tier.ReplicaOptions{
+			PutOptions: opts.PutOptions, ETag: opts.ETag, ModTime: opts.ModTime,
+		})
+	case opts.Replica || !tiered(b):
+		// Plain copies: local buckets, and replicas of cache buckets (the
+		// owner wrote through to the backend).
+		return l.store.Put(ctx, bucket, key, r, storePutOptions(opts))
+	default:
+		return l.tier.Put(ctx, bucket, key, r, opts.PutOptions)
+	}
 }
 
 func storePutOptions(o peer.PutOptions) store.PutOptions {
@@ -45,31 +65,51 @@ func storePutOptions(o peer.PutOptions) store.PutOptions {
 }
 
 func (l *localService) Get(ctx context.Context, bucket, key string, rng *object.Range) (object.Reader, error) {
-	if err := l.checkBucket(ctx, bucket); err != nil {
+	b, err := l.bucket(ctx, bucket)
+	if err != nil {
 		return nil, err
+	}
+	if tiered(b) {
+		return l.tier.Get(ctx, bucket, key, rng)
 	}
 	return l.store.Get(ctx, bucket, key, rng)
 }
 
 func (l *localService) Stat(ctx context.Context, bucket, key string) (object.Info, error) {
-	if err := l.checkBucket(ctx, bucket); err != nil {
+	b, err := l.bucket(ctx, bucket)
+	if err != nil {
 		return object.Info{}, err
+	}
+	if tiered(b) {
+		return l.tier.Stat(ctx, bucket, key)
 	}
 	return l.store.Stat(ctx, bucket, key)
 }
 
 func (l *localService) Delete(ctx context.Context, bucket, key string) error {
-	if err := l.checkBucket(ctx, bucket); err != nil {
+	b, err := l.bucket(ctx, bucket)
+	if err != nil {
 		return err
+	}
+	if tiered(b) {
+		return l.tier.Delete(ctx, bucket, key)
 	}
 	return l.store.Delete(ctx, bucket, key)
 }
 
+// List lists this node's own objects (for a tiered bucket, the gateway adds
+// the backend's listing with ListBackend).
 func (l *localService) List(ctx context.Context, bucket string, opts object.ListOptions) (object.ListResult, error) {
-	if err := l.checkBucket(ctx, bucket); err != nil {
+	if _, err := l.bucket(ctx, bucket); err != nil {
 		return object.ListResult{}, err
 	}
 	return l.store.List(ctx, bucket, opts)
+}
+
+// ListBackend lists a tiered bucket's backend merged with this node's
+// objects not yet destaged.
+func (l *localService) ListBackend(ctx context.Context, bucket string, opts object.ListOptions) (object.ListResult, error) {
+	return l.tier.List(ctx, bucket, opts)
 }
 
 // DeleteBucket removes the bucket's local directories; the bucket is
@@ -79,14 +119,14 @@ func (l *localService) DeleteBucket(ctx context.Context, bucket string) error {
 }
 
 func (l *localService) CreateUpload(ctx context.Context, bucket, key string, opts object.PutOptions) (string, error) {
-	if err := l.checkBucket(ctx, bucket); err != nil {
+	if _, err := l.bucket(ctx, bucket); err != nil {
 		return "", err
 	}
 	return l.store.CreateUpload(ctx, bucket, key, opts)
 }
 
 func (l *localService) PutPart(ctx context.Context, bucket, key, uploadID string, part int, r io.Reader, opts object.PutOptions) (object.PartInfo, error) {
-	if err := l.checkBucket(ctx, bucket); err != nil {
+	if _, err := l.bucket(ctx, bucket); err != nil {
 		return object.PartInfo{}, err
 	}
 	return l.store.PutPart(ctx, bucket, key, uploadID, part, r, opts)
@@ -104,9 +144,45 @@ func (l *localService) AbortUpload(ctx context.Context, bucket, key, uploadID st
 	return l.store.AbortUpload(ctx, bucket, key, uploadID)
 }
 
+// CompleteUpload assembles the object. For a tiered bucket the assembled
+// object then goes through the tier like a PUT (write-through to the
+// backend, or journaled and replicated for write-back).
 func (l *localService) CompleteUpload(ctx context.Context, bucket, key, uploadID string, parts []object.CompletePart) (object.Info, error) {
-	if err := l.checkBucket(ctx, bucket); err != nil {
+	b, err := l.bucket(ctx, bucket)
+	if err != nil {
 		return object.Info{}, err
 	}
-	return l.store.CompleteUpload(ctx, bucket, key, uploadID, parts)
+	info, err := l.store.CompleteUpload(ctx, bucket, key, uploadID, parts)
+	if err != nil || !tiered(b) {
+		return info, err
+	}
+	rd, err := l.store.Get(ctx, bucket, key, nil)
+	if err != nil {
+		return object.Info{}, err
+	}
+	defer rd.Close()
+	// The object's ETag becomes the MD5 of its body: the tier and the
+	// destage journal identify versions by it.
+	return l.tier.Put(ctx, bucket, key, rd, object.PutOptions{Size: info.Size, ContentType: info.ContentType, UserMeta: info.UserMeta})
+}
+
+func (l *localService) Replica(ctx context.Context, op peer.ReplicaOp) error {
+	switch op.Op {
+	case peer.ReplicaDelete:
+		return l.tier.DeleteReplica(ctx, op.Owner, op.Seq, op.Bucket, op.Key)
+	case peer.ReplicaDestaged:
+		return l.tier.ReplicaDestaged(ctx, op.Owner, op.Seq, op.Bucket, op.Key)
+	}
+	return fmt.Errorf("%w: replica operation %q", object.ErrInvalidArgument, op.Op)
+}
+
+func (l *localService) Fill(ctx context.Context, bucket, key string) (object.Info, bool, error) {
+	b, err := l.bucket(ctx, bucket)
+	if err != nil {
+		return object.Info{}, false, err
+	}
+	if !tiered(b) {
+		return object.Info{}, false, fmt.Errorf("%w: bucket %s has no backend to fill from", object.ErrInvalidArgument, bucket)
+	}
+	return l.tier.Fill(ctx, bucket, key)
 }

@@ -30,6 +30,7 @@ import (
 	"github.com/slipstream-io/slipstream/internal/s3api"
 	"github.com/slipstream-io/slipstream/internal/store"
 	"github.com/slipstream-io/slipstream/internal/sysstat"
+	"github.com/slipstream-io/slipstream/internal/tier"
 )
 
 // Paths served besides S3 on the public listeners. Bucket names cannot
@@ -55,6 +56,8 @@ type Node struct {
 	store     *store.Store
 	cluster   *cluster.Cluster
 	transport *netx.Transport
+	tier      *tier.Tier
+	bgCancel  context.CancelFunc
 	gw        *gateway
 	reg       *prometheus.Registry
 	servers   []*http.Server
@@ -141,7 +144,25 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 	}
 	n.cluster = cl
 
-	local := &localService{meta: cl, store: st}
+	rep := &replicator{} // its gateway is set below: the gateway needs the tier
+	n.tier, err = tier.New(ctx, tier.Config{
+		Replicator:        rep,
+		NodeID:            cfg.ID,
+		JournalDir:        filepath.Join(cfg.DataDir, "journal"),
+		SpoolDir:          filepath.Join(cfg.DataDir, "spool"),
+		ParallelThreshold: cfg.Tier.ParallelThreshold,
+		PartSize:          cfg.Tier.PartSize,
+		FillParallel:      cfg.Tier.FetchConcurrency,
+		DestageParallel:   cfg.Tier.DestageWorkers,
+		MaxDirtyBytes:     cfg.Tier.DirtyCap,
+		Log:               log,
+	}, st)
+	if err != nil {
+		closeAll(intraLns)
+		closeAll(publicLns)
+		return nil, fmt.Errorf("node %s: %w", cfg.ID, err)
+	}
+	local := &localService{meta: cl, store: st, tier: n.tier}
 	n.gw = &gateway{
 		self:          cfg.ID,
 		meta:          cl,
@@ -151,7 +172,23 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 		log:           log,
 		now:           time.Now,
 		sync:          leaderSync(cl, hc),
+		listBackend:   local.ListBackend,
 	}
+	rep.g = n.gw
+	ts := &tierSync{tier: n.tier, log: log, props: map[string]cluster.BucketProps{}, down: map[string]bool{},
+		takeover: func(ctx context.Context, owner string) {
+			if k, err := n.tier.TakeOver(ctx, owner); err != nil {
+				log.Error("taking over destaging", "owner", owner, "err", err)
+			} else if k > 0 {
+				log.Info("took over destaging of a dead owner's replicas", "owner", owner, "operations", k)
+			}
+		}}
+	ts.apply(ctx, cl.Map())
+	bgCtx, bgCancel := context.WithCancel(context.Background())
+	n.bgCancel = bgCancel
+	n.wg.Add(1)
+	go func() { defer n.wg.Done(); ts.run(bgCtx, cl) }()
+	n.statusExtras["destage"] = func() any { return n.tier.Backlog() }
 
 	creds := map[string]string{}
 	for _, c := range cfg.S3.Credentials {
@@ -263,12 +300,18 @@ func (n *Node) serve(ln net.Listener, h http.Handler, tlsCfg *tls.Config) {
 func (n *Node) Close(ctx context.Context) error {
 	n.closeOnce.Do(func() {
 		var errs []error
+		if n.bgCancel != nil {
+			n.bgCancel()
+		}
 		for _, s := range n.servers {
 			if err := s.Shutdown(ctx); err != nil {
 				_ = s.Close()
 			}
 		}
 		n.wg.Wait()
+		if n.tier != nil {
+			errs = append(errs, n.tier.Close())
+		}
 		if n.cluster != nil {
 			errs = append(errs, n.cluster.Close(ctx))
 		}

@@ -306,3 +306,17 @@ func (r *remote) CompleteUpload(ctx context.Context, bucket, key, uploadID strin
 // could not get an answer from the node at all: the request may be retried
 // on another replica.
 var ErrUnreachable = errors.New("peer: node unreachable")
+
+func (r *remote) Replica(ctx context.Context, op ReplicaOp) error {
+	b, err := json.Marshal(op)
+	if err != nil {
+		return err
+	}
+	return r.call(ctx, http.MethodPost, "replica", url.Values{}, nil, bytes.NewReader(b), int64(len(b)), nil)
+}
+
+func (r *remote) Fill(ctx context.Context, bucket, key string) (object.Info, bool, error) {
+	var res FillResult
+	err := r.call(ctx, http.MethodPost, "fill", bk(bucket, key), nil, nil, -1, &res)
+	return res.Info, res.Fetched, err
+}

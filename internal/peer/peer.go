@@ -38,6 +38,23 @@ type PutOptions struct {
 	// over destaging if the owner dies.
 	Replica bool   `json:"replica,omitempty"`
 	Owner   string `json:"owner,omitempty"`
+	Seq     uint64 `json:"seq,omitempty"` // the owner's journal sequence of a writeback replica
+}
+
+// Replica operations an owner sends to the holders of its writeback
+// replicas.
+const (
+	ReplicaDelete   = "delete"   // the owner deleted the object
+	ReplicaDestaged = "destaged" // the owner's write reached the backend
+)
+
+// ReplicaOp is one replica operation.
+type ReplicaOp struct {
+	Op     string `json:"op"`
+	Owner  string `json:"owner"`
+	Seq    uint64 `json:"seq"`
+	Bucket string `json:"bucket"`
+	Key    string `json:"key"`
 }
 
 // Local is what a node serves to its peers: the objects on its own
@@ -56,6 +73,12 @@ type Local interface {
 	ListUploads(ctx context.Context, bucket, prefix string) ([]object.UploadInfo, error)
 	AbortUpload(ctx context.Context, bucket, key, uploadID string) error
 	CompleteUpload(ctx context.Context, bucket, key, uploadID string, parts []object.CompletePart) (object.Info, error)
+
+	// Replica applies an owner's replica operation on this holder.
+	Replica(ctx context.Context, op ReplicaOp) error
+	// Fill makes bucket/key warm on this node (from its backend) and
+	// reports whether it had to fetch it.
+	Fill(ctx context.Context, bucket, key string) (object.Info, bool, error)
 }
 
 // codes maps error codes on the wire to sentinels, both ways.

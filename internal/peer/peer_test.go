@@ -121,6 +121,16 @@ func (m *memLocal) ListParts(ctx context.Context, bucket, key, uploadID string) 
 func (m *memLocal) ListUploads(ctx context.Context, bucket, prefix string) ([]object.UploadInfo, error) {
 	return []object.UploadInfo{{Bucket: bucket, Key: "k", UploadID: "u1"}}, nil
 }
+func (m *memLocal) Replica(ctx context.Context, op ReplicaOp) error {
+	if op.Op != ReplicaDelete && op.Op != ReplicaDestaged {
+		return object.ErrInvalidArgument
+	}
+	return nil
+}
+func (m *memLocal) Fill(ctx context.Context, bucket, key string) (object.Info, bool, error) {
+	i, err := m.Stat(ctx, bucket, key)
+	return i, false, err
+}
 func (m *memLocal) AbortUpload(ctx context.Context, bucket, key, uploadID string) error { return nil }
 func (m *memLocal) CompleteUpload(ctx context.Context, bucket, key, uploadID string, parts []object.CompletePart) (object.Info, error) {
 	if len(parts) == 0 {
@@ -234,5 +244,11 @@ func TestMultipartCalls(t *testing.T) {
 	}
 	if err := rem.AbortUpload(ctx, "b", "k", id); err != nil {
 		t.Fatal(err)
+	}
+	if err := rem.Replica(ctx, ReplicaOp{Op: ReplicaDestaged, Owner: "n2", Seq: 7, Bucket: "b", Key: "k"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := rem.Replica(ctx, ReplicaOp{Op: "bogus"}); !errors.Is(err, object.ErrInvalidArgument) {
+		t.Fatalf("bad replica op: %v", err)
 	}
 }

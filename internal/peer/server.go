@@ -36,6 +36,8 @@ func NewHandler(local Local) http.Handler {
 	mux.HandleFunc(prefix+"upload", s.upload)
 	mux.HandleFunc(prefix+"uploads", s.uploads)
 	mux.HandleFunc(prefix+"complete", s.complete)
+	mux.HandleFunc(prefix+"replica", s.replica)
+	mux.HandleFunc(prefix+"fill", s.fill)
 	return mux
 }
 
@@ -161,6 +163,27 @@ func (s *server) complete(w http.ResponseWriter, r *http.Request) {
 	}
 	info, err := s.local.CompleteUpload(r.Context(), q.Get("bucket"), q.Get("key"), q.Get("uploadId"), parts)
 	reply(w, info, err)
+}
+
+func (s *server) replica(w http.ResponseWriter, r *http.Request) {
+	var op ReplicaOp
+	if err := json.NewDecoder(io.LimitReader(r.Body, 64<<10)).Decode(&op); err != nil {
+		writeErr(w, errors.Join(object.ErrInvalidArgument, err))
+		return
+	}
+	reply(w, struct{}{}, s.local.Replica(r.Context(), op))
+}
+
+// FillResult is the answer of a fill.
+type FillResult struct {
+	Info    object.Info `json:"info"`
+	Fetched bool        `json:"fetched"`
+}
+
+func (s *server) fill(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	info, fetched, err := s.local.Fill(r.Context(), q.Get("bucket"), q.Get("key"))
+	reply(w, FillResult{Info: info, Fetched: fetched}, err)
 }
 
 // copyBody sends n bytes of rd, through sendfile when rd is file-backed.

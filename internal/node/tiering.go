@@ -1,0 +1,161 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+
+	"github.com/slipstream-io/slipstream/internal/backend"
+	"github.com/slipstream-io/slipstream/internal/backend/open"
+	"github.com/slipstream-io/slipstream/internal/cluster"
+	"github.com/slipstream-io/slipstream/internal/object"
+	"github.com/slipstream-io/slipstream/internal/peer"
+	"github.com/slipstream-io/slipstream/internal/tier"
+)
+
+// backendSpec converts a bucket's backend property into the backend
+// package's spec.
+func backendSpec(b cluster.BackendSpec) backend.Spec {
+	return backend.Spec{
+		Kind: b.Kind, Endpoint: b.Endpoint, Region: b.Region, Bucket: b.Bucket, Prefix: b.Prefix,
+		PathStyle: b.PathStyle, AccessKey: b.AccessKey, SecretKey: b.SecretKey, Path: b.Path,
+	}
+}
+
+// tierSync keeps the tier's bucket table in step with the cluster map and
+// makes this node take over destaging for owners that die.
+type tierSync struct {
+	tier *tier.Tier
+	log  *slog.Logger
+
+	mu       sync.Mutex
+	props    map[string]cluster.BucketProps
+	down     map[string]bool
+	takeover func(ctx context.Context, owner string)
+}
+
+// apply registers new or changed buckets with the tier and removes deleted
+// ones; it opens backends lazily here, never on the request path.
+func (s *tierSync) apply(ctx context.Context, m *cluster.Map) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for name, b := range m.Buckets {
+		if cur, ok := s.props[name]; ok && cur == b {
+			continue
+		}
+		tb := tier.Bucket{Mode: tier.Mode(b.Mode), Copies: b.Copies}
+		v, err := tier.ParseValidate(b.Validate)
+		if err != nil {
+			s.log.Error("bucket validation policy", "bucket", name, "err", err)
+			continue
+		}
+		tb.Validate = v
+		if b.Mode != cluster.ModeLocal {
+			be, err := open.New(ctx, backendSpec(b.Backend))
+			if err != nil {
+				s.log.Error("opening the backend of a bucket", "bucket", name, "err", err)
+				continue
+			}
+			tb.Backend = be
+		}
+		if err := s.tier.AddBucket(name, tb); err != nil {
+			s.log.Error("registering a bucket with the tier", "bucket", name, "err", err)
+			continue
+		}
+		s.props[name] = b
+	}
+	for name := range s.props {
+		if _, ok := m.Buckets[name]; !ok {
+			s.tier.RemoveBucket(name)
+			delete(s.props, name)
+		}
+	}
+	for id, n := range m.Nodes {
+		wasDown := s.down[id]
+		isDown := n.State == cluster.StateDown
+		s.down[id] = isDown
+		if isDown && !wasDown && s.takeover != nil {
+			go s.takeover(ctx, id)
+		}
+	}
+}
+
+// run follows the map until ctx ends.
+func (s *tierSync) run(ctx context.Context, mv mapView) {
+	for m := range mv.Watch(ctx) {
+		s.apply(ctx, m)
+	}
+}
+
+// replicator makes the peer copies of writeback objects for the tier: the
+// next up nodes after the owner in HRW order hold them.
+type replicator struct {
+	g *gateway
+}
+
+var _ tier.Replicator = (*replicator)(nil)
+
+// peersFor returns up to n up nodes other than self for bucket/key, in
+// HRW order.
+func (r *replicator) peersFor(m *cluster.Map, bucket, key string, n int) ([]string, error) {
+	up, _ := placementOf(m, bucket, key)
+	var out []string
+	for _, id := range up {
+		if id != r.g.self && len(out) < n {
+			out = append(out, id)
+		}
+	}
+	if len(out) < n {
+		return nil, fmt.Errorf("%w: %d peer copies wanted, %d peers up", object.ErrUnavailable, n, len(out))
+	}
+	return out, nil
+}
+
+func (r *replicator) Replicate(ctx context.Context, req tier.ReplicaPut) ([]string, error) {
+	if req.Copies <= 0 {
+		_, err := io.Copy(io.Discard, req.Body)
+		return nil, err
+	}
+	m := r.g.meta.Map()
+	peers, err := r.peersFor(m, req.Bucket, req.Key, req.Copies)
+	if err != nil {
+		return nil, err
+	}
+	opts := peer.PutOptions{PutOptions: req.Opts, Replica: true, Owner: req.Owner, Seq: req.Seq, Dirty: true}
+	if _, err := r.g.fanOut(ctx, m, peers, req.Bucket, req.Key, req.Body, func(int) peer.PutOptions { return opts }); err != nil {
+		return nil, err
+	}
+	return peers, nil
+}
+
+func (r *replicator) ReplicateDelete(ctx context.Context, owner string, seq uint64, bucket, key string, copies int) ([]string, error) {
+	m := r.g.meta.Map()
+	peers, err := r.peersFor(m, bucket, key, copies)
+	if err != nil {
+		return nil, err
+	}
+	var errs []error
+	for _, id := range peers {
+		if err := r.g.at(m, id).Replica(ctx, peer.ReplicaOp{Op: peer.ReplicaDelete, Owner: owner, Seq: seq, Bucket: bucket, Key: key}); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", id, err))
+		}
+	}
+	return peers, errors.Join(errs...)
+}
+
+func (r *replicator) Destaged(ctx context.Context, owner string, seq uint64, bucket, key string, holders []string) error {
+	m := r.g.meta.Map()
+	var errs []error
+	for _, id := range holders {
+		if _, ok := m.Node(id); !ok {
+			continue
+		}
+		if err := r.g.at(m, id).Replica(ctx, peer.ReplicaOp{Op: peer.ReplicaDestaged, Owner: owner, Seq: seq, Bucket: bucket, Key: key}); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", id, err))
+		}
+	}
+	return errors.Join(errs...)
+}
