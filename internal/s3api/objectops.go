@@ -168,6 +168,16 @@ func (h *handler) getObject(w http.ResponseWriter, rq *request) error {
 			}
 			return cerr
 		}
+		if info.Size == 0 {
+			// No range of an empty object is satisfiable; serve it whole
+			// (RFC 9110 lets a server ignore Range), as ranged downloaders
+			// expect.
+			rd, gerr := h.objs.GetObject(rq.Context(), rq.bucket, rq.key, object.GetOptions{})
+			if gerr != nil {
+				return gerr
+			}
+			return h.sendObject(w, rq, rd, false, conds)
+		}
 		w.Header().Set("Content-Range", fmt.Sprintf("bytes */%d", info.Size))
 	}
 	return err
@@ -241,6 +251,9 @@ func (h *handler) headObject(w http.ResponseWriter, rq *request) error {
 		return err
 	}
 	off, n := int64(0), info.Size
+	if info.Size == 0 {
+		rng = nil // as for GET: an empty object is served whole
+	}
 	if rng != nil {
 		if off, n, err = rng.Resolve(info.Size); err != nil {
 			hdr.Set("Content-Range", fmt.Sprintf("bytes */%d", info.Size))

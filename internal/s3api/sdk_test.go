@@ -162,6 +162,12 @@ func testSDKObjects(t *testing.T, tls bool) {
 	if got, _ := getString(t, c, &s3.GetObjectInput{Bucket: aws.String("data"), Key: aws.String("empty")}); got != "" {
 		t.Fatalf("empty object read back as %q", got)
 	}
+	if got, out := getString(t, c, &s3.GetObjectInput{Bucket: aws.String("data"), Key: aws.String("empty"), Range: aws.String("bytes=0-1023")}); got != "" || out.ContentRange != nil {
+		t.Fatalf("ranged GET of an empty object: %q, Content-Range %v", got, out.ContentRange)
+	}
+	if h := must[*s3.HeadObjectOutput](t)(c.HeadObject(ctx(), &s3.HeadObjectInput{Bucket: aws.String("data"), Key: aws.String("empty"), Range: aws.String("bytes=0-10")})); *h.ContentLength != 0 {
+		t.Fatalf("ranged HEAD of an empty object: length %d", *h.ContentLength)
+	}
 
 	// Copy, with an encoded source, metadata directive and conditions.
 	src := url.PathEscape("data") + "/" + strings.ReplaceAll(url.PathEscape("dir/file one.txt"), "%2F", "/")
