@@ -92,7 +92,9 @@ func (lr *lineReader) errf(format string, args ...any) error {
 }
 
 // Open opens a dump file for streaming, decompressing it when the name ends
-// in .gz. The caller closes the result.
+// in .gz. Decompression runs in its own goroutine, a few buffers ahead of
+// the reader, so gunzip and parsing use two cores. The caller closes the
+// result.
 func Open(path string) (io.ReadCloser, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -106,22 +108,91 @@ func Open(path string) (io.ReadCloser, error) {
 		f.Close()
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	return &gzFile{zr: zr, f: f}, nil
+	return newAsyncReader(zr, f, path), nil
 }
 
-type gzFile struct {
-	zr *gzip.Reader
-	f  *os.File
+// asyncReader reads ahead from src in a goroutine.
+type asyncReader struct {
+	full  chan chunk
+	free  chan []byte
+	done  chan struct{}
+	cur   chunk
+	off   int
+	err   error
+	close func() error
 }
 
-func (g *gzFile) Read(p []byte) (int, error) { return g.zr.Read(p) }
-func (g *gzFile) Close() error {
-	err := g.zr.Close()
-	if cerr := g.f.Close(); err == nil {
-		err = cerr
+type chunk struct {
+	b   []byte
+	err error
+}
+
+const (
+	asyncBufSize = 1 << 20
+	asyncBufs    = 4
+)
+
+func newAsyncReader(src io.Reader, f *os.File, name string) *asyncReader {
+	a := &asyncReader{full: make(chan chunk, asyncBufs), free: make(chan []byte, asyncBufs), done: make(chan struct{})}
+	for i := 0; i < asyncBufs; i++ {
+		a.free <- make([]byte, asyncBufSize)
 	}
-	return err
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		for {
+			var buf []byte
+			select {
+			case buf = <-a.free:
+			case <-a.done:
+				return
+			}
+			n, err := 0, error(nil)
+			for n < len(buf) && err == nil {
+				var k int
+				k, err = src.Read(buf[n:])
+				n += k
+			}
+			if err != nil && err != io.EOF {
+				err = fmt.Errorf("%s: %w", name, err)
+			}
+			select {
+			case a.full <- chunk{buf[:n], err}:
+			case <-a.done:
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	a.close = func() error {
+		close(a.done)
+		<-finished
+		return f.Close()
+	}
+	return a
 }
+
+func (a *asyncReader) Read(p []byte) (int, error) {
+	for a.off >= len(a.cur.b) {
+		if a.err != nil {
+			return 0, a.err
+		}
+		if a.cur.b != nil {
+			a.free <- a.cur.b[:cap(a.cur.b)]
+		}
+		a.cur, a.off = <-a.full, 0
+		if a.cur.err != nil {
+			a.err = a.cur.err
+		}
+	}
+	n := copy(p, a.cur.b[a.off:])
+	a.off += n
+	return n, nil
+}
+
+func (a *asyncReader) Close() error { return a.close() }
 
 // --- small byte-level scanners shared by the parsers ---
 

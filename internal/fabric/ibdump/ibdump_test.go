@@ -1,6 +1,7 @@
 package ibdump
 
 import (
+	"compress/gzip"
 	"errors"
 	"io"
 	"os"
@@ -386,4 +387,42 @@ func FuzzParseSMLog(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		_, _ = ParseSMLog(strings.NewReader(string(b)), "f")
 	})
+}
+
+func TestOpenGzip(t *testing.T) {
+	dir := t.TempDir()
+	// more than the read-ahead buffers hold
+	var want strings.Builder
+	for i := 0; want.Len() < 5*asyncBufSize+123; i++ {
+		want.WriteString("0x0001 001 # line " + strings.Repeat("x", i%50) + "\n")
+	}
+	p := filepath.Join(dir, "d.gz")
+	f, _ := os.Create(p)
+	zw := gzip.NewWriter(f)
+	zw.Write([]byte(want.String()))
+	zw.Close()
+	f.Close()
+	r, err := Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(r)
+	if err != nil || string(got) != want.String() {
+		t.Fatalf("read %d bytes (%v), want %d", len(got), err, want.Len())
+	}
+	r.Close()
+	// closing early stops the reader
+	r, _ = Open(p)
+	r.Read(make([]byte, 10))
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// a truncated file is an error, not a short read
+	b, _ := os.ReadFile(p)
+	os.WriteFile(p, b[:len(b)/2], 0o644)
+	r, _ = Open(p)
+	if _, err := io.ReadAll(r); err == nil {
+		t.Error("truncated gzip read without error")
+	}
+	r.Close()
 }
