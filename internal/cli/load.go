@@ -129,6 +129,11 @@ func runLoad(ctx context.Context, env Env) error {
 	if err := loader.PrintTable(env.Stdout, res); err != nil {
 		return err
 	}
+	for _, n := range res.Nodes {
+		if n.Errors > 0 {
+			fmt.Fprintf(env.Stderr, "warning: stats %s: %d samples failed (last: %s), %d recorded\n", n.URL, n.Errors, n.LastError, len(n.Samples))
+		}
+	}
 	if !*noJSON {
 		path := *jsonOut
 		if path == "" {

@@ -144,4 +144,12 @@ func TestResultRoundTripAndCSV(t *testing.T) {
 			t.Errorf("table lacks %q:\n%s", want, out.String())
 		}
 	}
+	out.Reset()
+	if err := PrintSummary(&out, back, back); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 3 || !strings.Contains(lines[1], "25.0 MiB/s") || !strings.Contains(lines[1], "cold") || !strings.HasSuffix(lines[1], "1") {
+		t.Errorf("summary:\n%s", out.String())
+	}
 }

@@ -78,3 +78,17 @@ func PrintTable(w io.Writer, results ...*Result) error {
 	}
 	return nil
 }
+
+// PrintSummary writes one line per result with the main phase's totals:
+// throughput, requests per second, mean, p50 and p99 latency, errors. It is
+// the short "direct / cold / warm" comparison.
+func PrintSummary(w io.Writer, results ...*Result) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "run\tworkload\tsize\tthroughput\treq/s\tavg ms\tp50 ms\tp99 ms\terrors\t")
+	for _, r := range results {
+		t := r.Main.Total
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s/s\t%.1f\t%.2f\t%.2f\t%.2f\t%d\t\n", r.Label, r.Params.Workload, r.Params.SizeRange(),
+			HumanBytes(t.BytesPerSec), t.OpsPerSec, t.Latency.Mean, t.Latency.P50, t.Latency.P99, t.Errors)
+	}
+	return tw.Flush()
+}
