@@ -661,7 +661,20 @@ func TestHandlerErrors(t *testing.T) {
 			}
 		})
 	}
-	resp, err := http.Get(f.URL + cluster.PathMap)
+	// A join that claims a live member's raft address is refused.
+	body := fmt.Sprintf(`{"id":"imposter","raftAddr":%q,"intraAddrs":["127.0.0.1:1"]}`, f.Cluster().Self().RaftAddr)
+	resp, err := http.Post(f.URL+cluster.PathJoin, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("imposter join: HTTP %d", resp.StatusCode)
+	}
+	if st := f.Cluster().Status(); len(st.Voters) != 3 || len(st.NonVoters) != 0 {
+		t.Errorf("membership changed by imposter: %+v", st)
+	}
+	resp, err = http.Get(f.URL + cluster.PathMap)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,10 +35,18 @@ func (c *Cluster) admit(ctx context.Context, info NodeInfo) (*Map, error) {
 			s := s
 			found = &s
 		case s.Address == addr:
-			// Another ID on the same address is a stale member that this node replaced.
+			// Another ID on the same address: a member that this node replaced
+			// if that member is down, else a configuration mistake.
+			if other, ok := c.Map().Nodes[string(s.ID)]; string(s.ID) == c.self.ID || ok && other.State != StateDown {
+				return nil, fmt.Errorf("%w: raft address %s belongs to live node %s", ErrInvalid, addr, s.ID)
+			}
 			if err := c.raft.RemoveServer(s.ID, 0, timeout).Error(); err != nil {
 				return nil, err
 			}
+			if err := c.applyLocal(ctx, command{Op: opNodeRemove, Name: string(s.ID)}); err != nil {
+				return nil, err
+			}
+			c.log.Warn("stale member on a reused raft address removed", "node", s.ID, "addr", addr)
 			if s.Suffrage == raft.Voter {
 				voters--
 			}
