@@ -58,7 +58,12 @@
 // loop evicts a mountpath from the high to the low watermark; a PUT that
 // does not fit (MaxBytes, or ENOSPC from the filesystem) first evicts what it
 // needs on its own mountpath and fails with object.ErrNoSpace only if that
-// is not enough. Other mountpaths are unaffected.
+// is not enough. Other mountpaths are unaffected. With Config.MaxBytes set,
+// watermarks and Mountpaths use that model instead of the filesystem:
+// capacity = MaxBytes, used = bytes of objects, multipart parts and writes
+// in progress on the mountpath.
+//
+// A Store is safe for concurrent use; Close it once no call is in flight.
 package store
 
 import (
