@@ -7,6 +7,7 @@ import (
 	"os"
 	"sort"
 	"strconv"
+	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -288,7 +289,7 @@ func opsSeries(r *loader.Result) []series {
 				xy = append(xy, plotter.XY{X: mid(off, s), Y: float64(s.Ops) / s.Dur})
 			}
 		}
-		ss = append(ss, series{name: ph.Name + " requests/s", xy: xy, dashed: ph.Name == "fill"})
+		ss = append(ss, series{name: fmt.Sprintf("%s (%s)", ph.Name, strings.Join(sortedKeys(ph.Ops), "+")), xy: xy, dashed: ph.Name == "fill"})
 	}
 	return ss
 }
