@@ -33,14 +33,18 @@ func (m *Model) buildTree(dlid uint16, t *tree) {
 	if int(dlid) < len(m.lidPort) {
 		dst = m.lidPort[dlid]
 	}
+	S := len(m.Switches)
+	var row []uint8
+	if dst >= 0 {
+		row = m.fwd[int(dlid)*S : (int(dlid)+1)*S]
+	}
 	for s, ni := range m.Switches {
 		t.state[s] = 0
 		t.next[s], t.egress[s] = -2, -1
-		tab := m.lft[s]
-		if dst < 0 || int(dlid) >= len(tab) {
+		if row == nil {
 			continue
 		}
-		out := tab[dlid]
+		out := row[s]
 		n := &m.Nodes[ni]
 		if out == ibdump.NoPort || out == 0 || int(out) > n.NumPorts {
 			continue

@@ -123,6 +123,10 @@ type Model struct {
 	Files     []string // the files the model was read from
 
 	lft        [][]uint8 // by switch ordinal: out port per LID
+	// fwd is lft transposed for the LIDs of the topology: fwd[lid*S+s] is
+	// the port switch s forwards lid to, so one destination's tree reads
+	// one contiguous row.
+	fwd []uint8
 	lidPort    []int32   // LID -> port id owning it (LMC ranges expanded), -1
 	lidEP      []int32   // LID -> endpoint index, -1
 	nodeByGUID map[uint64]int32
@@ -297,3 +301,12 @@ func sortedKeys[K ~string, V any](mp map[K]V) []K {
 
 // PortID is the Ports index of port num of node.
 func (m *Model) PortID(node int32, num int) int32 { return m.Nodes[node].portBase + int32(num) }
+
+// setLFT changes one forwarding entry (both layouts).
+func (m *Model) setLFT(s int32, lid uint16, port uint8) {
+	m.lft[s][lid] = port
+	if int(lid) < len(m.lidPort) {
+		m.fwd[int(lid)*len(m.Switches)+int(s)] = port
+	}
+	m.an = nil
+}

@@ -174,7 +174,7 @@ func TestCrossCheckOpenSM(t *testing.T) {
 		s := 0
 		for lid := range m.lft[s] {
 			if m.lft[s][lid] != ibdump.NoPort && m.lft[s][lid] != 0 {
-				m.lft[s][lid] = m.lft[s][lid]%uint8(m.Nodes[m.Switches[s]].NumPorts) + 1
+				m.setLFT(int32(s), uint16(lid), m.lft[s][lid]%uint8(m.Nodes[m.Switches[s]].NumPorts)+1)
 				break
 			}
 		}
@@ -628,7 +628,7 @@ func TestBrokenRoutesAndLoops(t *testing.T) {
 	if m.lft[leaf][8] != 6 {
 		t.Fatalf("unexpected sample: leaf001 LID 8 -> %d", m.lft[leaf][8])
 	}
-	m.lft[spine][8] = 1 // spine002 port 1 goes to leaf001
+	m.setLFT(spine, 8, 1) // spine002 port 1 goes to leaf001
 	a, err := m.AnalyzeWith(context.Background(), AnalyzeOptions{})
 	if err != nil {
 		t.Fatal(err)

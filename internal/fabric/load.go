@@ -611,8 +611,23 @@ func (b *builder) build(lfts map[uint64]*ibdump.LFT, lftPath string) (*Model, er
 	return m, nil
 }
 
+// transpose builds m.fwd from m.lft.
+func (m *Model) transpose() {
+	S, L := len(m.Switches), len(m.lidPort)
+	m.fwd = make([]uint8, S*L)
+	for i := range m.fwd {
+		m.fwd[i] = ibdump.NoPort
+	}
+	for s, t := range m.lft {
+		for lid := 0; lid < L && lid < len(t); lid++ {
+			m.fwd[lid*S+s] = t[lid]
+		}
+	}
+}
+
 // finish derives per-endpoint and per-port helpers.
 func (m *Model) finish() {
+	m.transpose()
 	m.epLeaf = make([]int32, len(m.Endpoints))
 	for i, e := range m.Endpoints {
 		m.epLeaf[i] = -1
