@@ -79,7 +79,6 @@ func rgb(i int) [3]uint8 {
 	return [3]uint8{c.R, c.G, c.B}
 }
 
-
 func TestRenderStoredResults(t *testing.T) {
 	rs := readResults(t, "cold.json", "warm.json", "put4k.json")
 	dir := t.TempDir()
