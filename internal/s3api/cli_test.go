@@ -3,6 +3,8 @@ package s3api_test
 import (
 	"bytes"
 	"crypto/rand"
+	"encoding/pem"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -42,7 +44,10 @@ func needTool(t *testing.T, name string) string {
 // checksums by default.
 func TestAWSCLI(t *testing.T) {
 	aws := needTool(t, "aws")
-	e := newEnv(t, envOpts{})
+	// Over TLS, where the CLI uploads parts as aws-chunked bodies with
+	// trailing checksums (plain HTTP is covered by the boto3 test).
+	e := newEnv(t, envOpts{tls: true})
+	env := append(e.clientEnv(), "AWS_CA_BUNDLE="+e.caFile())
 	dir := t.TempDir()
 	data := make([]byte, 20<<20+12345)
 	rand.Read(data)
@@ -53,7 +58,7 @@ func TestAWSCLI(t *testing.T) {
 	run := func(args ...string) string {
 		t.Helper()
 		cmd := exec.Command(aws, append([]string{"--endpoint-url", e.srv.URL}, args...)...)
-		cmd.Env = e.clientEnv()
+		cmd.Env = env
 		start := time.Now()
 		out, err := cmd.CombinedOutput()
 		t.Logf("aws %s: %v", strings.Join(args, " "), time.Since(start))
@@ -76,20 +81,31 @@ func TestAWSCLI(t *testing.T) {
 	if err != nil || !strings.Contains(info.ETag, "-") {
 		t.Fatalf("the CLI did not upload in parts: %+v %v", info, err)
 	}
+	modes := distinct(e.seenPayloads())
+	if !strings.Contains(strings.Join(modes, " "), "STREAMING-") {
+		t.Errorf("the CLI sent no aws-chunked body over TLS (modes %v)", modes)
+	}
 	run("s3", "rm", "--recursive", "s3://clibucket/")
 	if n := e.store.Len("clibucket"); n != 0 {
 		t.Fatalf("%d objects left after rm --recursive", n)
 	}
-	t.Logf("payload modes the CLI used: %v", distinct(e.seenPayloads()))
+	t.Logf("payload modes the CLI used: %v", modes)
 }
 
-// TestBoto3 drives the handler with boto3: put, get with range, list, a
-// presigned URL and a bad key.
+// TestBoto3 drives the handler with boto3, over plain HTTP and over TLS
+// (where boto3 sends aws-chunked bodies with trailing checksums): put, get
+// with range, list, a presigned URL and a bad key.
 func TestBoto3(t *testing.T) {
 	py := needTool(t, "python3")
-	e := newEnv(t, envOpts{})
+	for _, tls := range []bool{false, true} {
+		t.Run(fmt.Sprintf("tls=%v", tls), func(t *testing.T) { testBoto3(t, py, tls) })
+	}
+}
+
+func testBoto3(t *testing.T, py string, tls bool) {
+	e := newEnv(t, envOpts{tls: tls})
 	script := `
-import boto3, botocore, urllib.request, sys
+import boto3, botocore, urllib.request, sys, ssl, os
 s3 = boto3.client("s3", config=botocore.config.Config(s3={"addressing_style": "path"}))
 s3.create_bucket(Bucket="pybucket")
 body = b"boto3 body " * 10000
@@ -102,7 +118,8 @@ assert head["Metadata"] == {"k": "v"}, head["Metadata"]
 keys = [o["Key"] for o in s3.list_objects_v2(Bucket="pybucket", Prefix="a/")["Contents"]]
 assert keys == ["a/b c.txt"], keys
 url = s3.generate_presigned_url("get_object", Params={"Bucket": "pybucket", "Key": "a/b c.txt"}, ExpiresIn=60)
-assert urllib.request.urlopen(url).read() == body, "presigned"
+tls = ssl.create_default_context(cafile=os.environ.get("AWS_CA_BUNDLE"))
+assert urllib.request.urlopen(url, context=tls).read() == body, "presigned"
 try:
     s3.put_object(Bucket="pybucket", Key="x/../y", Body=b"no")
     sys.exit("bad key accepted")
@@ -114,11 +131,18 @@ print("ok")
 `
 	cmd := exec.Command(py, "-c", script)
 	cmd.Env = e.clientEnv()
+	if tls {
+		cmd.Env = append(cmd.Env, "AWS_CA_BUNDLE="+e.caFile())
+	}
 	out, err := cmd.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "ok") {
 		t.Fatalf("boto3: %v\n%s", err, out)
 	}
-	t.Logf("payload modes boto3 used: %v", distinct(e.seenPayloads()))
+	modes := distinct(e.seenPayloads())
+	t.Logf("payload modes boto3 used: %v", modes)
+	if tls && !strings.Contains(strings.Join(modes, " "), "STREAMING-") {
+		t.Errorf("over TLS boto3 sent no aws-chunked body (modes %v)", modes)
+	}
 }
 
 func distinct(ss []string) []string {
@@ -134,4 +158,14 @@ func distinct(ss []string) []string {
 		}
 	}
 	return out
+}
+
+// caFile writes the TLS test server's certificate for clients to trust.
+func (e *env) caFile() string {
+	ca := filepath.Join(e.t.TempDir(), "ca.pem")
+	block := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: e.srv.Certificate().Raw})
+	if err := os.WriteFile(ca, block, 0o600); err != nil {
+		e.t.Fatal(err)
+	}
+	return ca
 }
