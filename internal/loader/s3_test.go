@@ -157,6 +157,22 @@ func TestRunAgainstS3(t *testing.T) {
 			t.Fatal("dataset not in the bucket")
 		}
 
+		// Duration without epochs keeps cycling over the dataset; MaxOps
+		// stops at an exact count.
+		c := baseConfig(ep, "cycle")
+		c.Prefix, c.Duration = "ep/", time.Second
+		r, err := Run(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := r.Main.Ops["GET"].Count; n <= 40 || r.Main.Epochs < 1 || r.Main.Seconds < 1 || r.Main.Seconds > 3 {
+			t.Fatalf("1 s of GETs: %d requests, %d epochs, %.2f s", n, r.Main.Epochs, r.Main.Seconds)
+		}
+		c.Duration, c.MaxOps = time.Minute, 25
+		if r, err = Run(ctx, c); err != nil || r.Main.Ops["GET"].Count != 25 {
+			t.Fatalf("max ops 25: %v, %+v", err, r.Main.Ops)
+		}
+
 		// A second run without fill lists the dataset and reads it again;
 		// two loaders split it.
 		for id := 0; id < 2; id++ {

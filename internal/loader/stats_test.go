@@ -218,3 +218,16 @@ func TestConfigValidate(t *testing.T) {
 		t.Errorf("fill count for 10000 B of 2000 B average = %d, want 5", n)
 	}
 }
+
+// BenchmarkRecorder measures how many samples a second the recorder takes
+// from parallel workers, to keep it far above any request rate.
+func BenchmarkRecorder(b *testing.B) {
+	rec := NewRecorder(time.Now())
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			i++
+			rec.Record(Sample{Op: OpGet, Start: time.Now(), Latency: time.Duration(i%1000) * time.Microsecond, TTFB: time.Microsecond, Bytes: 4096})
+		}
+	})
+}
