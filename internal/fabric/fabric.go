@@ -122,13 +122,13 @@ type Model struct {
 	Engine    EngineInfo
 	Files     []string // the files the model was read from
 
-	lft        [][]uint8 // by switch ordinal: out port per LID
+	lft [][]uint8 // by switch ordinal: out port per LID
 	// fwd is lft transposed for the LIDs of the topology: fwd[lid*S+s] is
 	// the port switch s forwards lid to, so one destination's tree reads
 	// one contiguous row.
-	fwd []uint8
-	lidPort    []int32   // LID -> port id owning it (LMC ranges expanded), -1
-	lidEP      []int32   // LID -> endpoint index, -1
+	fwd        []uint8
+	lidPort    []int32 // LID -> port id owning it (LMC ranges expanded), -1
+	lidEP      []int32 // LID -> endpoint index, -1
 	nodeByGUID map[uint64]int32
 	portByGUID map[uint64]int32
 	hostByName map[string]int32
