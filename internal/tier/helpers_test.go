@@ -158,7 +158,7 @@ type env struct {
 	backend backend.Spec
 }
 
-func newEnv(t *testing.T, kind string) *env {
+func newEnv(t testing.TB, kind string) *env {
 	t.Helper()
 	e := &env{kind: kind, dir: t.TempDir(), bucket: "remote"}
 	switch kind {
@@ -189,7 +189,7 @@ func newEnv(t *testing.T, kind string) *env {
 	return e
 }
 
-func (e *env) openStore(t *testing.T) {
+func (e *env) openStore(t testing.TB) {
 	t.Helper()
 	st, err := store.Open(context.Background(), store.Config{Mountpaths: []string{e.dir + "/mp1", e.dir + "/mp2"}}, nil)
 	if err != nil {
@@ -287,3 +287,5 @@ func kinds(t *testing.T, fn func(t *testing.T, kind string)) {
 }
 
 var _ = fmt.Sprintf
+
+func newEnvB(b *testing.B) *env { return newEnv(b, "fs") }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
 	"github.com/slipstream-io/slipstream/internal/backend"
@@ -52,33 +53,84 @@ func (t *Tier) waitFill(ctx context.Context, bucket, key string) error {
 	}
 }
 
-// tee copies r to two consumers running concurrently. A consumer that fails
-// stops the copy and makes the other fail too.
+// tee copies r to two consumers running concurrently. Each consumer has
+// its own queue of chunks (teeDepth × teeChunk bytes), so a consumer busy
+// with its disk does not stall the other. A consumer that returns before the
+// end stops the copy and the other one reads errConsumerDone.
 func tee(ctx context.Context, r io.Reader, a, b func(io.Reader) error) (errA, errB error) {
-	pra, pwa := io.Pipe()
-	prb, pwb := io.Pipe()
+	sa, sb := newTeeStream(), newTeeStream()
 	ca, cb := make(chan error, 1), make(chan error, 1)
-	go func() { err := a(pra); pra.CloseWithError(errOr(err, errConsumerDone)); ca <- err }()
-	go func() { err := b(prb); prb.CloseWithError(errOr(err, errConsumerDone)); cb <- err }()
-	_, cerr := io.Copy(io.MultiWriter(pwa, pwb), ctxReader{ctx, r})
-	if cerr != nil {
-		pwa.CloseWithError(cerr)
-		pwb.CloseWithError(cerr)
-	} else {
-		pwa.Close()
-		pwb.Close()
+	go func() { err := a(sa); close(sa.done); ca <- err }()
+	go func() { err := b(sb); close(sb.done); cb <- err }()
+	var end error
+loop:
+	for {
+		buf := make([]byte, teeChunk)
+		n, rerr := io.ReadFull(ctxReader{ctx, r}, buf)
+		if n > 0 {
+			for _, s := range []*teeStream{sa, sb} {
+				select {
+				case s.ch <- buf[:n]:
+				case <-s.done:
+					end = errConsumerDone
+					break loop
+				}
+			}
+		}
+		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
+			end = io.EOF
+			break
+		}
+		if rerr != nil {
+			end = rerr
+			break
+		}
 	}
+	sa.finish(end)
+	sb.finish(end)
 	return <-ca, <-cb
 }
 
-var errConsumerDone = errors.New("tier: consumer stopped reading")
+const (
+	teeChunk = 256 << 10
+	teeDepth = 8
+)
 
-func errOr(err, def error) error {
-	if err != nil {
-		return err
-	}
-	return def
+type teeStream struct {
+	ch   chan []byte
+	done chan struct{} // closed when the consumer has returned
+	mu   sync.Mutex
+	err  error // why the stream ended (io.EOF when complete)
+	cur  []byte
 }
+
+func newTeeStream() *teeStream {
+	return &teeStream{ch: make(chan []byte, teeDepth), done: make(chan struct{})}
+}
+
+func (s *teeStream) finish(err error) {
+	s.mu.Lock()
+	s.err = err
+	s.mu.Unlock()
+	close(s.ch)
+}
+
+func (s *teeStream) Read(p []byte) (int, error) {
+	for len(s.cur) == 0 {
+		b, ok := <-s.ch
+		if !ok {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			return 0, s.err
+		}
+		s.cur = b
+	}
+	n := copy(p, s.cur)
+	s.cur = s.cur[n:]
+	return n, nil
+}
+
+var errConsumerDone = errors.New("tier: consumer stopped reading")
 
 type ctxReader struct {
 	ctx context.Context
@@ -172,7 +224,7 @@ func (t *Tier) putBack(ctx context.Context, b Bucket, bucket, key string, r io.R
 		info, errL = t.local.Put(ctx, bucket, key, r, lopts)
 	}
 	if errL != nil {
-		if errR != nil {
+		if errors.Is(errL, errConsumerDone) && errR != nil {
 			// The replication failure stopped the local write too.
 			return object.Info{}, fmt.Errorf("tier: %s/%s: replicas failed: %w: %w", bucket, key, object.ErrUnavailable, errR)
 		}
