@@ -65,6 +65,10 @@ func newPlot(title, xlabel, ylabel string) *plot.Plot {
 	return p
 }
 
+// maxLegend is the most lines a chart labels; beyond it (all disks of a
+// large cluster) the lines are drawn without a legend.
+const maxLegend = 16
+
 // axes fixes parts of a line plot's axes; zero values mean automatic.
 type axes struct {
 	xmin, xmax float64 // both zero: fit the data
@@ -96,7 +100,9 @@ func linePlot(title, xlabel, ylabel string, ss []series, ax axes) (*plot.Plot, e
 			l.Dashes = []vg.Length{vg.Points(5), vg.Points(3)}
 		}
 		p.Add(l)
-		p.Legend.Add(s.name, l)
+		if len(ss) <= maxLegend {
+			p.Legend.Add(s.name, l)
+		}
 		for _, pt := range xy {
 			top = math.Max(top, pt.Y)
 			bottom = math.Min(bottom, pt.Y)
@@ -105,6 +111,9 @@ func linePlot(title, xlabel, ylabel string, ss []series, ax axes) (*plot.Plot, e
 	}
 	if n == 0 {
 		return nil, nil
+	}
+	if len(ss) > maxLegend {
+		p.Title.Text += fmt.Sprintf(" [%d lines]", n)
 	}
 	if ax.xmax > ax.xmin {
 		p.X.Min, p.X.Max = ax.xmin, ax.xmax

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"gonum.org/v1/plot/plotter"
+
 	"github.com/slipstream-io/slipstream/internal/loader"
 )
 
@@ -192,4 +194,27 @@ func TestNiceTicks(t *testing.T) {
 			t.Errorf("ticks(%v, %v) = %s, want %s", tc.min, tc.max, got, tc.labels)
 		}
 	}
+}
+
+func TestManyLinesWithoutLegend(t *testing.T) {
+	var ss []series
+	for i := 0; i < 40; i++ {
+		ss = append(ss, series{name: "disk", xy: plotterXYs(float64(i))})
+	}
+	p, err := linePlot("all disks", "s", "MiB/s", ss, axes{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(p.Title.Text, "[40 lines]") {
+		t.Fatalf("title %q", p.Title.Text)
+	}
+	path := filepath.Join(t.TempDir(), "many.png")
+	if err := save(p, path); err != nil {
+		t.Fatal(err)
+	}
+	checkPNG(t, path, rgb(0), rgb(5))
+}
+
+func plotterXYs(level float64) plotter.XYs {
+	return plotter.XYs{{X: 0, Y: level}, {X: 1, Y: level + 1}, {X: 2, Y: level}}
 }
