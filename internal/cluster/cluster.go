@@ -93,7 +93,11 @@ type Config struct {
 	// the leader marks it down (default 2s).
 	HeartbeatInterval time.Duration
 	DownAfter         time.Duration
-	Raft              RaftTimeouts
+	// HealthPath is what the leader GETs on a member's intra addresses to
+	// see it is alive (default "/cluster/health", served by Handler); a node
+	// may point it at its own health endpoint.
+	HealthPath string
+	Raft       RaftTimeouts
 }
 
 func (cfg *Config) setDefaults() error {
@@ -131,6 +135,9 @@ func (cfg *Config) setDefaults() error {
 	}
 	if cfg.DownAfter <= 0 {
 		cfg.DownAfter = DefaultDownAfter
+	}
+	if cfg.HealthPath == "" {
+		cfg.HealthPath = PathHealth
 	}
 	return nil
 }

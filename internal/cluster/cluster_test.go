@@ -683,3 +683,76 @@ func TestHandlerErrors(t *testing.T) {
 		t.Errorf("map version header %q", v)
 	}
 }
+
+func TestDeadFirstIntraAddress(t *testing.T) {
+	// Every node announces an address nobody listens on before its real one:
+	// forwarding, joining and health probes must fall over to the next one.
+	tc := clustertest.Start(t, clustertest.Options{N: 3, Announce: func(n *clustertest.Node, self *cluster.NodeInfo) {
+		self.IntraAddrs = append([]string{"127.0.0.1:1"}, self.IntraAddrs...)
+	}})
+	ctx := testCtx(t, 30*time.Second)
+	if _, err := tc.Leader(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f := follower(t, tc)
+	if err := f.Cluster().CreateBucket(ctx, cluster.BucketProps{Name: "multihomed"}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1200 * time.Millisecond) // longer than DownAfter (800ms)
+	for _, n := range tc.Nodes() {
+		m := n.Cluster().Map()
+		if len(m.UpNodeIDs()) != 3 {
+			t.Errorf("%s: up nodes %v", n.ID, m.UpNodeIDs())
+		}
+		if self, _ := m.Node(n.ID); len(self.IntraAddrs) != 2 {
+			t.Errorf("%s: intra addrs %v", n.ID, self.IntraAddrs)
+		}
+	}
+}
+
+func TestConcurrentCreates(t *testing.T) {
+	tc := clustertest.Start(t, clustertest.Options{N: 3})
+	ctx := testCtx(t, 60*time.Second)
+	if _, err := tc.Leader(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const workers, perWorker = 6, 5
+	type result struct {
+		name string
+		err  error
+	}
+	results := make(chan result, workers*perWorker)
+	for w := range workers {
+		go func() {
+			c := tc.Node(w % 3).Cluster()
+			for i := range perWorker {
+				// Workers w and w+3 race for the same names through different nodes.
+				name := fmt.Sprintf("race-%d-%d", w%3, i)
+				err := c.CreateBucket(ctx, cluster.BucketProps{Name: name, Created: time.Now().Add(time.Duration(w) * time.Millisecond)})
+				results <- result{name, err}
+			}
+		}()
+	}
+	wins := map[string]int{}
+	for range workers * perWorker {
+		r := <-results
+		switch {
+		case r.err == nil:
+			wins[r.name]++
+		case errors.Is(r.err, object.ErrBucketExists):
+		default:
+			t.Errorf("%s: %v", r.name, r.err)
+		}
+	}
+	if len(wins) != 3*perWorker {
+		t.Errorf("%d names created, want %d", len(wins), 3*perWorker)
+	}
+	for name, n := range wins {
+		if n != 1 {
+			t.Errorf("%s created %d times", name, n)
+		}
+	}
+	if err := tc.WaitAll(ctx, func(m *cluster.Map) bool { return len(m.Buckets) == 3*perWorker }); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -102,20 +102,32 @@ func (c *Cluster) setState(ctx context.Context, id string, s NodeState) {
 	c.log.Info("node state changed", "node", id, "state", s)
 }
 
-// probe reports whether the node answers GET /cluster/health on any of its
-// intra addresses.
+// probe reports whether the node answers GET HealthPath with 200 on any of
+// its intra addresses. The addresses are tried at once, so one dead
+// interface does not use up the probe's time.
 func (c *Cluster) probe(ctx context.Context, n NodeInfo) bool {
-	for _, base := range n.IntraURLs() {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+PathHealth, nil)
-		if err != nil {
-			continue
-		}
-		resp, err := c.hc.Do(req)
-		if err != nil {
-			continue
-		}
-		resp.Body.Close()
-		if resp.StatusCode == http.StatusOK {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	urls := n.IntraURLs()
+	answers := make(chan bool, len(urls))
+	for _, base := range urls {
+		go func() {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+c.cfg.HealthPath, nil)
+			if err != nil {
+				answers <- false
+				return
+			}
+			resp, err := c.hc.Do(req)
+			if err != nil {
+				answers <- false
+				return
+			}
+			resp.Body.Close()
+			answers <- resp.StatusCode == http.StatusOK
+		}()
+	}
+	for range urls {
+		if <-answers {
 			return true
 		}
 	}

@@ -52,6 +52,9 @@ type Options struct {
 	Mount func(n *Node, mux *http.ServeMux)
 	// StartTimeout bounds Start and Restart (default 30s).
 	StartTimeout time.Duration
+	// Announce, if set, may change what a node announces about itself
+	// (addresses, mountpaths) before it starts.
+	Announce func(n *Node, self *cluster.NodeInfo)
 }
 
 // Node is one member of a test cluster.
@@ -224,6 +227,9 @@ func (tc *Cluster) start(n *Node, bootstrap bool, httpAddr string, seeds []strin
 		HeartbeatInterval: tc.opts.HeartbeatInterval,
 		DownAfter:         tc.opts.DownAfter,
 		Raft:              tc.opts.Raft,
+	}
+	if tc.opts.Announce != nil {
+		tc.opts.Announce(n, &cfg.Self)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), tc.opts.StartTimeout)
 	defer cancel()
