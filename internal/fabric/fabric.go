@@ -244,7 +244,7 @@ func (m *Model) resolveEndpoints(name string) ([]int32, error) {
 		}
 		return nil, fmt.Errorf("%w: endpoint %q", ErrNotFound, name)
 	}
-	if strings.HasPrefix(name, "0x") && len(name) > 6 {
+	if strings.HasPrefix(name, "0x") && len(name) > 2+8 { // a GUID, not a LID
 		g, err := strconv.ParseUint(name[2:], 16, 64)
 		if err == nil {
 			if p, ok := m.portByGUID[g]; ok {

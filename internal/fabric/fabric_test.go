@@ -813,3 +813,36 @@ func FuzzLoadLFT(f *testing.F) {
 		}
 	})
 }
+
+// TestAsymmetricPairs: the samples' README reports that in the 1024-host
+// ftree fabric about 509 k of the 524 k host pairs do not use the same
+// cables in both directions.
+func TestAsymmetricPairs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("walks 1 M routes")
+	}
+	m := load(t, "ft3-k16-h1024/ftree")
+	E := len(m.Endpoints)
+	cable := func(l int32) int32 { return min(l, m.Ports[l].Peer) }
+	var fw, bw []int32
+	pairs, asym := 0, 0
+	for x := 0; x < E; x++ {
+		for y := x + 1; y < E; y++ {
+			pairs++
+			fw, _ = m.RouteLinks(int32(x), m.Ports[m.Endpoints[y].Port].LID, fw[:0])
+			bw, _ = m.RouteLinks(int32(y), m.Ports[m.Endpoints[x].Port].LID, bw[:0])
+			same := len(fw) == len(bw)
+			for i := 0; same && i < len(fw); i++ {
+				// the reverse route crosses the same cables in reverse order
+				same = cable(fw[i]) == cable(bw[len(bw)-1-i])
+			}
+			if !same {
+				asym++
+			}
+		}
+	}
+	if pairs != 523776 || asym < 508500 || asym > 509500 {
+		t.Errorf("%d of %d pairs asymmetric, README: about 509 k of 524 k", asym, pairs)
+	}
+	t.Logf("%d of %d host pairs use different cables in each direction", asym, pairs)
+}
