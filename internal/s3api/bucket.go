@@ -225,13 +225,23 @@ func s3URLEncode(s string) string {
 	return b.String()
 }
 
-func (h *handler) deleteObjects(w http.ResponseWriter, rq *request) error {
+// readXMLBody reads a whole (small) XML request body, so that its
+// signature or checksum is verified before it is used.
+func readXMLBody(rq *request) ([]byte, error) {
 	body, err := io.ReadAll(io.LimitReader(rq.body, maxXMLBody+1))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if len(body) > maxXMLBody {
-		return fmt.Errorf("%w: body larger than %d bytes", errMalformedXML, maxXMLBody)
+		return nil, fmt.Errorf("%w: body larger than %d bytes", errMalformedXML, maxXMLBody)
+	}
+	return body, nil
+}
+
+func (h *handler) deleteObjects(w http.ResponseWriter, rq *request) error {
+	body, err := readXMLBody(rq)
+	if err != nil {
+		return err
 	}
 	if s := rq.Header.Get("Content-Md5"); s != "" {
 		want, err := base64.StdEncoding.DecodeString(s)

@@ -1,6 +1,7 @@
 package s3api
 
 import (
+	"bytes"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -106,9 +107,13 @@ func (h *handler) uploadPartCopy(w http.ResponseWriter, rq *request) error {
 
 func (h *handler) completeMultipartUpload(w http.ResponseWriter, rq *request) error {
 	id := rq.URL.Query().Get("uploadId")
-	parts, err := parseCompleteMultipartUpload(rq.body)
+	body, err := readXMLBody(rq)
 	if err != nil {
-		return rq.bodyErr(err)
+		return err
+	}
+	parts, err := parseCompleteMultipartUpload(bytes.NewReader(body))
+	if err != nil {
+		return err
 	}
 	info, err := h.objs.CompleteMultipartUpload(rq.Context(), rq.bucket, rq.key, id, parts)
 	if err != nil {

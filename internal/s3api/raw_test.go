@@ -237,8 +237,7 @@ func TestSignedChunkedUploads(t *testing.T) {
 		{"signed trailer", true, nil, 200, ""},
 		{"tampered data", false, func(b []byte) []byte { b[100000] ^= 1; return b }, 403, "SignatureDoesNotMatch"},
 		{"tampered final chunk signature", false, func(b []byte) []byte {
-			i := bytes.LastIndex(b, []byte("0;chunk-signature=")) + 18
-			b[i] ^= 1
+			flipHex(b, bytes.LastIndex(b, []byte("0;chunk-signature="))+18)
 			return b
 		}, 403, "SignatureDoesNotMatch"},
 		{"tampered trailer checksum", true, func(b []byte) []byte {
@@ -460,8 +459,7 @@ func TestSizeTrustingStoreStoresNoBadBody(t *testing.T) {
 		{"sha256 mismatch", e.rawRequest("PUT", "/copyn/a", "", data, hex.EncodeToString(other[:]), nil), "XAmzContentSHA256Mismatch"},
 		{"bad crc32", e.rawRequest("PUT", "/copyn/b", "", data, sigv4.UnsignedPayload, map[string]string{"X-Amz-Checksum-Crc32": crc32b64([]byte("x"))}), "BadDigest"},
 		{"bad final chunk signature", e.chunkedPut("/copyn/c", data, 65536, false, func(b []byte) []byte {
-			i := bytes.LastIndex(b, []byte("0;chunk-signature=")) + 18
-			b[i] ^= 1
+			flipHex(b, bytes.LastIndex(b, []byte("0;chunk-signature="))+18)
 			return b
 		}), "SignatureDoesNotMatch"},
 		{"bad trailer checksum", e.chunkedPut("/copyn/d", data, 65536, true, func(b []byte) []byte {
@@ -482,5 +480,14 @@ func TestSizeTrustingStoreStoresNoBadBody(t *testing.T) {
 	resp, rb := e.do(e.chunkedPut("/copyn/good", data, 65536, true, nil))
 	if resp.StatusCode != 200 || e.store.Len("copyn") != 1 {
 		t.Fatalf("good chunked upload: %d %s", resp.StatusCode, rb)
+	}
+}
+
+// flipHex changes the hex digit at b[i] to another hex digit.
+func flipHex(b []byte, i int) {
+	if b[i] == '0' {
+		b[i] = '1'
+	} else {
+		b[i] = '0'
 	}
 }
