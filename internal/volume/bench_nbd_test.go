@@ -112,6 +112,15 @@ func TestBenchNBD(t *testing.T) {
 	for _, tg := range targets {
 		runFio(append(append(append([]string{}, common...), tg.args...), "--rw=write", "--bs=1m")...)
 	}
+	if only := os.Getenv("BENCH_ONLY"); only != "" { // e.g. "4k-randread,4k-randwrite"
+		var keep []job
+		for _, j := range matrix {
+			if strings.Contains(","+only+",", ","+j.name+",") {
+				keep = append(keep, j)
+			}
+		}
+		matrix = keep
+	}
 	results := map[string]map[string]fioResult{}
 	for _, j := range matrix {
 		results[j.name] = map[string]fioResult{}
@@ -143,7 +152,10 @@ func TestBenchNBD(t *testing.T) {
 	}
 	fmt.Fprintf(&md, "\nWrite-size sweep, random writes, copies=1 vs copies=2:\n\n| size | c1 IOPS | c1 p99 µs | c2 IOPS | c2 p99 µs | c2 / c1 |\n|---|---:|---:|---:|---:|---:|\n")
 	for _, s := range []string{"4k", "32k", "256k"} {
-		r := results[s+"-randwrite"]
+		r, ok := results[s+"-randwrite"]
+		if !ok {
+			continue
+		}
 		fmt.Fprintf(&md, "| %s | %.0f | %.0f | %.0f | %.0f | %.2f |\n", s, r["c1"].iops, r["c1"].p99, r["c2"].iops, r["c2"].p99, r["c2"].iops/r["c1"].iops)
 	}
 	os.Stdout.Write(md.Bytes())
@@ -199,5 +211,3 @@ type fioSide struct {
 		Percentile map[string]float64 `json:"percentile"`
 	} `json:"clat_ns"`
 }
-
-var _ = strings.TrimSpace

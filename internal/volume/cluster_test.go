@@ -17,7 +17,7 @@ import (
 // testNode is an in-process node: a local replica served over HTTP on a
 // loopback port that survives kill/restart.
 type testNode struct {
-	t     *testing.T
+	t     testing.TB
 	id    string
 	local *volume.Local
 	mps   []string
@@ -31,7 +31,7 @@ type testNode struct {
 	puts   atomic.Int64
 }
 
-func startNode(t *testing.T, id string) *testNode {
+func startNode(t testing.TB, id string) *testNode {
 	l, mps := newLocal(t, 2)
 	n := &testNode{t: t, id: id, local: l, mps: mps, addr: "127.0.0.1:0", writes: map[string]int{}}
 	n.start()

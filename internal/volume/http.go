@@ -227,7 +227,8 @@ type ClientConfig struct {
 	BaseURL string
 	// HTTP is used for plain requests; nil means a pooled default.
 	HTTP *http.Client
-	// StreamConns is the number of stream connections; 0 means 4, and a
+	// StreamConns is the number of stream connections; 0 means 1 (one
+	// connection batches best: many requests share each syscall), and a
 	// negative value sends chunk data over plain HTTP requests instead.
 	StreamConns int
 }
@@ -257,7 +258,7 @@ func NewClientConfig(cfg ClientConfig) (*Client, error) {
 	if cfg.StreamConns >= 0 {
 		n := cfg.StreamConns
 		if n == 0 {
-			n = 4
+			n = 1
 		}
 		s, err := newStreamClient(c.base, n)
 		if err != nil {

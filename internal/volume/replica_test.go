@@ -13,7 +13,7 @@ import (
 	"github.com/slipstream-io/slipstream/internal/volume"
 )
 
-func newLocal(t *testing.T, mountpaths int) (*volume.Local, []string) {
+func newLocal(t testing.TB, mountpaths int) (*volume.Local, []string) {
 	t.Helper()
 	var mps []string
 	for i := 0; i < mountpaths; i++ {

@@ -29,19 +29,19 @@ import (
 // off+n)), 4 sync (payload: chunk numbers, 8 bytes each). flags: 1 sync
 // (FUA), 2 punch. status: 0 ok, 1 out of range / invalid, 2 other error.
 const (
-	streamProto     = "slipstream-volume/1"
-	streamReqLen    = 40
-	streamReplyLen  = 16
-	opRead          = 1
-	opWrite         = 2
-	opZero          = 3
-	opSync          = 4
-	flagSync        = 1
-	flagPunch       = 2
-	statusOK        = 0
-	statusInvalid   = 1
-	statusError     = 2
-	streamMaxInFlit = 256
+	streamProto       = "slipstream-volume/1"
+	streamReqLen      = 40
+	streamReplyLen    = 16
+	opRead            = 1
+	opWrite           = 2
+	opZero            = 3
+	opSync            = 4
+	flagSync          = 1
+	flagPunch         = 2
+	statusOK          = 0
+	statusInvalid     = 1
+	statusError       = 2
+	streamMaxInFlight = 256
 )
 
 type streamReq struct {
@@ -70,6 +70,7 @@ func parseStreamReq(h []byte) (r streamReq, volLen, payLen int, err error) {
 	if len(h) < streamReqLen {
 		return r, 0, 0, io.ErrUnexpectedEOF
 	}
+	_ = h[streamReqLen-1]
 	r.op, r.flags = h[0], h[1]
 	volLen = int(binary.BigEndian.Uint16(h[2:4]))
 	payLen = int(binary.BigEndian.Uint32(h[4:8]))
@@ -115,17 +116,18 @@ func (h *handler) serveStream(w http.ResponseWriter, req *http.Request) {
 	if _, err := io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: "+streamProto+"\r\n\r\n"); err != nil {
 		return
 	}
-	s := &streamServer{h: h, c: c, sem: make(chan struct{}, streamMaxInFlit)}
+	s := &streamServer{h: h, c: c, work: make(chan streamWork)}
 	// Bytes the HTTP server read ahead belong to the stream.
 	pre, _ := brw.Reader.Peek(brw.Reader.Buffered())
 	s.serve(req.Context(), bufio.NewReaderSize(io.MultiReader(bytes.NewReader(bytes.Clone(pre)), c), 256<<10))
 }
 
 type streamServer struct {
-	h   *handler
-	c   net.Conn
-	sem chan struct{}
-	wg  sync.WaitGroup
+	h       *handler
+	c       net.Conn
+	work    chan streamWork
+	workers int
+	wg      sync.WaitGroup
 
 	wmu     sync.Mutex
 	queue   []streamReply
@@ -141,9 +143,39 @@ type streamReply struct {
 	buf  *[]byte
 }
 
+type streamWork struct {
+	r  streamReq
+	pb *[]byte
+}
+
+// dispatch hands w to an idle worker or starts one (up to
+// streamMaxInFlight); workers live as long as the connection.
+func (s *streamServer) dispatch(ctx context.Context, w streamWork) {
+	select {
+	case s.work <- w:
+		return
+	default:
+	}
+	if s.workers < streamMaxInFlight {
+		s.workers++
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			for ok := true; ok; w, ok = <-s.work {
+				s.handle(ctx, &w.r, w.pb)
+			}
+		}()
+		return
+	}
+	s.work <- w
+}
+
 func (s *streamServer) serve(ctx context.Context, br *bufio.Reader) {
 	ctx = context.WithoutCancel(ctx) // the request context ends with the hijack
-	defer s.wg.Wait()
+	defer func() {
+		close(s.work)
+		s.wg.Wait()
+	}()
 	var hdr [streamReqLen]byte
 	for {
 		if _, err := io.ReadFull(br, hdr[:]); err != nil {
@@ -166,12 +198,7 @@ func (s *streamServer) serve(ctx context.Context, br *bufio.Reader) {
 			}
 			r.payload = *pb
 		}
-		s.sem <- struct{}{}
-		s.wg.Add(1)
-		go func() {
-			defer func() { <-s.sem; s.wg.Done() }()
-			s.handle(ctx, &r, pb)
-		}()
+		s.dispatch(ctx, streamWork{r, pb})
 	}
 }
 
@@ -308,9 +335,15 @@ func (sc *streamClient) close() {
 }
 
 type streamConn struct {
-	c      net.Conn
-	wmu    sync.Mutex
-	wbuf   []byte
+	c net.Conn
+
+	wmu     sync.Mutex
+	queue   []pendingReq
+	spare   []pendingReq
+	writing bool
+	hdrs    []byte
+	bufs    net.Buffers
+
 	mu     sync.Mutex
 	calls  map[uint64]*streamCall
 	nextID uint64
@@ -422,6 +455,52 @@ func (sc *streamConn) readLoop(br *bufio.Reader) {
 	}
 }
 
+// pendingReq is a request waiting to be written.
+type pendingReq struct {
+	hdr     [streamReqLen + 128]byte
+	n       int
+	payload []byte
+}
+
+// send queues r; the first sender to find the writer idle writes every
+// queued request with one writev, so concurrent callers share syscalls.
+func (sc *streamConn) send(r *streamReq) {
+	var p pendingReq
+	p.n = len(appendStreamReq(p.hdr[:0], r))
+	p.payload = r.payload
+	sc.wmu.Lock()
+	sc.queue = append(sc.queue, p)
+	if sc.writing {
+		sc.wmu.Unlock()
+		return
+	}
+	sc.writing = true
+	for len(sc.queue) > 0 {
+		batch := sc.queue
+		sc.queue = sc.spare[:0]
+		sc.wmu.Unlock()
+		sc.bufs = sc.bufs[:0]
+		for i := range batch {
+			sc.bufs = append(sc.bufs, batch[i].hdr[:batch[i].n])
+			if len(batch[i].payload) > 0 {
+				sc.bufs = append(sc.bufs, batch[i].payload)
+			}
+		}
+		bufs := sc.bufs
+		_, err := bufs.WriteTo(sc.c)
+		for i := range batch {
+			batch[i].payload = nil
+		}
+		if err != nil {
+			sc.fail(err)
+		}
+		sc.wmu.Lock()
+		sc.spare = batch[:0]
+	}
+	sc.writing = false
+	sc.wmu.Unlock()
+}
+
 // do sends r and waits for its reply; for reads the data lands in dst.
 func (sc *streamConn) do(ctx context.Context, r *streamReq, dst []byte) error {
 	call := &streamCall{dst: dst, done: make(chan struct{})}
@@ -436,19 +515,7 @@ func (sc *streamConn) do(ctx context.Context, r *streamReq, dst []byte) error {
 	sc.calls[r.id] = call
 	sc.mu.Unlock()
 
-	sc.wmu.Lock()
-	sc.wbuf = appendStreamReq(sc.wbuf[:0], r)
-	var err error
-	if len(r.payload) > 0 {
-		bufs := net.Buffers{sc.wbuf, r.payload}
-		_, err = bufs.WriteTo(sc.c)
-	} else {
-		_, err = sc.c.Write(sc.wbuf)
-	}
-	sc.wmu.Unlock()
-	if err != nil {
-		sc.fail(err)
-	}
+	sc.send(r)
 
 	select {
 	case <-call.done:

@@ -162,7 +162,6 @@ func (s *Server) ServeConn(ctx context.Context, c net.Conn) error {
 		dev:        dev,
 		size:       dev.Size(),
 		structured: structured,
-		sem:        make(chan struct{}, s.cfg.MaxInFlight),
 	}
 	return tc.serve(ctx)
 }

@@ -21,7 +21,8 @@ type conn struct {
 	dev        Device
 	size       int64
 	structured bool
-	sem        chan struct{}
+	work       chan work
+	workers    int
 	wg         sync.WaitGroup
 
 	wmu     sync.Mutex
@@ -30,6 +31,41 @@ type conn struct {
 	writing bool
 	failed  bool
 	bufs    net.Buffers
+}
+
+// work is one request handed to a worker.
+type work struct {
+	req     Request
+	payload *[]byte
+}
+
+// dispatch hands w to an idle worker, starting a new one while fewer than
+// MaxInFlight exist; otherwise it waits for a worker. Workers live as long
+// as the connection, so their stacks stay grown.
+func (c *conn) dispatch(ctx context.Context, w work) {
+	select {
+	case c.work <- w:
+		return
+	default:
+	}
+	if c.workers < c.s.cfg.MaxInFlight {
+		c.workers++
+		c.wg.Add(1)
+		go c.worker(ctx, w)
+		return
+	}
+	c.work <- w
+}
+
+func (c *conn) worker(ctx context.Context, w work) {
+	defer c.wg.Done()
+	for {
+		c.handle(ctx, w.req, w.payload)
+		var ok bool
+		if w, ok = <-c.work; !ok {
+			return
+		}
+	}
 }
 
 // reply is one queued reply: a header and an optional payload that goes
@@ -42,7 +78,11 @@ type reply struct {
 }
 
 func (c *conn) serve(ctx context.Context) error {
-	defer c.wg.Wait()
+	c.work = make(chan work)
+	defer func() {
+		close(c.work)
+		c.wg.Wait()
+	}()
 	var hdr [requestHeaderLen]byte
 	for {
 		if _, err := io.ReadFull(c.br, hdr[:]); err != nil {
@@ -71,12 +111,7 @@ func (c *conn) serve(ctx context.Context) error {
 		if req.Type == CmdDisc {
 			return nil
 		}
-		c.sem <- struct{}{}
-		c.wg.Add(1)
-		go func() {
-			defer func() { <-c.sem; c.wg.Done() }()
-			c.handle(ctx, req, payload)
-		}()
+		c.dispatch(ctx, work{req, payload})
 	}
 }
 
