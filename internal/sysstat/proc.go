@@ -85,7 +85,7 @@ func ParseNetDev(r io.Reader) ([]NICStat, error) {
 		}
 		name = strings.TrimSpace(name)
 		f := strings.Fields(rest)
-		if name == "" || len(f) < 16 {
+		if name == "" || strings.ContainsAny(name, " \t") || len(f) < 16 {
 			return nil, fmt.Errorf("%w: net/dev line %d: %d fields, want 16", ErrParse, line, len(f))
 		}
 		var nums [16]uint64
