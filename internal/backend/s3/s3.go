@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
@@ -121,6 +122,11 @@ func (b *Backend) Client() *s3.Client { return b.client }
 func (b *Backend) mapErr(op, key string, err error) error {
 	if err == nil {
 		return nil
+	}
+	for _, sentinel := range []error{object.ErrTooLarge, object.ErrIncompleteBody} {
+		if errors.Is(err, sentinel) {
+			return fmt.Errorf("s3 backend: put %s: %w", key, sentinel)
+		}
 	}
 	var ae smithy.APIError
 	if errors.As(err, &ae) {
@@ -225,8 +231,18 @@ func (b *Backend) Get(ctx context.Context, key string, rng *object.Range) (io.Re
 	return out.Body, a, nil
 }
 
-// Put implements backend.Backend.
+// Put implements backend.Backend. An object of known size up to the part
+// size is streamed in one PutObject (unsigned payload, so the body need not
+// be read twice); larger or unknown-size objects go up as a multipart upload.
 func (b *Backend) Put(ctx context.Context, key string, r io.Reader, size int64, pa backend.PutAttrs) (backend.Attrs, error) {
+	if size >= 0 && size <= b.partSize {
+		er := &exactReader{r: r, remain: size}
+		a, err := b.putStream(ctx, key, er, size, pa)
+		if err != nil && er.err != nil {
+			return backend.Attrs{}, fmt.Errorf("s3 backend: put %s: %w", key, er.err)
+		}
+		return a, err
+	}
 	bufp := b.bufs.Get().(*[]byte)
 	first := *bufp
 	n, err := io.ReadFull(r, first)
@@ -255,6 +271,61 @@ func (b *Backend) Put(ctx context.Context, key string, r io.Reader, size int64, 
 		return b.putSingle(ctx, key, first, pa)
 	}
 	return b.putMultipart(ctx, key, bufp, r, size, pa)
+}
+
+func (b *Backend) putStream(ctx context.Context, key string, r io.Reader, size int64, pa backend.PutAttrs) (backend.Attrs, error) {
+	in := &s3.PutObjectInput{
+		Bucket: &b.bucket, Key: aws.String(b.prefix + key), Body: r,
+		ContentLength: aws.Int64(size), Metadata: pa.UserMeta,
+	}
+	if pa.ContentType != "" {
+		in.ContentType = aws.String(pa.ContentType)
+	}
+	if size == 0 {
+		in.Body = bytes.NewReader(nil)
+	}
+	out, err := b.client.PutObject(ctx, in, s3.WithAPIOptions(v4.SwapComputePayloadSHA256ForUnsignedPayloadMiddleware),
+		func(o *s3.Options) { o.RetryMaxAttempts = 1 }) // a stream cannot be sent twice
+	if err != nil {
+		return backend.Attrs{}, b.mapErr("put", key, err)
+	}
+	return backend.Attrs{Key: key, Size: size, ETag: unquote(out.ETag), Version: aws.ToString(out.VersionId),
+		ModTime: time.Now(), ContentType: pa.ContentType, UserMeta: pa.UserMeta}, nil
+}
+
+// exactReader delivers exactly remain bytes of r and fails (rather than
+// deliver the last bytes) when r is shorter or longer, so that a wrong-size
+// body aborts the upload instead of storing something.
+type exactReader struct {
+	r      io.Reader
+	remain int64
+	err    error // the body's own failure, if any
+}
+
+func (e *exactReader) Read(p []byte) (int, error) {
+	if e.remain == 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > e.remain {
+		p = p[:e.remain]
+	}
+	n, err := e.r.Read(p)
+	e.remain -= int64(n)
+	if e.remain == 0 {
+		var one [1]byte
+		if m, _ := io.ReadFull(e.r, one[:]); m > 0 {
+			e.err = object.ErrTooLarge
+			return 0, e.err
+		}
+		return n, nil
+	}
+	if err == io.EOF {
+		err = object.ErrIncompleteBody
+	}
+	if err != nil {
+		e.err = err
+	}
+	return n, err
 }
 
 func (b *Backend) putSingle(ctx context.Context, key string, body []byte, pa backend.PutAttrs) (backend.Attrs, error) {
