@@ -1,0 +1,452 @@
+// Package client is Slipstream's smart Go client. It reads the cluster map
+// from the nodes' intra-cluster addresses and keeps it fresh with a long
+// poll, computes placement itself (the same HRW order the nodes use) and
+// sends every object request straight to the object's owner, spreading its
+// connections over all of the owner's public addresses and over all of the
+// client host's own interfaces (through internal/netx: one bound transport
+// per local address, least-loaded pairs, failover and resumed GETs).
+//
+// It offers the cluster in three shapes: an *s3.Client (AWS SDK for Go v2)
+// whose object requests go to their owners, an *http.Client whose requests
+// to any address of a node use all of that node's addresses, and a Router
+// for the load generator (internal/loader).
+package client
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/slipstream-io/slipstream/internal/cluster"
+	"github.com/slipstream-io/slipstream/internal/netx"
+	"github.com/slipstream-io/slipstream/internal/placement"
+)
+
+// Sentinel errors.
+var (
+	// ErrNoSeeds is returned by New without seeds.
+	ErrNoSeeds = errors.New("client: no seeds")
+	// ErrNoMap is returned by New when no seed answered with a cluster map.
+	ErrNoMap = errors.New("client: no cluster map")
+	// ErrNoNodes is returned when the cluster map lists no node with a
+	// public address.
+	ErrNoNodes = errors.New("client: no nodes in the cluster map")
+	// ErrClosed is returned after Close.
+	ErrClosed = errors.New("client: closed")
+)
+
+// healthPath is the node's health endpoint on its public addresses (the
+// node package's PublicHealthPath); the transport probes it to take an
+// address pair back in after a failure.
+const healthPath = "/_slipstream/health"
+
+// Config configures a Client.
+type Config struct {
+	// Seeds are intra-cluster base URLs ("http://10.77.1.11:9100") or
+	// host:port addresses of nodes to fetch the cluster map from (the
+	// map is served on intra addresses only). Once the map is known, every
+	// node's intra addresses are tried too.
+	Seeds []string
+	// LocalAddrs are this host's own addresses to send from, one per
+	// interface; empty: one unbound interface.
+	LocalAddrs []string
+	// AccessKey and SecretKey sign the S3 client's requests (empty:
+	// anonymous). Region defaults to "us-east-1".
+	AccessKey, SecretKey, Region string
+	// TLS, if set, makes requests to public addresses use HTTPS.
+	TLS *tls.Config
+	// MapClient fetches the cluster map (default: a plain HTTP client).
+	MapClient *http.Client
+	// FailAfter is how long a silent interface pair may stall before it is
+	// taken out (netx default 1s).
+	FailAfter time.Duration
+	// MaxIdleConnsPerHost per local interface (netx default 64).
+	MaxIdleConnsPerHost int
+	// Log receives map changes and interface failures (default: discarded).
+	Log *slog.Logger
+}
+
+// NodeInfo is one node of the cluster as the client sees it.
+type NodeInfo struct {
+	ID          string
+	PublicAddrs []string // host:port, one per interface
+	IntraAddrs  []string
+	State       string // "up", "down" or "maintenance"
+}
+
+// Client follows the cluster map and routes requests to owners. It is safe
+// for concurrent use.
+type Client struct {
+	cfg     Config
+	log     *slog.Logger
+	scheme  string
+	tr      *netx.Transport
+	hc      *http.Client
+	mapHC   *http.Client
+	rr      atomic.Uint64
+	changes chan struct{} // closed and replaced on every map change
+
+	mu sync.RWMutex
+	m  *cluster.Map
+	id []string // node IDs, sorted
+
+	s3once sync.Once
+	s3c    *s3.Client
+
+	cancel context.CancelFunc
+	done   chan struct{}
+	closed atomic.Bool
+}
+
+// New fetches the cluster map from the first seed that answers (bounded by
+// ctx), builds the multihomed transport and starts following the map in
+// the background until Close.
+func New(ctx context.Context, cfg Config) (*Client, error) {
+	if len(cfg.Seeds) == 0 {
+		return nil, ErrNoSeeds
+	}
+	if cfg.Region == "" {
+		cfg.Region = "us-east-1"
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	mapHC := cfg.MapClient
+	if mapHC == nil {
+		mapHC = &http.Client{Transport: &http.Transport{
+			Proxy:               nil,
+			DialContext:         (&net.Dialer{Timeout: 3 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConnsPerHost: 2,
+			IdleConnTimeout:     90 * time.Second,
+		}}
+	}
+	scheme := "http"
+	if cfg.TLS != nil {
+		scheme = "https"
+	}
+	c := &Client{cfg: cfg, log: cfg.Log, scheme: scheme, mapHC: mapHC, changes: make(chan struct{}), done: make(chan struct{})}
+	var errs []error
+	for _, s := range cfg.Seeds {
+		m, err := cluster.FetchMap(ctx, mapHC, s, 0, 0)
+		if err == nil {
+			c.setMap(m)
+			break
+		}
+		errs = append(errs, err)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	if c.currentMap() == nil {
+		return nil, fmt.Errorf("%w: %w", ErrNoMap, errors.Join(errs...))
+	}
+	tr, err := netx.NewTransport(netx.Config{
+		LocalAddrs:          cfg.LocalAddrs,
+		Scheme:              scheme,
+		TLS:                 cfg.TLS,
+		ProbePath:           healthPath,
+		FailAfter:           cfg.FailAfter,
+		MaxIdleConnsPerHost: cfg.MaxIdleConnsPerHost,
+		Log:                 cfg.Log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	c.tr = tr
+	c.hc = &http.Client{Transport: tr}
+	c.mu.Lock()
+	c.setPeersLocked()
+	c.mu.Unlock()
+	wctx, cancel := context.WithCancel(context.Background())
+	c.cancel = cancel
+	go c.follow(wctx)
+	return c, nil
+}
+
+// Close stops following the map and closes idle connections.
+func (c *Client) Close() error {
+	if c.closed.Swap(true) {
+		return nil
+	}
+	c.cancel()
+	<-c.done
+	return c.tr.Close()
+}
+
+func (c *Client) currentMap() *cluster.Map {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.m
+}
+
+// setMap installs m if it is newer than the current map.
+func (c *Client) setMap(m *cluster.Map) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m != nil && m.Version <= c.m.Version {
+		return false
+	}
+	c.m, c.id = m, m.NodeIDs()
+	if c.tr != nil {
+		c.setPeersLocked()
+	}
+	close(c.changes)
+	c.changes = make(chan struct{})
+	return true
+}
+
+func (c *Client) setPeersLocked() {
+	peers := make([]netx.Peer, 0, len(c.id))
+	for _, id := range c.id {
+		n := c.m.Nodes[id]
+		if len(n.PublicAddrs) > 0 {
+			peers = append(peers, netx.Peer{ID: id, Addrs: slices.Clone(n.PublicAddrs)})
+		}
+	}
+	c.tr.SetPeers(peers)
+}
+
+// follow long-polls the map from the seeds and every known node's intra
+// addresses in turn, moving on when one fails.
+func (c *Client) follow(ctx context.Context) {
+	defer close(c.done)
+	i := 0
+	delay := 50 * time.Millisecond
+	for ctx.Err() == nil {
+		urls := c.mapURLs()
+		m := c.currentMap()
+		fctx, cancel := context.WithTimeout(ctx, 40*time.Second) // a dead peer must not hold the poll
+		got, err := cluster.FetchMap(fctx, c.mapHC, urls[i%len(urls)], max(m.Version, 1), 30*time.Second)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			i++
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(delay):
+			}
+			delay = min(2*delay, 2*time.Second)
+			continue
+		}
+		delay = 50 * time.Millisecond
+		if c.setMap(got) {
+			c.log.Info("client: cluster map changed", "version", got.Version, "nodes", len(got.Nodes))
+		}
+	}
+}
+
+// mapURLs lists where the map can be fetched: the seeds first, then every
+// node's intra addresses.
+func (c *Client) mapURLs() []string {
+	out := slices.Clone(c.cfg.Seeds)
+	c.mu.RLock()
+	for _, id := range c.id {
+		for _, a := range c.m.Nodes[id].IntraAddrs {
+			if u := cluster.BaseURL(a); !slices.Contains(out, u) && !slices.Contains(out, a) {
+				out = append(out, u)
+			}
+		}
+	}
+	c.mu.RUnlock()
+	return out
+}
+
+// MapVersion is the version of the cluster map the client routes by.
+func (c *Client) MapVersion() uint64 { return c.currentMap().Version }
+
+// WaitMap waits until the client's map is at least version v.
+func (c *Client) WaitMap(ctx context.Context, v uint64) error {
+	for {
+		c.mu.RLock()
+		cur, ch := c.m.Version, c.changes
+		c.mu.RUnlock()
+		if cur >= v {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("client: waiting for map version %d (have %d): %w", v, cur, ctx.Err())
+		}
+	}
+}
+
+func info(n cluster.NodeInfo) NodeInfo {
+	return NodeInfo{ID: n.ID, PublicAddrs: slices.Clone(n.PublicAddrs), IntraAddrs: slices.Clone(n.IntraAddrs), State: string(n.State)}
+}
+
+// Nodes returns every node of the current map, sorted by ID.
+func (c *Client) Nodes() []NodeInfo {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	out := make([]NodeInfo, 0, len(c.id))
+	for _, id := range c.id {
+		out = append(out, info(c.m.Nodes[id]))
+	}
+	return out
+}
+
+// Owner returns the node that serves bucket/key: the first node in the HRW
+// order over every member that is up (the order the nodes themselves use),
+// or the first in that order when none is up. The zero NodeInfo means the
+// map has no nodes.
+func (c *Client) Owner(bucket, key string) NodeInfo {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	n, _ := c.ownerLocked(bucket, key)
+	return info(n)
+}
+
+func (c *Client) ownerLocked(bucket, key string) (cluster.NodeInfo, bool) {
+	order := placement.Order(c.id, placement.ObjectName(bucket, key))
+	for _, id := range order {
+		if n := c.m.Nodes[id]; n.State == cluster.StateUp && len(n.PublicAddrs) > 0 {
+			return n, true
+		}
+	}
+	for _, id := range order {
+		if n := c.m.Nodes[id]; len(n.PublicAddrs) > 0 {
+			return n, true
+		}
+	}
+	return cluster.NodeInfo{}, false
+}
+
+// anyLocked returns an up node with a public address, round-robin.
+func (c *Client) anyLocked() (cluster.NodeInfo, bool) {
+	n := len(c.id)
+	start := int(c.rr.Add(1) % uint64(max(n, 1)))
+	var fallback *cluster.NodeInfo
+	for i := 0; i < n; i++ {
+		nd := c.m.Nodes[c.id[(start+i)%n]]
+		if len(nd.PublicAddrs) == 0 {
+			continue
+		}
+		if nd.State == cluster.StateUp {
+			return nd, true
+		}
+		if fallback == nil {
+			fallback = &nd
+		}
+	}
+	if fallback != nil {
+		return *fallback, true
+	}
+	return cluster.NodeInfo{}, false
+}
+
+// hostFor returns the host:port that names the node serving bucket/key
+// (any node when key is empty): its first public address, which the
+// transport maps to all of its addresses.
+func (c *Client) hostFor(bucket, key string) (string, error) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var n cluster.NodeInfo
+	var ok bool
+	if bucket != "" && key != "" {
+		n, ok = c.ownerLocked(bucket, key)
+	} else {
+		n, ok = c.anyLocked()
+	}
+	if !ok {
+		return "", ErrNoNodes
+	}
+	hp, _, err := netx.ParseAddr(n.PublicAddrs[0])
+	if err != nil {
+		return "", fmt.Errorf("client: node %s: %w", n.ID, err)
+	}
+	return hp, nil
+}
+
+// Transport returns the multihomed round tripper: a request to a node ID or
+// to any one of a node's public addresses goes over all of that node's
+// public addresses and all local interfaces, the least-loaded pair first;
+// idempotent requests are retried on another pair and GET bodies resume
+// from another pair when a connection breaks.
+func (c *Client) Transport() http.RoundTripper { return c.tr }
+
+// HTTPClient returns an *http.Client over Transport. It does not reroute
+// requests: the URL's host picks the node.
+func (c *Client) HTTPClient() *http.Client { return c.hc }
+
+// Stats returns the byte, request, error and retry counters of every local
+// interface the client sends from.
+func (c *Client) Stats() []netx.IfaceStats { return c.tr.Stats() }
+
+// Pairs returns the state and counters of every (local, remote) pair.
+func (c *Client) Pairs() []netx.PairStats { return c.tr.Pairs() }
+
+// S3 returns an S3 client (path-style) whose object requests go straight to
+// the owner of each object; bucket-level requests go to any node that is
+// up. It is built once and shared.
+func (c *Client) S3() *s3.Client {
+	c.s3once.Do(func() {
+		base := c.scheme + "://slipstream"
+		if hp, err := c.hostFor("", ""); err == nil {
+			base = c.scheme + "://" + hp
+		}
+		opts := s3.Options{
+			BaseEndpoint:               aws.String(base),
+			Region:                     c.cfg.Region,
+			UsePathStyle:               true,
+			HTTPClient:                 &http.Client{Transport: &ownerTransport{c: c}},
+			RequestChecksumCalculation: aws.RequestChecksumCalculationWhenRequired,
+			ResponseChecksumValidation: aws.ResponseChecksumValidationWhenRequired,
+		}
+		if c.cfg.AccessKey != "" {
+			opts.Credentials = credentials.NewStaticCredentialsProvider(c.cfg.AccessKey, c.cfg.SecretKey, "")
+		} else {
+			opts.Credentials = aws.AnonymousCredentials{}
+		}
+		c.s3c = s3.New(opts)
+	})
+	return c.s3c
+}
+
+// ownerTransport sends each path-style S3 request to the owner of its
+// object (any up node for bucket-level requests). The Host header keeps the
+// host the request was signed for, so signatures stay valid.
+type ownerTransport struct{ c *Client }
+
+var _ http.RoundTripper = (*ownerTransport)(nil)
+
+func (o *ownerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if o.c.closed.Load() {
+		return nil, ErrClosed
+	}
+	bucket, key := SplitPath(req.URL.Path)
+	host, err := o.c.hostFor(bucket, key)
+	if err != nil {
+		return nil, err
+	}
+	r := req.Clone(req.Context())
+	if r.Host == "" {
+		r.Host = req.URL.Host
+	}
+	r.URL.Host = host
+	return o.c.tr.RoundTrip(r)
+}
+
+// SplitPath splits a path-style S3 request path ("/bucket/some/key") into
+// bucket and key; either may be empty.
+func SplitPath(p string) (bucket, key string) {
+	p = strings.TrimPrefix(p, "/")
+	bucket, key, _ = strings.Cut(p, "/")
+	return bucket, key
+}
