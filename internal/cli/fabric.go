@@ -23,7 +23,8 @@ import (
 const fabricUsage = `usage: slipstream fabric <command> [flags] SOURCE...
 
 SOURCE is a directory of OpenSM dumps (opensm-lfts.dump, opensm-subnet.lst,
-guid2lid, ... each optionally .gz) or a comma-separated list of dump files.
+guid2lid, ... each optionally .gz) or dump files: a comma-separated list, or
+(for commands that take only SOURCE) several file arguments.
 
 commands:
   info   SOURCE                 switches, hosts, LIDs, routing engine
@@ -110,6 +111,20 @@ func (f *fabricFlags) parse(args []string, npos int) ([]string, error) {
 	return pos, nil
 }
 
+// parseSource is parse for commands that take one SOURCE: a directory, a
+// comma-separated list of files, or several file arguments (joined).
+func (f *fabricFlags) parseSource(args []string) ([]string, error) {
+	pos, err := f.parse(args, -1)
+	if err != nil {
+		return nil, err
+	}
+	if len(pos) == 0 {
+		f.Usage()
+		return nil, usagef("missing SOURCE (a dump directory or files)")
+	}
+	return []string{strings.Join(pos, ",")}, nil
+}
+
 func sourcePaths(src string) []string {
 	var out []string
 	for _, p := range strings.Split(src, ",") {
@@ -132,7 +147,7 @@ func writeJSON(w io.Writer, v any) error {
 
 func fabricInfo(ctx context.Context, env Env, args []string) error {
 	f := newFabricFlags(env, "info", "SOURCE")
-	pos, err := f.parse(args, 1)
+	pos, err := f.parseSource(args)
 	if err != nil {
 		return err
 	}
@@ -181,7 +196,7 @@ func engineText(e fabric.EngineInfo) string {
 func fabricHosts(ctx context.Context, env Env, args []string) error {
 	f := newFabricFlags(env, "hosts", "SOURCE")
 	f.StringVar(&f.format, "format", "table", "table, hostlist or json")
-	pos, err := f.parse(args, 1)
+	pos, err := f.parseSource(args)
 	if err != nil {
 		return err
 	}
@@ -302,7 +317,7 @@ func fabricLoads(ctx context.Context, env Env, args []string) error {
 	top := f.Int("top", 20, "links and routes to list (0 = all links)")
 	kind := f.String("kind", "", "only links of this kind: switch, up or down")
 	png := f.String("png", "", "also write a heat map of the link loads to this PNG file")
-	pos, err := f.parse(args, 1)
+	pos, err := f.parseSource(args)
 	if err != nil {
 		return err
 	}
@@ -404,7 +419,7 @@ func fabricSelect(ctx context.Context, env Env, args []string) error {
 	targets := f.String("targets", "", "hostlist of fixed peers (e.g. storage): score routes chosen<->targets")
 	trials := f.Int("random", 100, "random choices to compare with")
 	seed := f.Uint64("seed", 1, "seed of the random comparison")
-	pos, err := f.parse(args, 1)
+	pos, err := f.parseSource(args)
 	if err != nil {
 		return err
 	}
@@ -588,7 +603,7 @@ func fabricWatch(ctx context.Context, env Env, args []string) error {
 
 func fabricCheck(ctx context.Context, env Env, args []string) error {
 	f := newFabricFlags(env, "check", "SOURCE")
-	pos, err := f.parse(args, 1)
+	pos, err := f.parseSource(args)
 	if err != nil {
 		return err
 	}

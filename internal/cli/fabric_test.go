@@ -129,3 +129,17 @@ func TestFabricTextAndErrors(t *testing.T) {
 		t.Errorf("no LFT: exit %d %q", code, errs)
 	}
 }
+
+func TestFabricExplicitFiles(t *testing.T) {
+	d := filepath.Join(fabricSamples, "ft2-h16/minhop/before")
+	lft, subnet := filepath.Join(d, "opensm-lfts.dump"), filepath.Join(d, "opensm-subnet.lst")
+	for _, args := range [][]string{
+		{"info", "--json", lft, subnet},
+		{"info", "--json", lft + "," + subnet},
+	} {
+		out, errs, code := runFabric(t, args...)
+		if code != 0 || !strings.Contains(out, `"hosts": 16`) {
+			t.Errorf("%v: exit %d %s %s", args, code, errs, out)
+		}
+	}
+}
