@@ -199,7 +199,7 @@ func (h *handler) sendObject(w http.ResponseWriter, rq *request, rd object.Reade
 	off, n := rd.Range()
 	hdr.Set("Content-Length", strconv.FormatInt(n, 10))
 	status := http.StatusOK
-	if partial {
+	if partial && info.Size > 0 { // an empty object is served whole
 		status = http.StatusPartialContent
 		hdr.Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", off, off+n-1, info.Size))
 	}

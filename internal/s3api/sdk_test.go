@@ -165,6 +165,9 @@ func testSDKObjects(t *testing.T, tls bool) {
 	if got, out := getString(t, c, &s3.GetObjectInput{Bucket: aws.String("data"), Key: aws.String("empty"), Range: aws.String("bytes=0-1023")}); got != "" || out.ContentRange != nil {
 		t.Fatalf("ranged GET of an empty object: %q, Content-Range %v", got, out.ContentRange)
 	}
+	if got, out := getString(t, c, &s3.GetObjectInput{Bucket: aws.String("data"), Key: aws.String("empty"), Range: aws.String("bytes=-5")}); got != "" || out.ContentRange != nil {
+		t.Fatalf("suffix-ranged GET of an empty object: %q, Content-Range %v", got, out.ContentRange)
+	}
 	if h := must[*s3.HeadObjectOutput](t)(c.HeadObject(ctx(), &s3.HeadObjectInput{Bucket: aws.String("data"), Key: aws.String("empty"), Range: aws.String("bytes=0-10")})); *h.ContentLength != 0 {
 		t.Fatalf("ranged HEAD of an empty object: length %d", *h.ContentLength)
 	}
