@@ -130,7 +130,11 @@ func adminStatus(ctx context.Context, env Env, args []string) error {
 		return err
 	}
 	var all []any
-	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+	var table io.Writer = env.Stdout
+	if *asJSON {
+		table = io.Discard
+	}
+	tw := tabwriter.NewWriter(table, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "map version %d, %d nodes, %d buckets, %d volumes\n\n", m.Version, len(m.Nodes), len(m.Buckets), len(m.Volumes))
 	fmt.Fprintln(tw, "NODE\tSTATE\tVOTER\tPUBLIC\tMOUNTPATH\tUSED\tCAPACITY\tOBJECTS")
 	for _, id := range m.NodeIDs() {

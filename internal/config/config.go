@@ -86,8 +86,10 @@ type Space struct {
 
 // Tier configures the fast tier over remote backends.
 type Tier struct {
-	// DirtyCap bounds the bytes written back but not yet destaged.
-	DirtyCap int64 `yaml:"dirty_cap"`
+	// DirtyCap bounds the bytes written back but not yet destaged; a PUT
+	// that does not fit waits up to DirtyWait, then fails with SlowDown.
+	DirtyCap  int64         `yaml:"dirty_cap"`
+	DirtyWait time.Duration `yaml:"dirty_wait"`
 	// DestageWorkers bounds concurrent uploads to the backend.
 	DestageWorkers int `yaml:"destage_workers"`
 	// ParallelThreshold and PartSize govern parallel range fills of large
@@ -147,6 +149,9 @@ func (n *Node) SetDefaults() {
 	}
 	if n.Tier.DirtyCap == 0 {
 		n.Tier.DirtyCap = 4 << 30
+	}
+	if n.Tier.DirtyWait == 0 {
+		n.Tier.DirtyWait = 10 * time.Second
 	}
 	if n.Tier.DestageWorkers == 0 {
 		n.Tier.DestageWorkers = 8

@@ -2,8 +2,6 @@ package node
 
 import (
 	"context"
-	"encoding/json"
-	"net/http"
 	"time"
 
 	"github.com/slipstream-io/slipstream/internal/cluster"
@@ -44,35 +42,16 @@ func hasBucket(name string) func(*cluster.Map) bool {
 }
 
 // leaderSync returns a function that makes this node's map at least as new
-// as the leader's: one request for the leader's version, then a wait for
-// this node to apply it. It gives read-your-writes across gateways for
-// bucket operations.
-func leaderSync(cl *cluster.Cluster, hc *http.Client) func(ctx context.Context) error {
+// as the leader's, so bucket operations read their own writes across
+// gateways. On the leader itself every committed change is already applied
+// (mutations return only once visible), so it costs nothing there.
+func leaderSync(cl *cluster.Cluster) func(ctx context.Context) error {
 	return func(ctx context.Context) error {
 		if cl.IsLeader() {
 			return nil
 		}
-		m := cl.Map()
-		ln, ok := m.Node(cl.LeaderID())
-		if !ok || len(ln.IntraAddrs) == 0 {
-			return cluster.ErrNoLeader
-		}
 		ctx, cancel := context.WithTimeout(ctx, mapLag)
 		defer cancel()
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, cluster.BaseURL(ln.IntraAddrs[0])+cluster.PathHealth, nil)
-		if err != nil {
-			return err
-		}
-		resp, err := hc.Do(req)
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		var h cluster.Health
-		if err := json.NewDecoder(resp.Body).Decode(&h); err != nil {
-			return err
-		}
-		waitMap(ctx, cl, func(m *cluster.Map) bool { return m.Version >= h.Version })
-		return nil
+		return cl.Sync(ctx)
 	}
 }

@@ -155,6 +155,7 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 		FillParallel:      cfg.Tier.FetchConcurrency,
 		DestageParallel:   cfg.Tier.DestageWorkers,
 		MaxDirtyBytes:     cfg.Tier.DirtyCap,
+		DirtyWait:         cfg.Tier.DirtyWait,
 		Log:               log,
 	}, st)
 	if err != nil {
@@ -171,7 +172,7 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 		defaultCopies: cfg.DefaultCopies,
 		log:           log,
 		now:           time.Now,
-		sync:          leaderSync(cl, hc),
+		sync:          leaderSync(cl),
 		listBackend:   local.ListBackend,
 	}
 	rep.g = n.gw

@@ -50,6 +50,8 @@ type Remote struct {
 	exited   chan struct{}
 	proxy    *http.Server
 	requests atomic.Int64
+	gets     atomic.Int64
+	down     atomic.Bool
 }
 
 // Binary finds versitygw: $VERSITYGW, then $(go env GOPATH)/bin, then PATH.
@@ -149,6 +151,13 @@ func (r *Remote) startProxy(cfg Config) error {
 	}
 	h := http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		r.requests.Add(1)
+		if req.Method == http.MethodGet && req.URL.Path != "/" && strings.Count(strings.Trim(req.URL.Path, "/"), "/") >= 1 {
+			r.gets.Add(1)
+		}
+		if r.down.Load() {
+			http.Error(w, "remote link down", http.StatusServiceUnavailable)
+			return
+		}
 		if cfg.Latency > 0 {
 			select {
 			case <-time.After(cfg.Latency):
@@ -176,6 +185,14 @@ func (r *Remote) startProxy(cfg Config) error {
 
 // Requests is the number of requests that went through the slow link.
 func (r *Remote) Requests() int64 { return r.requests.Load() }
+
+// ObjectGets is the number of object GETs (whole or ranged) that went
+// through the slow link.
+func (r *Remote) ObjectGets() int64 { return r.gets.Load() }
+
+// SetDown cuts (true) or restores (false) the slow link: while it is down
+// every request through it fails with 503.
+func (r *Remote) SetDown(down bool) { r.down.Store(down) }
 
 // Stop ends the proxy and the server.
 func (r *Remote) Stop() {

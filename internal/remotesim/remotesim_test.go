@@ -58,8 +58,13 @@ func TestSlowLink(t *testing.T) {
 	if elapsed < min {
 		t.Fatalf("24 MiB crossed a 40 MiB/s link in %v, faster than the %v the rate allows", elapsed, min)
 	}
-	if r.Requests() != 1 {
-		t.Fatalf("proxy counted %d requests, want 1", r.Requests())
+	if r.Requests() != 1 || r.ObjectGets() != 1 {
+		t.Fatalf("proxy counted %d requests and %d object GETs, want 1 and 1", r.Requests(), r.ObjectGets())
 	}
+	r.SetDown(true)
+	if _, err := client(r, r.Endpoint).HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String("remote"), Key: aws.String("a/b")}); err == nil {
+		t.Fatal("HEAD through a link that is down succeeded")
+	}
+	r.SetDown(false)
 	t.Logf("24 MiB in %v through a %d MiB/s link", elapsed, rateBps>>20)
 }

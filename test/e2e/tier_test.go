@@ -1,0 +1,397 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/slipstream-io/slipstream/internal/cluster"
+	"github.com/slipstream-io/slipstream/internal/config"
+	"github.com/slipstream-io/slipstream/internal/localcluster"
+	"github.com/slipstream-io/slipstream/internal/placement"
+	"github.com/slipstream-io/slipstream/internal/remotesim"
+)
+
+// startRemote runs a real S3 server behind a slow link as the remote
+// bucket "remote".
+func startRemote(t *testing.T, cfg remotesim.Config) (*remotesim.Remote, *s3.Client) {
+	t.Helper()
+	cfg.Dir = t.TempDir()
+	r, err := remotesim.Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Stop)
+	if err := r.CreateBucket("remote"); err != nil {
+		t.Fatal(err)
+	}
+	direct := s3.New(s3.Options{
+		BaseEndpoint: aws.String(r.DirectEndpoint), Region: "us-east-1", UsePathStyle: true,
+		Credentials: credentials.NewStaticCredentialsProvider(r.AccessKey, r.SecretKey, ""),
+	})
+	return r, direct
+}
+
+// tieredBucket creates a bucket of the given mode over the remote.
+func tieredBucket(t *testing.T, c *localcluster.Cluster, r *remotesim.Remote, name, mode string, extra ...string) {
+	t.Helper()
+	args := append([]string{"bucket", "create", name, "--mode", mode, "--backend", "s3", "--endpoint", r.Endpoint,
+		"--remote-bucket", "remote", "--prefix", name + "/", "--access-key", r.AccessKey, "--secret-key", r.SecretKey}, extra...)
+	admin(t, c, 0, args...)
+}
+
+func clusterMap(t *testing.T, c *localcluster.Cluster, i int) *cluster.Map {
+	t.Helper()
+	resp, err := http.Get(c.IntraURL(i) + "/cluster/map")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var m cluster.Map
+	if err := json.NewDecoder(resp.Body).Decode(&m); err != nil {
+		t.Fatal(err)
+	}
+	return &m
+}
+
+// nodeIndex maps a node ID ("node2") to its index in the local cluster.
+func nodeIndex(c *localcluster.Cluster, id string) int {
+	for i, cfg := range c.Configs {
+		if cfg.ID == id {
+			return i
+		}
+	}
+	return -1
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestCacheBucket covers the read path over a remote bucket: cold then
+// warm, single flight, range on a cold object, listing the remote, write-
+// through, and staleness after a remote overwrite.
+func TestCacheBucket(t *testing.T) {
+	r, direct := startRemote(t, remotesim.Config{Rate: 200 << 20, Latency: 30 * time.Millisecond})
+	c := startCluster(t, localcluster.Spec{})
+	ctx := context.Background()
+	tieredBucket(t, c, r, "cached", "cache")
+	tieredBucket(t, c, r, "fresh", "cache", "--validate", "always")
+	objs := map[string][]byte{}
+	for i := 0; i < 6; i++ {
+		key := fmt.Sprintf("cached/ds/%02d", i)
+		objs[key] = randomBytes(int64(100+i), 3<<20)
+		if err := putObject(ctx, direct, "remote", key, objs[key]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cl := s3Client(c, c.Endpoint(1))
+
+	t.Run("cold then warm", func(t *testing.T) {
+		before := r.ObjectGets()
+		for i := 0; i < 6; i++ {
+			got, err := getObject(ctx, cl, "cached", fmt.Sprintf("ds/%02d", i))
+			if err != nil || !bytes.Equal(got, objs[fmt.Sprintf("cached/ds/%02d", i)]) {
+				t.Fatalf("cold GET ds/%02d: %v", i, err)
+			}
+		}
+		cold := r.ObjectGets() - before
+		if cold < 6 {
+			t.Fatalf("6 cold GETs made %d backend GETs", cold)
+		}
+		for _, ep := range c.Endpoints() {
+			for i := 0; i < 6; i++ {
+				got, err := getObject(ctx, s3Client(c, ep), "cached", fmt.Sprintf("ds/%02d", i))
+				if err != nil || !bytes.Equal(got, objs[fmt.Sprintf("cached/ds/%02d", i)]) {
+					t.Fatalf("warm GET ds/%02d via %s: %v", i, ep, err)
+				}
+			}
+		}
+		if warm := r.ObjectGets() - before - cold; warm != 0 {
+			t.Fatalf("warm GETs went to the backend %d times", warm)
+		}
+	})
+
+	t.Run("single flight", func(t *testing.T) {
+		body := randomBytes(7, 24<<20)
+		if err := putObject(ctx, direct, "remote", "cached/big", body); err != nil {
+			t.Fatal(err)
+		}
+		before := r.ObjectGets()
+		var wg sync.WaitGroup
+		errs := make(chan error, 8)
+		for i := 0; i < 8; i++ {
+			wg.Add(1)
+			go func(i int) {
+				defer wg.Done()
+				got, err := getObject(ctx, s3Client(c, c.Endpoints()[i%len(c.Endpoints())]), "cached", "big")
+				if err == nil && !bytes.Equal(got, body) {
+					err = fmt.Errorf("reader %d got wrong bytes", i)
+				}
+				errs <- err
+			}(i)
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := r.ObjectGets() - before; n != 1 {
+			t.Fatalf("8 concurrent cold GETs of one object made %d backend GETs, want 1", n)
+		}
+	})
+
+	t.Run("range on cold object", func(t *testing.T) {
+		body := randomBytes(8, 10<<20)
+		if err := putObject(ctx, direct, "remote", "cached/ranged", body); err != nil {
+			t.Fatal(err)
+		}
+		out, err := cl.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String("cached"), Key: aws.String("ranged"), Range: aws.String("bytes=5000000-5000099")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var buf bytes.Buffer
+		buf.ReadFrom(out.Body)
+		out.Body.Close()
+		if !bytes.Equal(buf.Bytes(), body[5000000:5000100]) {
+			t.Fatal("range of a cold object returned wrong bytes")
+		}
+		// The whole object is filled in the background: soon a full GET
+		// needs no backend request.
+		time.Sleep(2 * time.Second)
+		before := r.ObjectGets()
+		got, err := getObject(ctx, cl, "cached", "ranged")
+		if err != nil || !bytes.Equal(got, body) {
+			t.Fatalf("full GET after the range: %v", err)
+		}
+		if n := r.ObjectGets() - before; n != 0 {
+			t.Errorf("the background fill did not land: a full GET made %d backend GETs", n)
+		}
+	})
+
+	t.Run("list shows the remote", func(t *testing.T) {
+		if err := putObject(ctx, direct, "remote", "cached/never-read", []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		out, err := cl.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String("cached")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var keys []string
+		for _, o := range out.Contents {
+			keys = append(keys, aws.ToString(o.Key))
+		}
+		if !strings.Contains(strings.Join(keys, ","), "never-read") || len(keys) < 9 {
+			t.Fatalf("listing of the cache bucket: %v", keys)
+		}
+	})
+
+	t.Run("write through", func(t *testing.T) {
+		if err := putObject(ctx, cl, "cached", "written", []byte("through")); err != nil {
+			t.Fatal(err)
+		}
+		got, err := getObject(ctx, direct, "remote", "cached/written")
+		if err != nil || string(got) != "through" {
+			t.Fatalf("write-through PUT is not in the backend when acknowledged: %q %v", got, err)
+		}
+	})
+
+	t.Run("stale after remote overwrite", func(t *testing.T) {
+		if err := putObject(ctx, direct, "remote", "fresh/obj", []byte("version one")); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := getObject(ctx, cl, "fresh", "obj"); err != nil || string(got) != "version one" {
+			t.Fatalf("first GET: %q %v", got, err)
+		}
+		if err := putObject(ctx, direct, "remote", "fresh/obj", []byte("version two!")); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := getObject(ctx, cl, "fresh", "obj"); err != nil || string(got) != "version two!" {
+			t.Fatalf("GET after a remote overwrite with validate=always: %q %v", got, err)
+		}
+	})
+}
+
+// TestWritebackSurvivesOwnerDeath writes back with copies=2 while the
+// remote is unreachable, kills the owner of an object, restores the link,
+// and waits for the replica holder to destage it.
+func TestWritebackSurvivesOwnerDeath(t *testing.T) {
+	r, direct := startRemote(t, remotesim.Config{})
+	c := startCluster(t, localcluster.Spec{})
+	ctx := context.Background()
+	tieredBucket(t, c, r, "wback", "writeback", "--copies", "2")
+	r.SetDown(true)
+	cl := s3Client(c, c.Endpoint(0))
+	m := clusterMap(t, c, 0)
+	// Pick a key whose owner is not node1 (the node the client talks to).
+	var key string
+	for i := 0; ; i++ {
+		key = fmt.Sprintf("obj-%d", i)
+		if placement.Order(m.NodeIDs(), placement.ObjectName("wback", key))[0] != "node1" {
+			break
+		}
+	}
+	owner := placement.Order(m.NodeIDs(), placement.ObjectName("wback", key))[0]
+	body := randomBytes(99, 2<<20)
+	if err := putObject(ctx, cl, "wback", key, body); err != nil {
+		t.Fatalf("writeback PUT with the remote down: %v", err)
+	}
+	if _, err := getObject(ctx, direct, "remote", "wback/"+key); err == nil {
+		t.Fatal("the object reached the remote while its link was down")
+	}
+	c.Kill(nodeIndex(c, owner))
+	r.SetDown(false)
+	waitFor(t, 60*time.Second, "the replica holder to destage "+key, func() bool {
+		got, err := getObject(ctx, direct, "remote", "wback/"+key)
+		return err == nil && bytes.Equal(got, body)
+	})
+	// And the cluster still serves it.
+	got, err := getObject(ctx, cl, "wback", key)
+	if err != nil || !bytes.Equal(got, body) {
+		t.Fatalf("GET after the owner died: %v", err)
+	}
+}
+
+// TestWritebackJournalSurvivesRestart acknowledges write-back PUTs while
+// the remote is down, restarts every node, and checks that the journal
+// destages them, in order, once the link is back.
+func TestWritebackJournalSurvivesRestart(t *testing.T) {
+	r, direct := startRemote(t, remotesim.Config{})
+	c := startCluster(t, localcluster.Spec{})
+	ctx := context.Background()
+	tieredBucket(t, c, r, "jrnl", "writeback")
+	r.SetDown(true)
+	cl := s3Client(c, c.Endpoint(0))
+	for i := 0; i < 6; i++ {
+		if err := putObject(ctx, cl, "jrnl", fmt.Sprintf("k%d", i), []byte(fmt.Sprintf("first %d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Overwrite k0, delete k1: the backend must end with the last write.
+	if err := putObject(ctx, cl, "jrnl", "k0", []byte("second 0")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String("jrnl"), Key: aws.String("k1")}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range c.Configs {
+		c.StopNode(i)
+	}
+	for i := range c.Configs {
+		if err := c.StartNode(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.WaitReady(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	r.SetDown(false)
+	waitFor(t, 60*time.Second, "the journal to destage after restart", func() bool {
+		for i := 2; i < 6; i++ {
+			if got, err := getObject(ctx, direct, "remote", fmt.Sprintf("jrnl/k%d", i)); err != nil || string(got) != fmt.Sprintf("first %d", i) {
+				return false
+			}
+		}
+		got, err := getObject(ctx, direct, "remote", "jrnl/k0")
+		return err == nil && string(got) == "second 0"
+	})
+	if _, err := getObject(ctx, direct, "remote", "jrnl/k1"); apiCode(err) != "NoSuchKey" {
+		t.Fatalf("a delete was not destaged as a delete: %v", err)
+	}
+}
+
+// TestDirtyCapBackPressure caps dirty bytes: with the remote down, PUTs
+// beyond the cap are refused with SlowDown instead of filling the disks.
+func TestDirtyCapBackPressure(t *testing.T) {
+	r, _ := startRemote(t, remotesim.Config{})
+	c := startCluster(t, localcluster.Spec{Nodes: 3, ExtraConfig: func(i int, n *config.Node) {
+		n.Tier.DirtyCap = 3 << 20
+		n.Tier.DirtyWait = time.Second
+	}})
+	ctx := context.Background()
+	tieredBucket(t, c, r, "capped", "writeback")
+	r.SetDown(true)
+	cl := s3.New(s3.Options{
+		BaseEndpoint: aws.String(c.Endpoint(0)), Region: "us-east-1", UsePathStyle: true,
+		Credentials:      credentials.NewStaticCredentialsProvider(c.Spec.AccessKey, c.Spec.SecretKey, ""),
+		RetryMaxAttempts: 1,
+	})
+	ok, slow := 0, 0
+	for i := 0; i < 20 && slow == 0; i++ {
+		err := putObject(ctx, cl, "capped", fmt.Sprintf("o%d", i), make([]byte, 1<<20))
+		switch {
+		case err == nil:
+			ok++
+		case apiCode(err) == "SlowDown":
+			slow++
+		default:
+			t.Fatalf("PUT %d: %v", i, err)
+		}
+	}
+	// 3 nodes with a 3 MiB cap each hold at most 9 MiB of dirty data.
+	if slow == 0 || ok > 9 || ok == 0 {
+		t.Fatalf("dirty cap: %d PUTs accepted, %d refused with SlowDown", ok, slow)
+	}
+}
+
+// TestCacheEviction reads a dataset three times the size of the cache; the
+// store evicts clean objects and every GET still succeeds.
+func TestCacheEviction(t *testing.T) {
+	r, direct := startRemote(t, remotesim.Config{})
+	c := startCluster(t, localcluster.Spec{MaxBytes: 12 << 20}) // 3 nodes x 2 mountpaths x 12 MiB = 72 MiB
+	ctx := context.Background()
+	tieredBucket(t, c, r, "evicting", "cache")
+	const n = 50 // 50 x 4 MiB = 200 MiB
+	for i := 0; i < n; i++ {
+		if err := putObject(ctx, direct, "remote", fmt.Sprintf("evicting/o%02d", i), randomBytes(int64(i), 4<<20)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cl := s3Client(c, c.Endpoint(0))
+	for pass := 0; pass < 2; pass++ {
+		for i := 0; i < n; i++ {
+			got, err := getObject(ctx, cl, "evicting", fmt.Sprintf("o%02d", i))
+			if err != nil || !bytes.Equal(got, randomBytes(int64(i), 4<<20)) {
+				t.Fatalf("pass %d GET o%02d: %v", pass, i, err)
+			}
+		}
+	}
+	out := admin(t, c, 0, "status", "--json")
+	var st []struct {
+		Status struct {
+			Mountpaths []struct {
+				Path  string
+				Bytes int64
+			}
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatalf("admin status --json: %v\n%s", err, out)
+	}
+	for _, s := range st {
+		for _, mp := range s.Status.Mountpaths {
+			if mp.Bytes > 12<<20 {
+				t.Errorf("mountpath %s holds %d bytes, over its 12 MiB cap", mp.Path, mp.Bytes)
+			}
+		}
+	}
+}
