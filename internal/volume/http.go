@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // The intra-cluster chunk protocol, served under /volume/:
@@ -231,6 +232,9 @@ type ClientConfig struct {
 	// connection batches best: many requests share each syscall), and a
 	// negative value sends chunk data over plain HTTP requests instead.
 	StreamConns int
+	// Timeout fails a stream connection (and every call on it) when one
+	// call waits longer than this. Default 10s.
+	Timeout time.Duration
 }
 
 // NewClient returns a replica client for the node at baseURL with the
@@ -260,13 +264,40 @@ func NewClientConfig(cfg ClientConfig) (*Client, error) {
 		if n == 0 {
 			n = 1
 		}
-		s, err := newStreamClient(c.base, n)
+		if cfg.Timeout <= 0 {
+			cfg.Timeout = 10 * time.Second
+		}
+		s, err := newStreamClient(c.base, n, cfg.Timeout)
 		if err != nil {
 			return nil, err
 		}
 		c.stream = s
 	}
 	return c, nil
+}
+
+var _ asyncReplica = (*Client)(nil)
+
+// writeAsync sends a write and returns a function that waits for it.
+func (c *Client) writeAsync(ctx context.Context, vol string, chunk int64, p []byte, off int64, sync bool) func() error {
+	if c.stream == nil {
+		ch := make(chan error, 1)
+		go func() { ch <- c.WriteAt(ctx, vol, chunk, p, off, sync) }()
+		return func() error { return <-ch }
+	}
+	r := &streamReq{op: opWrite, vol: vol, chunk: chunk, off: off, payload: p}
+	if sync {
+		r.flags = flagSync
+	}
+	sc, err := c.stream.conn(ctx)
+	if err != nil {
+		return func() error { return err }
+	}
+	call, err := sc.start(r, nil)
+	if err != nil {
+		return func() error { return err }
+	}
+	return func() error { return sc.wait(ctx, r.id, call) }
 }
 
 // Close closes the stream connections.

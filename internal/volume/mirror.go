@@ -26,7 +26,9 @@ type Config struct {
 	Replicas map[string]Replica
 	// StateDir holds the persisted stale-chunk maps. Required.
 	StateDir string
-	// OpTimeout bounds one replica call. Default 10s.
+	// OpTimeout bounds the replica calls of flush, probe and resync.
+	// Default 10s. Reads and writes are bounded by the replica itself
+	// (ClientConfig.Timeout), which saves a timer per I/O.
 	OpTimeout time.Duration
 	// ProbeInterval is how often a failed mirror is probed and stale
 	// chunks are resynchronised. Default 500ms.
@@ -42,9 +44,8 @@ type Volume struct {
 	chunks int64
 	shift  uint
 	nodes  map[string]*mirror
-	owners [][]*mirror // per chunk, computed lazily
-	ownMu  sync.Mutex
-	locks  [256]sync.RWMutex // chunk stripes: I/O shares, resync excludes
+	owners []atomic.Pointer[[]*mirror] // per chunk, computed lazily
+	locks  [256]sync.RWMutex           // chunk stripes: I/O shares, resync excludes
 
 	umu      sync.Mutex
 	unsynced map[int64]struct{}
@@ -54,6 +55,13 @@ type Volume struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	kick   chan struct{}
+}
+
+// asyncReplica is a Replica that can send a write and let the caller
+// wait for it later, so that mirrors proceed in parallel without a
+// goroutine per write.
+type asyncReplica interface {
+	writeAsync(ctx context.Context, vol string, chunk int64, p []byte, off int64, sync bool) (wait func() error)
 }
 
 // mirror is the Volume's view of one node.
@@ -103,7 +111,7 @@ func Open(ctx context.Context, cfg Config) (*Volume, error) {
 	for s := cfg.Spec.ChunkSize; s > 1; s >>= 1 {
 		v.shift++
 	}
-	v.owners = make([][]*mirror, v.chunks)
+	v.owners = make([]atomic.Pointer[[]*mirror], v.chunks)
 	for _, id := range cfg.Nodes {
 		r, ok := cfg.Replicas[id]
 		if !ok {
@@ -164,17 +172,15 @@ func (v *Volume) Down() []string {
 }
 
 func (v *Volume) ownersOf(i int64) []*mirror {
-	v.ownMu.Lock()
-	defer v.ownMu.Unlock()
-	if o := v.owners[i]; o != nil {
-		return o
+	if o := v.owners[i].Load(); o != nil {
+		return *o
 	}
 	ids := placement.Owners(v.cfg.Nodes, ChunkName(v.spec.Name, i), v.spec.Copies)
 	o := make([]*mirror, len(ids))
 	for k, id := range ids {
 		o[k] = v.nodes[id]
 	}
-	v.owners[i] = o
+	v.owners[i].Store(&o)
 	return o
 }
 
@@ -234,9 +240,7 @@ func (v *Volume) readChunk(ctx context.Context, chunk int64, p []byte, off int64
 		}
 		tried |= 1 << indexOf(owners, best)
 		best.inflight.Add(1)
-		octx, cancel := v.opCtx(ctx)
-		err := best.r.ReadAt(octx, v.spec.Name, chunk, p, off)
-		cancel()
+		err := best.r.ReadAt(ctx, v.spec.Name, chunk, p, off)
 		best.inflight.Add(-1)
 		if err == nil {
 			return nil
@@ -266,22 +270,18 @@ func (v *Volume) fail(m *mirror, err error) {
 
 // mutate runs op on every live in-sync mirror of chunk in parallel and
 // marks the others stale. It succeeds when at least one mirror applied op
-// and every mirror that did not is recorded stale durably.
-func (v *Volume) mutate(ctx context.Context, chunk int64, op func(ctx context.Context, m *mirror) error) error {
+// and every mirror that did not is recorded stale durably. Replicas that
+// can send asynchronously (aop) are started first, without a goroutine;
+// the last synchronous one runs inline.
+func (v *Volume) mutate(ctx context.Context, chunk int64, op func(ctx context.Context, m *mirror) error, aop func(ctx context.Context, a asyncReplica) func() error) error {
 	owners := v.ownersOf(chunk)
 	lk := &v.locks[chunk&255]
 	lk.RLock()
 	defer lk.RUnlock()
 
 	var errs [8]error
+	var waits [8]func() error
 	var wg sync.WaitGroup
-	run := func(i int, m *mirror) {
-		m.inflight.Add(1)
-		octx, cancel := v.opCtx(ctx)
-		errs[i] = op(octx, m)
-		cancel()
-		m.inflight.Add(-1)
-	}
 	skipped := errors.New("skipped")
 	last := -1
 	for i, m := range owners {
@@ -289,16 +289,31 @@ func (v *Volume) mutate(ctx context.Context, chunk int64, op func(ctx context.Co
 			errs[i] = skipped
 			continue
 		}
+		m.inflight.Add(1)
+		if a, ok := m.r.(asyncReplica); ok && aop != nil {
+			waits[i] = aop(ctx, a)
+			continue
+		}
 		if last >= 0 {
 			wg.Add(1)
-			go func(i int, m *mirror) { defer wg.Done(); run(i, m) }(last, owners[last])
+			go func(i int, m *mirror) { defer wg.Done(); errs[i] = op(ctx, m) }(last, owners[last])
 		}
 		last = i
 	}
 	if last >= 0 {
-		run(last, owners[last])
+		errs[last] = op(ctx, owners[last])
+	}
+	for i, w := range waits {
+		if w != nil {
+			errs[i] = w()
+		}
 	}
 	wg.Wait()
+	for i, m := range owners {
+		if errs[i] != skipped {
+			m.inflight.Add(-1)
+		}
+	}
 
 	ok, marked := 0, false
 	for i, m := range owners {
@@ -340,6 +355,8 @@ func (v *Volume) WriteAt(ctx context.Context, p []byte, off int64, fua bool) err
 		b := p[s.pos : s.pos+s.n]
 		err := v.mutate(ctx, s.chunk, func(ctx context.Context, m *mirror) error {
 			return m.r.WriteAt(ctx, v.spec.Name, s.chunk, b, s.off, fua)
+		}, func(ctx context.Context, a asyncReplica) func() error {
+			return a.writeAsync(ctx, v.spec.Name, s.chunk, b, s.off, fua)
 		})
 		if err == nil && !fua {
 			v.noteUnsynced(s.chunk)
@@ -368,7 +385,7 @@ func (v *Volume) zero(ctx context.Context, off, n int64, fua, punch bool) error 
 				return m.r.Sync(ctx, v.spec.Name, []int64{s.chunk})
 			}
 			return nil
-		})
+		}, nil)
 		if err == nil && !fua {
 			v.noteUnsynced(s.chunk)
 		}

@@ -286,9 +286,10 @@ func (s *streamServer) send(r streamReply) {
 // streamClient keeps a few upgraded connections to one node and spreads
 // calls over them.
 type streamClient struct {
-	host  string
-	conns []streamSlot
-	next  atomic.Uint64
+	host    string
+	timeout time.Duration
+	conns   []streamSlot
+	next    atomic.Uint64
 }
 
 type streamSlot struct {
@@ -296,7 +297,7 @@ type streamSlot struct {
 	c  *streamConn
 }
 
-func newStreamClient(baseURL string, n int) (*streamClient, error) {
+func newStreamClient(baseURL string, n int, timeout time.Duration) (*streamClient, error) {
 	u, err := url.Parse(baseURL)
 	if err != nil || u.Host == "" {
 		return nil, fmt.Errorf("volume: bad replica URL %q", baseURL)
@@ -304,7 +305,7 @@ func newStreamClient(baseURL string, n int) (*streamClient, error) {
 	if u.Scheme != "http" {
 		return nil, fmt.Errorf("volume: the chunk stream needs an http:// URL, got %q", baseURL)
 	}
-	return &streamClient{host: u.Host, conns: make([]streamSlot, n)}, nil
+	return &streamClient{host: u.Host, timeout: timeout, conns: make([]streamSlot, n)}, nil
 }
 
 // conn returns a live connection, dialing if its slot is empty or broken.
@@ -315,7 +316,7 @@ func (sc *streamClient) conn(ctx context.Context) (*streamConn, error) {
 	if slot.c != nil && !slot.c.broken.Load() {
 		return slot.c, nil
 	}
-	c, err := dialStream(ctx, sc.host)
+	c, err := dialStream(ctx, sc.host, sc.timeout)
 	if err != nil {
 		return nil, err
 	}
@@ -352,12 +353,43 @@ type streamConn struct {
 }
 
 type streamCall struct {
-	dst  []byte
-	done chan struct{}
-	err  error
+	dst   []byte
+	done  chan struct{}
+	err   error
+	start time.Time
 }
 
-func dialStream(ctx context.Context, host string) (*streamConn, error) {
+// ErrTimeout fails the calls of a stream connection whose peer did not
+// answer one of them in time.
+var ErrTimeout = errors.New("volume: replica did not answer in time")
+
+// watchdog fails the connection when a call has waited longer than
+// timeout: a hung peer is a failed peer.
+func (sc *streamConn) watchdog(timeout time.Duration) {
+	t := time.NewTicker(max(timeout/4, 10*time.Millisecond))
+	defer t.Stop()
+	for range t.C {
+		if sc.broken.Load() {
+			return
+		}
+		now := time.Now()
+		late := false
+		sc.mu.Lock()
+		for _, c := range sc.calls {
+			if now.Sub(c.start) > timeout {
+				late = true
+				break
+			}
+		}
+		sc.mu.Unlock()
+		if late {
+			sc.fail(ErrTimeout)
+			return
+		}
+	}
+}
+
+func dialStream(ctx context.Context, host string, timeout time.Duration) (*streamConn, error) {
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "tcp", host)
 	if err != nil {
@@ -387,6 +419,7 @@ func dialStream(ctx context.Context, host string) (*streamConn, error) {
 	_ = c.SetDeadline(time.Time{})
 	sc := &streamConn{c: c, calls: map[uint64]*streamCall{}}
 	go sc.readLoop(br)
+	go sc.watchdog(timeout)
 	return sc, nil
 }
 
@@ -503,27 +536,39 @@ func (sc *streamConn) send(r *streamReq) {
 
 // do sends r and waits for its reply; for reads the data lands in dst.
 func (sc *streamConn) do(ctx context.Context, r *streamReq, dst []byte) error {
-	call := &streamCall{dst: dst, done: make(chan struct{})}
+	call, err := sc.start(r, dst)
+	if err != nil {
+		return err
+	}
+	return sc.wait(ctx, r.id, call)
+}
+
+// start registers and sends r.
+func (sc *streamConn) start(r *streamReq, dst []byte) (*streamCall, error) {
+	call := &streamCall{dst: dst, done: make(chan struct{}), start: time.Now()}
 	sc.mu.Lock()
 	if sc.broken.Load() {
 		err := sc.err
 		sc.mu.Unlock()
-		return fmt.Errorf("%w: %w", ErrReplicaError, err)
+		return nil, fmt.Errorf("%w: %w", ErrReplicaError, err)
 	}
 	sc.nextID++
 	r.id = sc.nextID
 	sc.calls[r.id] = call
 	sc.mu.Unlock()
-
 	sc.send(r)
+	return call, nil
+}
 
+// wait waits for the reply to call.
+func (sc *streamConn) wait(ctx context.Context, id uint64, call *streamCall) error {
 	select {
 	case <-call.done:
 		return call.err
 	case <-ctx.Done():
 		sc.mu.Lock()
-		_, pending := sc.calls[r.id]
-		delete(sc.calls, r.id)
+		_, pending := sc.calls[id]
+		delete(sc.calls, id)
 		sc.mu.Unlock()
 		if !pending {
 			// The reader owns the call (and may be filling dst): wait for it.
