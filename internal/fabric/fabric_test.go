@@ -846,3 +846,43 @@ func TestAsymmetricPairs(t *testing.T) {
 	}
 	t.Logf("%d of %d host pairs use different cables in each direction", asym, pairs)
 }
+
+func TestParseLFTsParallel(t *testing.T) {
+	path := filepath.Join(samples, "ft3-k4-h16/minhop/before", FileLFTs)
+	var seq []*ibdump.LFT
+	if err := withFile(path, func(r io.Reader, name string) error {
+		return ibdump.ParseLFTs(r, name, ibdump.LFTHandler{Switch: func(l *ibdump.LFT) error { seq = append(seq, l); return nil }})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, workers := range []int{2, 3, 7, 64} {
+		var par []*ibdump.LFT
+		ok, err := parseLFTsParallel(context.Background(), path, 0, workers, func(l *ibdump.LFT) error { par = append(par, l); return nil })
+		if err != nil || !ok {
+			t.Fatalf("workers %d: %v %v", workers, ok, err)
+		}
+		if len(par) != len(seq) {
+			t.Fatalf("workers %d: %d switches, want %d", workers, len(par), len(seq))
+		}
+		for i := range seq {
+			if par[i].GUID != seq[i].GUID || !bytes.Equal(par[i].Ports, seq[i].Ports) {
+				t.Fatalf("workers %d: switch %d differs", workers, i)
+			}
+		}
+	}
+	// a damaged section makes it decline, so the sequential parse can name the line
+	dir := t.TempDir()
+	b, _ := os.ReadFile(path)
+	b = bytes.Replace(b, []byte("0x0010 001"), []byte("0x0010 0z1"), 1)
+	bad := filepath.Join(dir, FileLFTs)
+	os.WriteFile(bad, b, 0o644)
+	called := false
+	ok, err := parseLFTsParallel(context.Background(), bad, 0, 4, func(*ibdump.LFT) error { called = true; return nil })
+	if ok || err != nil || called {
+		t.Errorf("damaged file: ok %v err %v called %v", ok, err, called)
+	}
+	// gzip and small files are left to the sequential parser
+	if ok, _ := parseLFTsParallel(context.Background(), path, 1<<40, 4, nil); ok {
+		t.Error("small file parsed in parallel")
+	}
+}

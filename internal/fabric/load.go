@@ -2,13 +2,16 @@ package fabric
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/slipstream-io/slipstream/internal/fabric/ibdump"
 )
@@ -160,14 +163,18 @@ func LoadPaths(ctx context.Context, paths []string) (*Model, error) {
 // node descriptions come from the LFT comments). guid2lid adds LMC ranges;
 // osm.log and opensm.out tell which routing engine ran.
 func LoadFiles(ctx context.Context, fs Files) (*Model, error) {
-	return loadFiles(ctx, fs, ibdump.Open)
+	return loadFiles(ctx, fs, nil)
 }
 
 // opener opens a file for reading (ibdump.Open, or in-memory files in tests).
 type opener func(path string) (io.ReadCloser, error)
 
+// loadFiles reads through open (nil: files on disk, ibdump.Open).
 func loadFiles(ctx context.Context, fs Files, open opener) (*Model, error) {
 	withFile := func(path string, fn func(r io.Reader, name string) error) error {
+		if open == nil {
+			return withFileFrom(ibdump.Open, path, fn)
+		}
 		return withFileFrom(open, path, fn)
 	}
 	b := newBuilder()
@@ -221,10 +228,21 @@ func loadFiles(ctx context.Context, fs Files, open opener) (*Model, error) {
 	if b.fromNeighbors {
 		h.Dest = func(d ibdump.Dest) error { dests[d.LID] = d; return nil }
 	}
-	if err := withFile(lftPath, func(r io.Reader, name string) error {
-		return ibdump.ParseLFTs(r, name, h)
-	}); err != nil {
-		return nil, err
+	parsed := false
+	if h.Dest == nil && open == nil {
+		ok, err := parseLFTsParallel(ctx, lftPath, parallelParseMin, runtime.GOMAXPROCS(0), h.Switch)
+		if err != nil {
+			return nil, err
+		}
+		parsed = ok
+	}
+	if !parsed {
+		clear(lfts)
+		if err := withFile(lftPath, func(r io.Reader, name string) error {
+			return ibdump.ParseLFTs(r, name, h)
+		}); err != nil {
+			return nil, err
+		}
 	}
 	if b.fromNeighbors {
 		b.applyDests(lfts, dests)
@@ -643,4 +661,102 @@ func (m *Model) finish() {
 			m.core[i] = true
 		}
 	}
+}
+
+// parallelParseMin is the size from which an uncompressed LFT dump is
+// parsed in sections on several cores.
+const parallelParseMin = 32 << 20
+
+// parseLFTsParallel parses an uncompressed LFT dump of at least minSize
+// bytes in up to workers sections
+// that start at switch headers, calling fn from one goroutine in file
+// order. It returns false (and calls nothing) when the file is compressed
+// or small, or when a section fails: the caller then parses sequentially,
+// which reports the error with its true line number.
+func parseLFTsParallel(ctx context.Context, path string, minSize int64, workers int, fn func(*ibdump.LFT) error) (bool, error) {
+	if strings.HasSuffix(path, ".gz") || workers < 2 {
+		return false, nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return false, err
+	}
+	size := st.Size()
+	if size < minSize {
+		return false, nil
+	}
+	bounds := []int64{0}
+	for i := 1; i < workers; i++ {
+		b, err := nextHeader(f, size*int64(i)/int64(workers), size)
+		if err != nil {
+			return false, err
+		}
+		if b > bounds[len(bounds)-1] && b < size {
+			bounds = append(bounds, b)
+		}
+	}
+	bounds = append(bounds, size)
+	parts := make([][]*ibdump.LFT, len(bounds)-1)
+	errs := make([]error, len(parts))
+	var wg sync.WaitGroup
+	for i := range parts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sec := io.NewSectionReader(f, bounds[i], bounds[i+1]-bounds[i])
+			errs[i] = ibdump.ParseLFTs(sec, path, ibdump.LFTHandler{Switch: func(l *ibdump.LFT) error {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				parts[i] = append(parts[i], l)
+				return nil
+			}})
+		}()
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	for _, err := range errs {
+		if err != nil {
+			return false, nil
+		}
+	}
+	for _, p := range parts {
+		for _, l := range p {
+			if err := fn(l); err != nil {
+				return false, nil
+			}
+		}
+	}
+	return true, nil
+}
+
+// nextHeader finds the first line starting with "Unicast lids [" at or
+// after off (size if none).
+func nextHeader(f *os.File, off, size int64) (int64, error) {
+	const marker = "\nUnicast lids ["
+	buf := make([]byte, 256<<10)
+	for off < size {
+		n, err := f.ReadAt(buf, off)
+		if n == 0 && err != nil {
+			if err == io.EOF {
+				return size, nil
+			}
+			return 0, err
+		}
+		if i := bytes.Index(buf[:n], []byte(marker)); i >= 0 {
+			return off + int64(i) + 1, nil
+		}
+		if int64(n) < int64(len(marker)) || err == io.EOF {
+			return size, nil
+		}
+		off += int64(n - len(marker))
+	}
+	return size, nil
 }
