@@ -61,6 +61,7 @@ func (p *statsPoller) sampleAll(ctx context.Context) {
 				return
 			}
 			p.nodes[i].Samples = append(p.nodes[i].Samples, snap)
+			p.nodes[i].Received = append(p.nodes[i].Received, time.Now())
 		}()
 	}
 	wg.Wait()

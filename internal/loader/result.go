@@ -73,19 +73,31 @@ type Phase struct {
 
 // NodeStats is what one stats endpoint returned during the run.
 type NodeStats struct {
-	URL       string             `json:"url"`
-	Samples   []sysstat.Snapshot `json:"samples"`
-	Errors    int                `json:"errors,omitempty"`
-	LastError string             `json:"last_error,omitempty"`
+	URL     string             `json:"url"`
+	Samples []sysstat.Snapshot `json:"samples"`
+	// Received is when each sample arrived, on the loader's clock, so
+	// charts stay aligned with the request series when a node's clock
+	// differs.
+	Received  []time.Time `json:"received,omitempty"`
+	Errors    int         `json:"errors,omitempty"`
+	LastError string      `json:"last_error,omitempty"`
 }
 
-// Rates returns the per-second rates between consecutive samples.
+// Rates returns the per-second rates between consecutive samples. Each
+// rate's Time is the end of its interval on the loader's clock when
+// arrival times were recorded, else on the node's.
 func (n NodeStats) Rates() []sysstat.Rate {
 	var out []sysstat.Rate
+	aligned := len(n.Received) == len(n.Samples)
 	for i := 1; i < len(n.Samples); i++ {
-		if r := sysstat.Rates(n.Samples[i-1], n.Samples[i]); r.Interval > 0 {
-			out = append(out, r)
+		r := sysstat.Rates(n.Samples[i-1], n.Samples[i])
+		if r.Interval <= 0 {
+			continue
 		}
+		if aligned {
+			r.Time = n.Received[i]
+		}
+		out = append(out, r)
 	}
 	return out
 }

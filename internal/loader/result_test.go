@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -16,7 +17,8 @@ import (
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
-	"net/http"
+
+	"github.com/slipstream-io/slipstream/internal/sysstat"
 )
 
 // TestPickerEpochs: concurrent workers taking objects read each object
@@ -151,5 +153,22 @@ func TestResultRoundTripAndCSV(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	if len(lines) != 3 || !strings.Contains(lines[1], "25.0 MiB/s") || !strings.Contains(lines[1], "cold") || !strings.HasSuffix(lines[1], "1") {
 		t.Errorf("summary:\n%s", out.String())
+	}
+}
+
+func TestNodeRatesUseArrivalTimes(t *testing.T) {
+	skew := 10 * time.Minute // the node's clock runs ahead
+	n := NodeStats{
+		Samples: []sysstat.Snapshot{
+			{Time: t0.Add(skew), Disks: []sysstat.DiskStat{{Device: "vda", ReadBytes: 0}}},
+			{Time: t0.Add(skew + 2*time.Second), Disks: []sysstat.DiskStat{{Device: "vda", ReadBytes: 2000}}},
+		},
+	}
+	if r := n.Rates(); len(r) != 1 || !r[0].Time.Equal(t0.Add(skew+2*time.Second)) || r[0].Disks[0].ReadBps != 1000 {
+		t.Fatalf("without arrival times: %+v", r)
+	}
+	n.Received = []time.Time{t0, t0.Add(2 * time.Second)}
+	if r := n.Rates(); len(r) != 1 || !r[0].Time.Equal(t0.Add(2*time.Second)) || r[0].Disks[0].ReadBps != 1000 {
+		t.Fatalf("with arrival times: %+v", r)
 	}
 }
