@@ -209,23 +209,25 @@ func (d *destager) reconcile(ctx context.Context) error {
 
 // compact rewrites the journal with the live records only.
 func (d *destager) compact() error {
-	d.mu.Lock()
-	recs := []Record{{Kind: KindSeqMark, Seq: d.nextSeq, Time: time.Now()}}
-	for _, ks := range d.keys {
-		for _, o := range []*op{ks.running, ks.pending} {
-			if o != nil {
+	return d.j.rewrite(func() []Record {
+		d.mu.Lock()
+		recs := []Record{{Kind: KindSeqMark, Seq: d.nextSeq, Time: time.Now()}}
+		for _, ks := range d.keys {
+			for _, o := range []*op{ks.running, ks.pending} {
+				if o != nil {
+					recs = append(recs, o.record())
+				}
+			}
+		}
+		for _, m := range d.replicas {
+			for _, o := range m {
 				recs = append(recs, o.record())
 			}
 		}
-	}
-	for _, m := range d.replicas {
-		for _, o := range m {
-			recs = append(recs, o.record())
-		}
-	}
-	d.mu.Unlock()
-	sort.SliceStable(recs[1:], func(i, j int) bool { return recs[1+i].Seq < recs[1+j].Seq })
-	return d.j.rewrite(recs)
+		d.mu.Unlock()
+		sort.SliceStable(recs[1:], func(i, j int) bool { return recs[1+i].Seq < recs[1+j].Seq })
+		return recs
+	})
 }
 
 func (d *destager) maybeCompact() {
@@ -410,7 +412,7 @@ func (d *destager) finish(k string, o *op, err error) {
 	}
 	d.note.broadcast()
 	d.mu.Unlock()
-	if err := d.j.append(false, Record{Kind: KindDone, Seq: o.seq, Time: time.Now(), Bucket: o.bucket, Key: o.key}); err != nil {
+	if err := d.j.append(false, nil, Record{Kind: KindDone, Seq: o.seq, Time: time.Now(), Bucket: o.bucket, Key: o.key}); err != nil {
 		d.t.log.Error("tier: journal", "err", err)
 	}
 	d.maybeCompact()

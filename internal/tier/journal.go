@@ -239,8 +239,10 @@ func openJournal(dir string) (*journal, []Record, error) {
 	return &journal{dir: dir, f: f, size: int64(off)}, recs, nil
 }
 
-// append writes records and, with sync, fsyncs them.
-func (j *journal) append(sync bool, recs ...Record) error {
+// append writes records and, with sync, fsyncs them. apply (if not nil)
+// runs after a successful write while the journal is still locked, so that
+// the in-memory state a compaction snapshots always matches the file.
+func (j *journal) append(sync bool, apply func(), recs ...Record) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.f == nil {
@@ -260,14 +262,19 @@ func (j *journal) append(sync bool, recs ...Record) error {
 			return fmt.Errorf("tier: journal fsync: %w", err)
 		}
 	}
+	if apply != nil {
+		apply()
+	}
 	return nil
 }
 
-// rewrite replaces the journal with exactly recs (compaction): a new file is
-// written and fsynced, renamed over the old one, and the directory fsynced.
-func (j *journal) rewrite(recs []Record) error {
+// rewrite replaces the journal with the records snapshot returns
+// (compaction): a new file is written and fsynced, renamed over the old one,
+// and the directory fsynced. No append runs in between.
+func (j *journal) rewrite(snapshot func() []Record) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	recs := snapshot()
 	tmp := filepath.Join(j.dir, journalName+".tmp")
 	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {

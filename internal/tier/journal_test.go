@@ -81,7 +81,7 @@ func TestJournalTornTail(t *testing.T) {
 		t.Fatal(recs, err)
 	}
 	all := sampleRecords()
-	if err := j.append(true, all[1], all[2]); err != nil {
+	if err := j.append(true, nil, all[1], all[2]); err != nil {
 		t.Fatal(err)
 	}
 	size := j.bytes()
@@ -103,7 +103,7 @@ func TestJournalTornTail(t *testing.T) {
 		t.Errorf("torn tail not cut: size %d, want %d", fi.Size(), size)
 	}
 	// Appends continue after the good records.
-	if err := j.append(true, all[3]); err != nil {
+	if err := j.append(true, nil, all[3]); err != nil {
 		t.Fatal(err)
 	}
 	data, _ := os.ReadFile(filepath.Join(dir, journalName))

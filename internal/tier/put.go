@@ -233,10 +233,9 @@ func (t *Tier) putBack(ctx context.Context, b Bucket, bucket, key string, r io.R
 	o := &op{kind: KindPut, seq: seq, time: now, bucket: bucket, key: key, size: info.Size, etag: info.ETag, holders: holders}
 	// The local copy is durable and dirty: journal it even if the replicas
 	// failed, so that it reaches the backend.
-	if err := d.j.append(true, o.record()); err != nil {
+	if err := d.j.append(true, func() { d.enqueue(o) }, o.record()); err != nil {
 		return object.Info{}, err
 	}
-	d.enqueue(o)
 	if errR != nil {
 		return object.Info{}, fmt.Errorf("tier: %s/%s has fewer than %d copies: %w: %w", bucket, key, b.Copies, object.ErrUnavailable, errR)
 	}
@@ -280,11 +279,7 @@ func (t *Tier) Delete(ctx context.Context, bucket, key string) error {
 		}
 		o.holders = h
 	}
-	if err := d.j.append(true, o.record()); err != nil {
-		return err
-	}
-	d.enqueue(o)
-	return nil
+	return d.j.append(true, func() { d.enqueue(o) }, o.record())
 }
 
 // ReplicaOptions go with PutReplica.
@@ -312,12 +307,9 @@ func (t *Tier) PutReplica(ctx context.Context, owner string, seq uint64, bucket,
 		return object.Info{}, err
 	}
 	o := &op{kind: KindReplicaPut, seq: seq, time: time.Now(), bucket: bucket, key: key, size: info.Size, etag: info.ETag, owner: owner}
-	if err := t.d.j.append(true, o.record()); err != nil {
+	if err := t.d.j.append(true, func() { t.d.mu.Lock(); t.d.setReplica(o); t.d.mu.Unlock() }, o.record()); err != nil {
 		return object.Info{}, err
 	}
-	t.d.mu.Lock()
-	t.d.setReplica(o)
-	t.d.mu.Unlock()
 	return info, nil
 }
 
@@ -336,13 +328,7 @@ func (t *Tier) DeleteReplica(ctx context.Context, owner string, seq uint64, buck
 		return err
 	}
 	o := &op{kind: KindReplicaDelete, seq: seq, time: time.Now(), bucket: bucket, key: key, owner: owner}
-	if err := t.d.j.append(true, o.record()); err != nil {
-		return err
-	}
-	t.d.mu.Lock()
-	t.d.setReplica(o)
-	t.d.mu.Unlock()
-	return nil
+	return t.d.j.append(true, func() { t.d.mu.Lock(); t.d.setReplica(o); t.d.mu.Unlock() }, o.record())
 }
 
 // ReplicaDestaged records on a replica holder that owner destaged operation
@@ -371,7 +357,7 @@ func (t *Tier) ReplicaDestaged(ctx context.Context, owner string, seq uint64, bu
 			return err
 		}
 	}
-	return t.d.j.append(false, Record{Kind: KindReplicaDone, Seq: seq, Time: time.Now(), Bucket: bucket, Key: key, Owner: owner})
+	return t.d.j.append(false, nil, Record{Kind: KindReplicaDone, Seq: seq, Time: time.Now(), Bucket: bucket, Key: key, Owner: owner})
 }
 
 // TakeOver makes this node destage every replica it holds for owner, as if
@@ -397,14 +383,16 @@ func (t *Tier) TakeOver(ctx context.Context, owner string) (int, error) {
 		}
 		o := &op{kind: kind, seq: d.seq(), time: ro.time, bucket: ro.bucket, key: ro.key, size: ro.size, etag: ro.etag}
 		// Own record first: a crash in between leaves both, never neither.
-		if err := d.j.append(true, o.record(),
+		adopt := func() {
+			d.mu.Lock()
+			d.replicaDone(owner, okey(ro.bucket, ro.key), ro.seq)
+			d.mu.Unlock()
+			d.enqueue(o)
+		}
+		if err := d.j.append(true, adopt, o.record(),
 			Record{Kind: KindReplicaDone, Seq: ro.seq, Time: time.Now(), Bucket: ro.bucket, Key: ro.key, Owner: owner}); err != nil {
 			return n, err
 		}
-		d.mu.Lock()
-		d.replicaDone(owner, okey(ro.bucket, ro.key), ro.seq)
-		d.mu.Unlock()
-		d.enqueue(o)
 		n++
 	}
 	return n, nil

@@ -514,3 +514,49 @@ func TestReadDuringWriteKeepsNewest(t *testing.T) {
 		t.Error("the acknowledged write lost its dirty mark")
 	}
 }
+
+// Compactions running while writes are journaled must not lose any record.
+func TestJournalCompactionUnderLoad(t *testing.T) {
+	e := newEnv(t, "fs")
+	cfg := tier.Config{CompactBytes: 1, RetryBackoff: time.Hour}
+	tr := e.newTier(t, cfg, wbBucket)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 15; i++ {
+				k := fmt.Sprintf("g%d/o%d", g, i)
+				if g == 0 && i == 8 {
+					e.be.set(func(c *ctl) { c.failPuts = true }) // from now on, everything stays pending
+				}
+				if _, err := tr.Put(ctx, "wback", k, bytesReader([]byte(k)), putOpts(len(k))); err != nil {
+					t.Error(err)
+				}
+				if i%3 == 0 {
+					if err := tr.Delete(ctx, "wback", k); err != nil {
+						t.Error(err)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	eventually(t, "destagers idle", func() bool { return tr.Backlog().Running == 0 })
+	before := tr.Backlog()
+	if before.Objects == 0 {
+		t.Fatal("nothing pending: the test did not exercise the journal")
+	}
+	tr.Close()
+	tr2, err := tier.New(ctx, tier.Config{SpoolDir: e.dir + "/spool", JournalDir: e.dir + "/journal"}, e.local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr2.Close()
+	after := tr2.Backlog()
+	if after.Objects != before.Objects || after.Bytes != before.Bytes {
+		t.Errorf("backlog before restart %d objects %d bytes, after %d objects %d bytes",
+			before.Objects, before.Bytes, after.Objects, after.Bytes)
+	}
+}
