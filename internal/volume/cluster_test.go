@@ -29,6 +29,8 @@ type testNode struct {
 	mu     sync.Mutex
 	writes map[string]int
 	puts   atomic.Int64
+	// hang, while set, makes every chunk write block until it is cleared.
+	hang atomic.Bool
 }
 
 func startNode(t testing.TB, id string) *testNode {
@@ -77,6 +79,9 @@ type countingReplica struct {
 }
 
 func (c countingReplica) count(vol string, chunk int64) {
+	for c.n.hang.Load() {
+		time.Sleep(5 * time.Millisecond)
+	}
 	c.n.puts.Add(1)
 	c.n.mu.Lock()
 	c.n.writes[fmt.Sprintf("%s/%d", vol, chunk)]++
@@ -119,7 +124,10 @@ func openVolume(t *testing.T, spec volume.Spec, stateDir string, nodes ...*testN
 		if i == 0 {
 			cfg.Replicas[n.id] = n.local
 		} else {
-			c := volume.NewClient(n.url(), nil)
+			c, err := volume.NewClientConfig(volume.ClientConfig{BaseURL: n.url(), Timeout: time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
 			t.Cleanup(func() { c.Close() })
 			cfg.Replicas[n.id] = c
 		}
@@ -309,4 +317,30 @@ func TestPlacementSpreadsChunks(t *testing.T) {
 			t.Errorf("node %s holds %d of 600 chunk copies: %v", id, k, count)
 		}
 	}
+}
+
+// TestHungMirror: a mirror that stops answering is failed by the stream
+// watchdog; writes go on without error and it is resynchronised later.
+func TestHungMirror(t *testing.T) {
+	ctx := context.Background()
+	a, b := startNode(t, "a"), startNode(t, "b")
+	v := openVolume(t, volume.Spec{Name: "hung", Size: 8 << 20, ChunkSize: 1 << 20, Copies: 2}, t.TempDir(), a, b)
+	data := make([]byte, 4096)
+	for i := range data {
+		data[i] = byte(i)
+	}
+	b.hang.Store(true)
+	start := time.Now()
+	if err := v.WriteAt(ctx, data, 0, false); err != nil {
+		t.Fatalf("write with a hung mirror: %v", err)
+	}
+	if d := time.Since(start); d < 500*time.Millisecond || d > 5*time.Second {
+		t.Errorf("write took %v; want about the 1 s replica timeout", d)
+	}
+	if v.StaleChunks()["b"] != 1 {
+		t.Fatalf("stale: %v", v.StaleChunks())
+	}
+	b.hang.Store(false)
+	waitInSync(t, v, 10*time.Second)
+	compareMirrors(t, v, a, b)
 }

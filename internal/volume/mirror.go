@@ -70,6 +70,7 @@ type mirror struct {
 	r        Replica
 	local    bool
 	down     atomic.Bool
+	failedAt atomic.Int64 // unix ns of the last failure
 	inflight atomic.Int64
 }
 
@@ -263,6 +264,7 @@ func indexOf(ms []*mirror, m *mirror) int {
 
 // fail marks m down; the probe loop brings it back.
 func (v *Volume) fail(m *mirror, err error) {
+	m.failedAt.Store(time.Now().UnixNano())
 	if !m.down.Swap(true) {
 		v.cfg.Logger.Warn("volume mirror failed", "volume", v.spec.Name, "node", m.id, "err", err)
 	}
@@ -478,6 +480,11 @@ func (v *Volume) resyncLoop(ctx context.Context) {
 		for _, id := range v.cfg.Nodes {
 			m := v.nodes[id]
 			if m.down.Load() {
+				// A write that hung on the failed mirror may still land
+				// there; wait out the replica timeout before copying over it.
+				if time.Since(time.Unix(0, m.failedAt.Load())) < v.cfg.OpTimeout {
+					continue
+				}
 				pctx, cancel := v.opCtx(ctx)
 				err := m.r.Ping(pctx)
 				cancel()

@@ -128,6 +128,7 @@ type streamServer struct {
 	work    chan streamWork
 	workers int
 	wg      sync.WaitGroup
+	gone    atomic.Bool // the client hung up: drop its queued mutations
 
 	wmu     sync.Mutex
 	queue   []streamReply
@@ -173,6 +174,7 @@ func (s *streamServer) dispatch(ctx context.Context, w streamWork) {
 func (s *streamServer) serve(ctx context.Context, br *bufio.Reader) {
 	ctx = context.WithoutCancel(ctx) // the request context ends with the hijack
 	defer func() {
+		s.gone.Store(true)
 		close(s.work)
 		s.wg.Wait()
 	}()
@@ -208,6 +210,11 @@ func (s *streamServer) handle(ctx context.Context, r *streamReq, pb *[]byte) {
 	}
 	rep := streamReply{}
 	var err error
+	if s.gone.Load() && r.op != opRead {
+		// The client has given up on this call and counts the chunk as
+		// stale; applying it now could land after a resync.
+		return
+	}
 	switch r.op {
 	case opRead:
 		rep.buf = s.h.buf(int(r.n))
