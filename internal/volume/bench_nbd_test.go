@@ -2,15 +2,14 @@ package volume_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -47,6 +46,7 @@ func TestBenchNBD(t *testing.T) {
 	defer fd.Close()
 	sock := serveNBD(t, nbd.Map{"file": fd, "c1": mkvol("c1", 1), "c2": mkvol("c2", 2)})
 
+	pids := map[string]int{}
 	nbdkit := func(name string, args ...string) string {
 		s := filepath.Join(dir, name+".sock")
 		cmd := exec.Command("nbdkit", append([]string{"-f", "-U", s, "--threads=16"}, args...)...)
@@ -55,6 +55,7 @@ func TestBenchNBD(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		pids["nbdkit-"+name] = cmd.Process.Pid
 		for i := 0; i < 100; i++ {
 			if _, err := os.Stat(s); err == nil {
 				break
@@ -127,7 +128,20 @@ func TestBenchNBD(t *testing.T) {
 		for _, tg := range targets {
 			args := append(append(append([]string{}, common...), tg.args...), j.args...)
 			args = append(args, "--time_based", fmt.Sprintf("--runtime=%d", runtime), "--ramp_time=1")
-			results[j.name][tg.name] = runFio(args...)
+			// Server CPU per I/O: our server runs in this process (with
+			// both in-process nodes); nbdkit in its own.
+			cpu := func() time.Duration {
+				if pid, ok := pids[tg.name]; ok {
+					return procCPU(pid)
+				}
+				return selfCPU()
+			}
+			c0 := cpu()
+			r := runFio(args...)
+			if tg.name != "disk" {
+				r.cpuPerIO = float64(cpu()-c0) / 1000 / (r.iops * float64(runtime+1))
+			}
+			results[j.name][tg.name] = r
 		}
 	}
 
@@ -136,12 +150,12 @@ func TestBenchNBD(t *testing.T) {
 	for _, tg := range targets {
 		fmt.Fprintf(&md, "- `%s`: %s\n", tg.name, tg.desc)
 	}
-	fmt.Fprintf(&md, "\n| job | target | IOPS | MiB/s | p50 µs | p99 µs | p99.9 µs | vs null | vs memory | vs disk |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(&md, "\n| job | target | IOPS | MiB/s | p50 µs | p99 µs | p99.9 µs | server CPU µs/IO | vs null | vs memory | vs disk |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, j := range matrix {
 		r := results[j.name]
 		for _, tg := range targets {
 			x := r[tg.name]
-			fmt.Fprintf(&md, "| %s | %s | %.0f | %.0f | %.0f | %.0f | %.0f | %.2f | %.2f | %.2f |\n", j.name, tg.name, x.iops, x.mibs, x.p50, x.p99, x.p999,
+			fmt.Fprintf(&md, "| %s | %s | %.0f | %.0f | %.0f | %.0f | %.0f | %s | %.2f | %.2f | %.2f |\n", j.name, tg.name, x.iops, x.mibs, x.p50, x.p99, x.p999, cpuCell(x.cpuPerIO),
 				x.iops/r["nbdkit-null"].iops, x.iops/r["nbdkit-memory"].iops, x.iops/r["disk"].iops)
 		}
 	}
@@ -164,8 +178,6 @@ func TestBenchNBD(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	_ = context.Background
-	_ = io.Discard
 }
 
 func envInt(name string, def int) int {
@@ -175,7 +187,33 @@ func envInt(name string, def int) int {
 	return def
 }
 
-type fioResult struct{ iops, mibs, p50, p99, p999 float64 }
+type fioResult struct{ iops, mibs, p50, p99, p999, cpuPerIO float64 }
+
+func cpuCell(v float64) string {
+	if v == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.1f", v)
+}
+
+// procCPU is the user+system CPU time of process pid.
+func procCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b)[strings.LastIndexByte(string(b), ')')+2:])
+	u, _ := strconv.Atoi(f[11])
+	s, _ := strconv.Atoi(f[12])
+	return time.Duration(u+s) * 10 * time.Millisecond // USER_HZ is 100 on Linux
+}
+
+// selfCPU is the user+system CPU time of this process.
+func selfCPU() time.Duration {
+	var r syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &r)
+	return time.Duration(r.Utime.Nano() + r.Stime.Nano())
+}
 
 // parseFio reads fio's JSON output (after any text the nbd engine prints).
 func parseFio(t *testing.T, out []byte) fioResult {

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# NBD benchmark: the fio matrix (4K/8K random read and write, 64K random
+# read/write, 1M sequential read and write; iodepth 32) against Slipstream's
+# NBD server (a file device, and copies=1 / copies=2 volumes on two
+# in-process nodes whose replicas talk over loopback) and, in the same run,
+# against nbdkit null, nbdkit memory and a local file through libaio, with
+# ratios; plus the 4K/32K/256K random-write sweep, copies=1 vs copies=2.
+#
+# Usage: scripts/bench-nbd.sh [output.md]
+# Environment: BENCH_RUNTIME (s per job, default 5), BENCH_JOBS (fio jobs =
+# NBD connections, default 2), BENCH_ONLY (comma-separated job names).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+for tool in fio nbdkit; do
+	command -v "$tool" >/dev/null || { echo "bench-nbd: $tool is required (scripts/setup.sh installs it)" >&2; exit 1; }
+done
+out=${1:-/tmp/bench-nbd.md}
+echo "bench-nbd: $(nproc) CPUs, load average: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+SLIPSTREAM_BENCH_NBD=1 BENCH_OUT="$out" go test -count=1 -timeout 60m -run '^TestBenchNBD$' -v ./internal/volume/ |
+	grep -v -E '^(=== RUN|--- PASS|PASS|ok )' || true
+test -s "$out" || { echo "bench-nbd: no results" >&2; exit 1; }
+echo "bench-nbd: results in $out" >&2
