@@ -886,3 +886,27 @@ func TestParseLFTsParallel(t *testing.T) {
 		t.Error("small file parsed in parallel")
 	}
 }
+
+// TestIBRoute: ibroute output for one switch (taken from the same
+// simulated fabric) is recognised by content and agrees with OpenSM's dump.
+func TestIBRoute(t *testing.T) {
+	d := filepath.Join(samples, "ft2-h16/minhop/before")
+	fs, err := ClassifyFiles([]string{filepath.Join(d, FileLFTs), filepath.Join(d, FileSubnet), "testdata/ibroute-leaf004.out"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fs[FileDumpFTS] != "testdata/ibroute-leaf004.out" {
+		t.Fatalf("classified as %v", fs)
+	}
+	m, err := LoadFiles(context.Background(), fs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := m.Check(fs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 1 || res[0].Checked != 22 || res[0].Mismatches != 0 {
+		t.Errorf("check %+v", res)
+	}
+}

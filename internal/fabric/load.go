@@ -109,10 +109,10 @@ func sniff(path string) (string, error) {
 		switch {
 		case t == "" || t == "#":
 			continue
-		case strings.HasPrefix(t, "Unicast lids [") && strings.Contains(t, "DR path"):
-			return FileDumpFTS, nil
+		case strings.HasPrefix(t, "Unicast lids [") && strings.Contains(t, "('"):
+			return FileLFTs, nil // OpenSM quotes the description
 		case strings.HasPrefix(t, "Unicast lids ["):
-			return FileLFTs, nil
+			return FileDumpFTS, nil // dump_fts / ibroute
 		case strings.HasPrefix(t, "{ "):
 			return FileSubnet, nil
 		case strings.HasPrefix(t, "# Topology file") || strings.HasPrefix(t, "vendid=") || strings.HasPrefix(t, "switchguid="):
