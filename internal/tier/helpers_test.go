@@ -289,3 +289,7 @@ func kinds(t *testing.T, fn func(t *testing.T, kind string)) {
 var _ = fmt.Sprintf
 
 func newEnvB(b *testing.B) *env { return newEnv(b, "fs") }
+
+func storePut(n int) store.PutOptions {
+	return store.PutOptions{PutOptions: object.PutOptions{Size: int64(n)}}
+}

@@ -397,3 +397,67 @@ func (t *Tier) TakeOver(ctx context.Context, owner string) (int, error) {
 	}
 	return n, nil
 }
+
+// Adopt makes an object that was committed to the local store by another
+// path than Put (a completed multipart upload) follow its bucket's mode:
+// for cache buckets it is written through to the backend before Adopt
+// returns; for writeback buckets it is marked dirty, copied to Copies-1
+// peers and journaled for destage. Call it right after the commit, before
+// acknowledging the client.
+func (t *Tier) Adopt(ctx context.Context, bucket, key string) (object.Info, error) {
+	b, err := t.bucket(bucket)
+	if err != nil {
+		return object.Info{}, err
+	}
+	if b.Mode == ModeLocal {
+		return t.local.Stat(ctx, bucket, key)
+	}
+	end, err := t.beginWrite(ctx, bucket, key)
+	if err != nil {
+		return object.Info{}, err
+	}
+	defer end()
+	if b.Mode == ModeCache {
+		r, err := t.local.Get(ctx, bucket, key, nil)
+		if err != nil {
+			return object.Info{}, err
+		}
+		info := r.Info()
+		a, err := b.Backend.Put(ctx, key, r, info.Size, backend.PutAttrs{ContentType: info.ContentType, UserMeta: info.UserMeta})
+		r.Close()
+		if err != nil {
+			// The backend does not have it: the local copy must not stay.
+			_ = t.local.Delete(context.WithoutCancel(ctx), bucket, key)
+			return object.Info{}, err
+		}
+		now := time.Now()
+		return t.local.UpdateMeta(ctx, bucket, key, func(i *object.Info) error {
+			i.BackendETag, i.BackendVersion, i.ValidatedAt = a.ETag, a.Version, now
+			return nil
+		})
+	}
+	d := t.d
+	info, err := t.local.UpdateMeta(ctx, bucket, key, func(i *object.Info) error { i.Dirty = true; return nil })
+	if err != nil {
+		return object.Info{}, err
+	}
+	o := &op{kind: KindPut, seq: d.seq(), time: time.Now(), bucket: bucket, key: key, size: info.Size, etag: info.ETag}
+	var errR error
+	if b.Copies > 1 && t.cfg.Replicator != nil {
+		r, err := t.local.Get(ctx, bucket, key, nil)
+		if err != nil {
+			return object.Info{}, err
+		}
+		o.holders, errR = t.cfg.Replicator.Replicate(ctx, ReplicaPut{Owner: t.cfg.NodeID, Seq: o.seq, Bucket: bucket, Key: key,
+			Opts:   object.PutOptions{Size: info.Size, ContentType: info.ContentType, UserMeta: info.UserMeta},
+			Copies: b.Copies - 1, Body: r})
+		r.Close()
+	}
+	if err := d.j.append(true, func() { d.enqueue(o) }, o.record()); err != nil {
+		return object.Info{}, err
+	}
+	if errR != nil {
+		return object.Info{}, fmt.Errorf("tier: %s/%s has fewer than %d copies: %w: %w", bucket, key, b.Copies, object.ErrUnavailable, errR)
+	}
+	return info, nil
+}

@@ -560,3 +560,37 @@ func TestJournalCompactionUnderLoad(t *testing.T) {
 			before.Objects, before.Bytes, after.Objects, after.Bytes)
 	}
 }
+
+func TestAdoptMultipartResult(t *testing.T) {
+	e := newEnv(t, "fs")
+	tr := e.newTier(t, tier.Config{}, map[string]tier.Bucket{
+		"data":  {Mode: tier.ModeCache},
+		"wback": {Mode: tier.ModeWriteback},
+	})
+	ctx := context.Background()
+	for _, bucket := range []string{"data", "wback"} {
+		// An object committed behind the tier's back, as a multipart completion does.
+		if _, err := e.local.Put(ctx, bucket, "mp/"+bucket, bytesReader([]byte("assembled "+bucket)), storePut(10+len(bucket))); err != nil {
+			t.Fatal(err)
+		}
+		info, err := tr.Adopt(ctx, bucket, "mp/"+bucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bucket == "data" && (info.Dirty || info.BackendETag == "") {
+			t.Errorf("write-through adopt: %+v", info)
+		}
+		if bucket == "wback" && !info.Dirty {
+			t.Errorf("write-back adopt: %+v", info)
+		}
+	}
+	if err := tr.WaitDestaged(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, bucket := range []string{"data", "wback"} {
+		got, err := os.ReadFile(e.remoteFile("mp/" + bucket))
+		if err != nil || string(got) != "assembled "+bucket {
+			t.Errorf("%s: backend has %q (%v)", bucket, got, err)
+		}
+	}
+}
