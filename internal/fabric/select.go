@@ -192,8 +192,9 @@ func (sc *scorer) scoreSet(set, targets []int32) Score {
 // SelectWith chooses hosts greedily: each step adds the candidate whose
 // routes (to the hosts already chosen, or to the targets) add the fewest
 // shared link pairs, ties broken by lower maximum sharing, then by lower
-// fabric-wide load along the routes, then by name. The result is compared
-// with random choices of the same size.
+// fabric-wide load along the routes, then by name; then swaps a chosen host
+// for an unchosen candidate while that lowers the shared pairs. The result
+// is compared with random choices of the same size.
 func (m *Model) SelectWith(ctx context.Context, req SelectRequest) (*Selection, error) {
 	cands, err := m.hostIndexes(req.Candidates)
 	if err != nil {
@@ -264,6 +265,7 @@ func (m *Model) SelectWith(ctx context.Context, req SelectRequest) (*Selection, 
 		used[best] = true
 		total.Routes += bestS.Routes
 	}
+	chosen = m.improveBySwaps(ctx, sc, chosen, cands, targets, 4_000_000)
 	sel := &Selection{Searched: len(cands)}
 	sel.Score = sc.scoreSet(chosen, targets)
 	for _, h := range chosen {
@@ -370,4 +372,80 @@ func (m *Model) Rank(ctx context.Context, client string, replicas []string) ([]s
 		out[i] = r.name
 	}
 	return out, nil
+}
+
+// remove takes the routes of pairs out of the counters and returns how many
+// shared pairs they accounted for.
+func (sc *scorer) remove(pairs [][2]int32) int64 {
+	var lost int64
+	for _, p := range pairs {
+		sc.routesBetween(p[0], p[1], func(links []int32, ok bool) {
+			if !ok {
+				return
+			}
+			for _, l := range links {
+				if sc.m.core[l] {
+					sc.cnt[l]--
+					lost += int64(sc.cnt[l])
+				}
+			}
+		})
+	}
+	return lost
+}
+
+// improveBySwaps refines a greedy choice: it replaces a chosen host by an
+// unchosen candidate whenever that lowers the number of shared link pairs,
+// until no swap helps or about budget routes have been evaluated. The
+// counters of sc hold the routes of chosen on entry and on return.
+func (m *Model) improveBySwaps(ctx context.Context, sc *scorer, chosen, cands, targets []int32, budget int) []int32 {
+	in := make(map[int32]bool, len(chosen))
+	for _, h := range chosen {
+		in[h] = true
+	}
+	others := func(skip int) []int32 {
+		out := make([]int32, 0, len(chosen))
+		for i, h := range chosen {
+			if i != skip {
+				out = append(out, h)
+			}
+		}
+		return out
+	}
+	spent := 0
+	for improved := true; improved && spent < budget; {
+		improved = false
+		for i := 0; i < len(chosen) && spent < budget; i++ {
+			if ctx.Err() != nil {
+				return chosen
+			}
+			h := chosen[i]
+			rest := others(i)
+			lost := sc.remove(pairsFor(h, rest, targets))
+			best, bestGain := int32(-1), int64(0)
+			for _, c := range cands {
+				if in[c] {
+					continue
+				}
+				s := sc.add(pairsFor(c, rest, targets), false)
+				spent += s.Routes
+				if gain := lost - s.SharedPairs; gain > bestGain {
+					best, bestGain = c, gain
+				}
+				if spent >= budget {
+					break
+				}
+			}
+			if best < 0 {
+				sc.add(pairsFor(h, rest, targets), true)
+				continue
+			}
+			sc.add(pairsFor(best, rest, targets), true)
+			delete(in, h)
+			in[best] = true
+			chosen[i] = best
+			improved = true
+		}
+	}
+	return chosen
 }
