@@ -910,3 +910,26 @@ func TestIBRoute(t *testing.T) {
 		t.Errorf("check %+v", res)
 	}
 }
+
+func TestImproveBySwaps(t *testing.T) {
+	m := load(t, "ft3-k8-h128/ftree/before")
+	a := analyze(t, m)
+	all, _ := m.hostIndexes(nil)
+	// a poor start: hosts spread over every pod
+	start := []int32{all[0], all[20], all[40], all[60], all[80], all[100]}
+	sc := m.newScorer(a.Load)
+	before := sc.scoreSet(start, nil)
+	got := m.improveBySwaps(context.Background(), sc, append([]int32(nil), start...), all, nil, 1<<30)
+	after := m.newScorer(a.Load).scoreSet(got, nil)
+	if before.SharedPairs == 0 || after.SharedPairs >= before.SharedPairs {
+		t.Errorf("swaps: %d -> %d shared pairs", before.SharedPairs, after.SharedPairs)
+	}
+	// the counters left in sc describe the final set
+	var sum int64
+	for _, c := range sc.cnt {
+		sum += int64(c) * int64(c-1) / 2
+	}
+	if sum != after.SharedPairs {
+		t.Errorf("counters say %d shared pairs, rescoring %d", sum, after.SharedPairs)
+	}
+}
