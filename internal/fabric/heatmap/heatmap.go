@@ -1,6 +1,6 @@
 // Package heatmap draws the link loads of a fabric as PNG heat maps: one row
 // per switch, one column per port, colour = routes leaving through the port
-// (left) and arriving through it (right). Unconnected ports are grey.
+// (left) and arriving through it (right). Unconnected ports are black.
 package heatmap
 
 import (
@@ -79,7 +79,7 @@ func Write(w io.Writer, m *fabric.Model, a *fabric.Analysis, title string) error
 		p.Y.Label.Text = fmt.Sprintf("switch (%d, sorted by name)", len(rows))
 		h := plotter.NewHeatMap(g, pal.Palette(255))
 		h.Min, h.Max = 0, hi
-		h.NaN = color.Gray{Y: 200}
+		h.NaN = color.Black
 		p.Add(h)
 		return p
 	}
@@ -95,13 +95,21 @@ func Write(w io.Writer, m *fabric.Model, a *fabric.Analysis, title string) error
 	pi.Y.Tick.Marker = plot.ConstantTicks(ticks)
 	height := vg.Length(math.Min(30, math.Max(5, 2+float64(len(rows))*0.02))) * vg.Inch
 	width := vg.Length(math.Min(24, math.Max(10, 4+float64(maxPorts)*0.25))) * vg.Inch
-	img := vgimg.New(width, height)
+	barH := vg.Inch
+	img := vgimg.New(width, height+barH)
 	dc := draw.New(img)
+	maps := draw.Crop(dc, 0, 0, barH, 0)
 	tiles := draw.Tiles{Rows: 1, Cols: 2, PadX: vg.Millimeter * 4, PadY: vg.Millimeter * 4,
 		PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 2}
-	cs := plot.Align([][]*plot.Plot{{po, pi}}, tiles, dc)
+	cs := plot.Align([][]*plot.Plot{{po, pi}}, tiles, maps)
 	po.Draw(cs[0][0])
 	pi.Draw(cs[0][1])
+	// colour scale
+	bar := plot.New()
+	bar.HideY()
+	bar.X.Label.Text = "routes per link direction (black: port not cabled)"
+	bar.Add(&plotter.ColorBar{ColorMap: pal})
+	bar.Draw(draw.Crop(dc, vg.Inch, -vg.Inch, vg.Millimeter*2, -(height - vg.Millimeter*2)))
 	_, err := vgimg.PngCanvas{Canvas: img}.WriteTo(w)
 	return err
 }
