@@ -231,7 +231,11 @@ func (f *fill) fetchAndCommit() error {
 	f.note.broadcast()
 	f.mu.Unlock()
 
-	// The local copy is written from the spool as it fills.
+	// The object is checked, and the local copy written, from the spool as
+	// it fills; readers get io.EOF once the check passed, whatever the pace
+	// of the local write.
+	checked := make(chan struct{})
+	go func() { f.check(); close(checked) }()
 	commit := make(chan error, 1)
 	go func() { commit <- f.commit() }()
 
@@ -239,6 +243,7 @@ func (f *fill) fetchAndCommit() error {
 	if fetchErr != nil {
 		f.fail(fetchErr)
 	}
+	<-checked
 	cerr := <-commit
 	if fetchErr != nil {
 		return fetchErr
@@ -329,14 +334,20 @@ func (f *fill) fetchPart(i int) error {
 	return nil
 }
 
-// commit streams the spool into the local store; the stream verifies the
-// object as it ends. If the store gives up early, the rest of the stream is
-// still read so that readers learn whether the object verified.
-func (f *fill) commit() error {
-	fr := &fillReader{f: f, ctx: f.ctx, end: f.attrs.Size, verify: true, feeder: true}
+// check reads the spool as it fills and verifies size and, for an MD5 ETag,
+// the digest; it marks the fill verified or failed.
+func (f *fill) check() {
+	fr := &fillReader{f: f, ctx: f.ctx, end: f.attrs.Size, internal: true, checker: true}
 	if backend.IsMD5ETag(f.attrs.ETag) {
 		fr.md5 = md5.New()
 	}
+	_, _ = io.Copy(io.Discard, fr)
+}
+
+// commit streams the spool into the local store. Its reader ends only once
+// the object verified, so a bad fetch is never committed.
+func (f *fill) commit() error {
+	fr := &fillReader{f: f, ctx: f.ctx, end: f.attrs.Size, verify: true, internal: true}
 	a := f.attrs
 	info, err := f.t.local.Put(f.ctx, f.bucket, f.key, fr, store.PutOptions{
 		PutOptions:     object.PutOptions{Size: a.Size, ContentType: a.ContentType, UserMeta: a.UserMeta},
@@ -346,7 +357,6 @@ func (f *fill) commit() error {
 		BackendVersion: a.Version,
 	})
 	if err != nil {
-		_, _ = io.Copy(io.Discard, fr)
 		return err
 	}
 	f.mu.Lock()
@@ -394,7 +404,8 @@ type fillReader struct {
 	off      int64 // first byte delivered
 	pos, end int64 // absolute
 	verify   bool  // wait for the fill's verification before io.EOF
-	feeder   bool  // the reader that checks the object for everyone
+	internal bool  // the fill's own reader: holds no reference
+	checker  bool  // the reader that verifies the object for everyone
 	md5      hash.Hash
 	closed   bool
 }
@@ -410,7 +421,7 @@ func (r *fillReader) Read(p []byte) (int, error) {
 		return 0, errors.New("tier: read after close")
 	}
 	if r.pos >= r.end {
-		if r.feeder {
+		if r.checker {
 			return 0, r.finish()
 		}
 		if !r.verify {
@@ -447,7 +458,7 @@ func (r *fillReader) Read(p []byte) (int, error) {
 	return m, err
 }
 
-// finish is the feeder's end of stream: check the digest and release the
+// finish is the checker's end of stream: check the digest and release the
 // readers waiting for verification.
 func (r *fillReader) finish() error {
 	f := r.f
@@ -480,7 +491,7 @@ func (r *fillReader) Close() error {
 		return nil
 	}
 	r.closed = true
-	if !r.feeder {
+	if !r.internal {
 		r.f.release()
 	}
 	return nil
