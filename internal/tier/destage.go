@@ -231,7 +231,7 @@ func (d *destager) compact() error {
 }
 
 func (d *destager) maybeCompact() {
-	if d.j.bytes() < d.t.cfg.CompactBytes {
+	if !d.j.needsCompaction(d.t.cfg.CompactBytes) {
 		return
 	}
 	if err := d.compact(); err != nil {

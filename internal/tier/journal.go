@@ -195,6 +195,7 @@ type journal struct {
 	mu   sync.Mutex
 	f    *os.File
 	size int64
+	live int64 // size right after the last compaction
 	buf  []byte
 }
 
@@ -306,7 +307,17 @@ func (j *journal) rewrite(snapshot func() []Record) error {
 	}
 	j.f = f
 	j.size = int64(len(buf))
+	j.live = j.size
 	return nil
+}
+
+// needsCompaction reports whether the file has grown past limit and to at
+// least twice its live size, so that a large live backlog is not rewritten
+// over and over.
+func (j *journal) needsCompaction(limit int64) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.size >= limit && j.size >= 2*j.live
 }
 
 func (j *journal) bytes() int64 {
