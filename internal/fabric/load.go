@@ -328,7 +328,6 @@ type builder struct {
 	lmcByGUID     map[uint64]uint8
 	lidByGUID     map[uint64]uint16
 	fromNeighbors bool
-	err           error
 }
 
 func newBuilder() *builder {
