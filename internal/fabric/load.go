@@ -324,14 +324,13 @@ type bnode struct {
 
 type builder struct {
 	nodes         map[uint64]*bnode
-	portOwner     map[uint64][2]uint64 // port GUID -> node GUID, port number
 	lmcByGUID     map[uint64]uint8
 	lidByGUID     map[uint64]uint16
 	fromNeighbors bool
 }
 
 func newBuilder() *builder {
-	return &builder{nodes: map[uint64]*bnode{}, portOwner: map[uint64][2]uint64{},
+	return &builder{nodes: map[uint64]*bnode{},
 		lmcByGUID: map[uint64]uint8{}, lidByGUID: map[uint64]uint16{}}
 }
 
@@ -404,7 +403,6 @@ func (b *builder) subnetLink(l ibdump.SubnetLink) error {
 		} else {
 			p.lid = e.LID
 		}
-		b.portOwner[e.PortGUID] = [2]uint64{e.NodeGUID, uint64(e.Port)}
 	}
 	return b.link(ns[0], l.A.Port, ns[1], l.B.Port, fmt.Sprintf("line %d", l.Line))
 }
@@ -426,7 +424,6 @@ func (b *builder) ibndNode(n *ibdump.Node) error {
 			bp.guid = n.GUID
 		} else {
 			bp.guid, bp.lid, bp.lmc = p.PortGUID, p.LID, uint8(p.LMC)
-			b.portOwner[p.PortGUID] = [2]uint64{n.GUID, uint64(p.Port)}
 		}
 		if p.RemoteGUID == 0 {
 			return fmt.Errorf("%w: line %d: peer %q has no GUID", ErrTopology, p.Line, p.RemoteID)
