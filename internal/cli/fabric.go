@@ -621,7 +621,7 @@ func fabricCheck(ctx context.Context, env Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	res, err := m.Check(fs)
+	res, err := m.Check(ctx, fs)
 	if err != nil {
 		return err
 	}

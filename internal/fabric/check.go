@@ -1,6 +1,7 @@
 package fabric
 
 import (
+	"context"
 	"fmt"
 	"io"
 
@@ -166,12 +167,15 @@ func (m *Model) CheckLFTFile(r io.Reader, name string) (CheckResult, error) {
 // Check runs every cross-check for which fs has a file (opensm.fdbs,
 // opensm-lid-matrix.dump, and dump_fts output when the model was read from
 // opensm-lfts.dump).
-func (m *Model) Check(fs Files) ([]CheckResult, error) {
+func (m *Model) Check(ctx context.Context, fs Files) ([]CheckResult, error) {
 	var out []CheckResult
 	run := func(k string, fn func(io.Reader, string) (CheckResult, error)) error {
 		p := fs[k]
 		if p == "" {
 			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
 		}
 		return withFile(p, func(r io.Reader, name string) error {
 			c, err := fn(r, name)

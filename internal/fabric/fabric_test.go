@@ -158,7 +158,7 @@ func TestCrossCheckOpenSM(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		res, err := m.Check(fs)
+		res, err := m.Check(context.Background(), fs)
 		if err != nil {
 			return err
 		}
@@ -178,7 +178,7 @@ func TestCrossCheckOpenSM(t *testing.T) {
 				break
 			}
 		}
-		res, err = m.Check(fs)
+		res, err = m.Check(context.Background(), fs)
 		if err != nil {
 			return err
 		}
@@ -902,7 +902,7 @@ func TestIBRoute(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := m.Check(fs)
+	res, err := m.Check(context.Background(), fs)
 	if err != nil {
 		t.Fatal(err)
 	}
