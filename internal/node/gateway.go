@@ -460,7 +460,6 @@ func (g *gateway) listAll(ctx context.Context, m *cluster.Map, bucket string, op
 	if opts.MaxKeys <= 0 || opts.MaxKeys > 1000 {
 		opts.MaxKeys = 1000
 	}
-	opts.StartAfter = skipPrefix(opts)
 	ids := m.UpNodeIDs()
 	pages := make([]object.ListResult, len(ids))
 	errs := make([]error, len(ids))
@@ -487,25 +486,6 @@ func (g *gateway) listAll(ctx context.Context, m *cluster.Map, bucket string, op
 		}
 	}
 	return mergePages(pages, opts.MaxKeys), nil
-}
-
-// maxRune is the largest UTF-8 sequence: every valid key that starts with
-// p sorts before p+maxRune (unless it continues with U+10FFFF itself).
-const maxRune = "\U0010FFFF"
-
-// skipPrefix turns a marker inside a common prefix into one past the whole
-// prefix, as S3 does: once a page has returned "photos/", the next page
-// starts after every key under "photos/".
-func skipPrefix(opts object.ListOptions) string {
-	sa := opts.StartAfter
-	if opts.Delimiter == "" || !strings.HasPrefix(sa, opts.Prefix) {
-		return sa
-	}
-	rest := sa[len(opts.Prefix):]
-	if i := strings.Index(rest, opts.Delimiter); i >= 0 {
-		return opts.Prefix + rest[:i+len(opts.Delimiter)] + maxRune
-	}
-	return sa
 }
 
 // mergePages merges sorted pages from several nodes into one page of at

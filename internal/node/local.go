@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 
@@ -20,6 +21,20 @@ type localService struct {
 	meta  mapView
 	store *store.Store
 	tier  *tier.Tier
+	// syncTier registers the buckets of the map with the tier now (it
+	// normally follows the map in the background).
+	syncTier func(ctx context.Context, m *cluster.Map)
+}
+
+// withTier runs f, and once more after registering the map's buckets with the
+// tier if f found the bucket unknown to it (a bucket created a moment ago).
+func (l *localService) withTier(ctx context.Context, f func() error) error {
+	err := f()
+	if errors.Is(err, tier.ErrNoBucket) && l.syncTier != nil {
+		l.syncTier(ctx, l.meta.Map())
+		err = f()
+	}
+	return err
 }
 
 var _ peer.Local = (*localService)(nil)
@@ -45,6 +60,7 @@ func (l *localService) Put(ctx context.Context, bucket, key string, r io.Reader,
 	}
 	switch {
 	case opts.Replica && b.Mode == cluster.ModeWriteback:
+		// PutReplica needs no bucket registration: it journals for the owner.
 		return l.tier.PutReplica(ctx, opts.Owner, opts.Seq, bucket, key, r, tier.ReplicaOptions{
 			PutOptions: opts.PutOptions, ETag: opts.ETag, ModTime: opts.ModTime,
 		})
@@ -53,7 +69,13 @@ func (l *localService) Put(ctx context.Context, bucket, key string, r io.Reader,
 		// owner wrote through to the backend).
 		return l.store.Put(ctx, bucket, key, r, storePutOptions(opts))
 	default:
-		return l.tier.Put(ctx, bucket, key, r, opts.PutOptions)
+		var info object.Info
+		err := l.withTier(ctx, func() error {
+			var err error
+			info, err = l.tier.Put(ctx, bucket, key, r, opts.PutOptions)
+			return err
+		})
+		return info, err
 	}
 }
 
@@ -70,7 +92,13 @@ func (l *localService) Get(ctx context.Context, bucket, key string, rng *object.
 		return nil, err
 	}
 	if tiered(b) {
-		return l.tier.Get(ctx, bucket, key, rng)
+		var rd object.Reader
+		err := l.withTier(ctx, func() error {
+			var err error
+			rd, err = l.tier.Get(ctx, bucket, key, rng)
+			return err
+		})
+		return rd, err
 	}
 	return l.store.Get(ctx, bucket, key, rng)
 }
@@ -81,7 +109,13 @@ func (l *localService) Stat(ctx context.Context, bucket, key string) (object.Inf
 		return object.Info{}, err
 	}
 	if tiered(b) {
-		return l.tier.Stat(ctx, bucket, key)
+		var info object.Info
+		err := l.withTier(ctx, func() error {
+			var err error
+			info, err = l.tier.Stat(ctx, bucket, key)
+			return err
+		})
+		return info, err
 	}
 	return l.store.Stat(ctx, bucket, key)
 }
@@ -92,7 +126,7 @@ func (l *localService) Delete(ctx context.Context, bucket, key string) error {
 		return err
 	}
 	if tiered(b) {
-		return l.tier.Delete(ctx, bucket, key)
+		return l.withTier(ctx, func() error { return l.tier.Delete(ctx, bucket, key) })
 	}
 	return l.store.Delete(ctx, bucket, key)
 }
@@ -109,7 +143,13 @@ func (l *localService) List(ctx context.Context, bucket string, opts object.List
 // ListBackend lists a tiered bucket's backend merged with this node's
 // objects not yet destaged.
 func (l *localService) ListBackend(ctx context.Context, bucket string, opts object.ListOptions) (object.ListResult, error) {
-	return l.tier.List(ctx, bucket, opts)
+	var res object.ListResult
+	err := l.withTier(ctx, func() error {
+		var err error
+		res, err = l.tier.List(ctx, bucket, opts)
+		return err
+	})
+	return res, err
 }
 
 // DeleteBucket removes the bucket's local directories; the bucket is
@@ -184,5 +224,12 @@ func (l *localService) Fill(ctx context.Context, bucket, key string) (object.Inf
 	if !tiered(b) {
 		return object.Info{}, false, fmt.Errorf("%w: bucket %s has no backend to fill from", object.ErrInvalidArgument, bucket)
 	}
-	return l.tier.Fill(ctx, bucket, key)
+	var info object.Info
+	var fetched bool
+	err = l.withTier(ctx, func() error {
+		var err error
+		info, fetched, err = l.tier.Fill(ctx, bucket, key)
+		return err
+	})
+	return info, fetched, err
 }

@@ -185,6 +185,7 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 			}
 		}}
 	ts.apply(ctx, cl.Map())
+	local.syncTier = ts.apply
 	bgCtx, bgCancel := context.WithCancel(context.Background())
 	n.bgCancel = bgCancel
 	n.wg.Add(1)
