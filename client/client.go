@@ -66,6 +66,11 @@ type Config struct {
 	// AccessKey and SecretKey sign the S3 client's requests (empty:
 	// anonymous). Region defaults to "us-east-1".
 	AccessKey, SecretKey, Region string
+	// PairFilter, if set, decides which (local IP, remote host:port) pairs
+	// may carry requests (see netx.Config.PairFilter); by default a node
+	// address in the subnet of some local interfaces is reached only from
+	// those, other addresses from every interface.
+	PairFilter func(local, remote string) bool
 	// TLS, if set, makes requests to public addresses use HTTPS.
 	TLS *tls.Config
 	// MapClient fetches the cluster map (default: a plain HTTP client).
@@ -158,6 +163,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		Scheme:              scheme,
 		TLS:                 cfg.TLS,
 		ProbePath:           healthPath,
+		PairFilter:          cfg.PairFilter,
 		FailAfter:           cfg.FailAfter,
 		MaxIdleConnsPerHost: cfg.MaxIdleConnsPerHost,
 		Log:                 cfg.Log,

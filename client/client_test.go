@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -266,5 +267,39 @@ func TestLoaderRouter(t *testing.T) {
 	t.Logf("%d GETs, %.1f MB read; intra listeners sent %.0f bytes", res.Main.Total.Count, float64(res.Main.Total.Bytes)/1e6, intra)
 	if intra > 1<<20 {
 		t.Errorf("intra listeners sent %.0f bytes during a routed load: requests were forwarded", intra)
+	}
+}
+
+// TestLoadCommandSmart: `slipstream load --smart SEEDS` fills and reads a
+// dataset with every request at its owner.
+func TestLoadCommandSmart(t *testing.T) {
+	c := startCluster(t)
+	before := make([]map[string]float64, 3)
+	for i := range before {
+		before[i] = listenerBytes(t, c, i)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, "load", "--smart", c.IntraURL(1), "--local-addrs", "127.0.0.1",
+		"--access-key", c.Spec.AccessKey, "--secret-key", c.Spec.SecretKey, "--bucket", "smartcli", "--create-bucket",
+		"--fill-count", "9", "--size", "128KiB", "--duration", "1s", "--workers", "4", "--no-json", "--quiet")
+	out, err := cmd.CombinedOutput()
+	t.Logf("%s", out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var public, intra float64
+	for i := range before {
+		after := listenerBytes(t, c, i)
+		for _, a := range c.Configs[i].Public {
+			public += after[a] - before[i][a]
+		}
+		for _, a := range c.Configs[i].Intra {
+			intra += after[a] - before[i][a]
+		}
+	}
+	t.Logf("public listeners sent %.0f bytes, intra %.0f", public, intra)
+	if public < 9*128<<10 || intra > 1<<20 {
+		t.Errorf("public listeners sent %.0f bytes, intra %.0f: want the reads at the owners, nothing forwarded", public, intra)
 	}
 }

@@ -11,7 +11,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/slipstream-io/slipstream/client"
 	"github.com/slipstream-io/slipstream/internal/loader"
+	"github.com/slipstream-io/slipstream/internal/netx"
 )
 
 func loadCommand() Command {
@@ -54,6 +56,8 @@ func runLoad(ctx context.Context, env Env) error {
 		quiet      = fs.Bool("quiet", false, "no live progress line even on a terminal")
 		noJSON     = fs.Bool("no-json", false, "do not write a result file")
 		routerName = fs.String("router", "static", "request routing: static (every request to --endpoint)")
+		smart      = fs.String("smart", "", "send each request straight to its object's owner over all of the owner's addresses; the value lists intra-cluster base URLs to read the cluster map from (e.g. http://10.77.1.11:9100)")
+		localAddrs = fs.String("local-addrs", "", "with --smart: comma-separated addresses of this host to send from, one per NIC")
 	)
 	fs.StringVar(&cfg.Endpoint, "endpoint", loadEnv("AWS_ENDPOINT_URL", "http://127.0.0.1:9000"), "S3 endpoint URL")
 	fs.StringVar(&cfg.Region, "region", loadEnv("AWS_REGION", "us-east-1"), "S3 region")
@@ -114,6 +118,15 @@ func runLoad(ctx context.Context, env Env) error {
 	}
 	if *routerName != "static" {
 		return usagef("--router %q: only \"static\" is available", *routerName)
+	}
+	if *smart != "" {
+		sc, err := client.New(ctx, client.Config{Seeds: netx.SplitAddrs(*smart), LocalAddrs: netx.SplitAddrs(*localAddrs),
+			AccessKey: cfg.AccessKey, SecretKey: cfg.SecretKey, Region: cfg.Region})
+		if err != nil {
+			return err
+		}
+		defer sc.Close()
+		cfg = sc.LoaderConfig(cfg)
 	}
 	if !*quiet && loadIsTerminal(env.Stderr) {
 		cfg.Progress = env.Stderr

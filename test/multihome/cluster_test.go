@@ -286,14 +286,19 @@ func (c *bedCluster) fill(t *testing.T, n, size int) fillResult {
 	return res
 }
 
-// load runs a GET load from each client host (all at once) and returns
-// their results; at, if not nil, is called when every load has started.
+// load runs a GET load from each client host (all at once) over its first
+// nics NICs (with one, only to the nodes' addresses on that NIC's subnet)
+// and returns their results; at, if not nil, is called when every load has started.
 func (c *bedCluster) load(t *testing.T, clients []testbed.Host, nics int, keys []string, only string, workers, secs int, at func(time.Time)) []loadResult {
 	t.Helper()
 	var hs []*helper
 	for _, cl := range clients {
+		same := "0"
+		if nics == 1 {
+			same = "1"
+		}
 		hs = append(hs, c.startHelper(t, cl, "load", cl.Addrs[:nics],
-			"MH_KEYS="+strings.Join(keys, ","), "MH_ONLY="+only,
+			"MH_KEYS="+strings.Join(keys, ","), "MH_ONLY="+only, "MH_SAME_SUBNET="+same,
 			fmt.Sprintf("MH_WORKERS=%d", workers), fmt.Sprintf("MH_SECONDS=%d", secs)))
 	}
 	for _, h := range hs {

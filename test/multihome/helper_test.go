@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -100,6 +101,7 @@ func connect(t *testing.T, ctx context.Context) *client.Client {
 				Seeds:      netx.SplitAddrs(env("SEEDS")),
 				LocalAddrs: netx.SplitAddrs(env("LOCAL")),
 				AccessKey:  accessKey, SecretKey: secretKey,
+				PairFilter: pairFilter(),
 			})
 			cancel()
 		}
@@ -122,8 +124,25 @@ func connect(t *testing.T, ctx context.Context) *client.Client {
 	}
 }
 
-// helperFill creates the bucket and MH_OBJECTS objects of MH_SIZE bytes
-// through the smart client, then reads each once (the load is warm).
+// pairFilter keeps, with MH_SAME_SUBNET=1, only pairs of addresses in the
+// same /24 (one testbed subnet = one NIC on each side).
+func pairFilter() func(local, remote string) bool {
+	if env("SAME_SUBNET") != "1" {
+		return nil
+	}
+	return func(local, remote string) bool {
+		host, _, err := net.SplitHostPort(remote)
+		if err != nil {
+			host = remote
+		}
+		l, r := net.ParseIP(local).To4(), net.ParseIP(host).To4()
+		return l != nil && r != nil && l[0] == r[0] && l[1] == r[1] && l[2] == r[2]
+	}
+}
+
+// helperFill creates the bucket and MH_OBJECTS objects of MH_SIZE bytes,
+// as many on each node, through the smart client, then reads each once
+// (the load is warm).
 func helperFill(t *testing.T, ctx context.Context, cl *client.Client) {
 	n, size := envInt(t, "OBJECTS"), envInt(t, "SIZE")
 	s := cl.S3()
@@ -136,10 +155,18 @@ func helperFill(t *testing.T, ctx context.Context, cl *client.Client) {
 	var wg sync.WaitGroup
 	errc := make(chan error, n)
 	sem := make(chan struct{}, 6)
-	for i := 0; i < n; i++ {
+	// An equal number of objects per node, so that a uniform load keeps
+	// every node equally busy.
+	nodes := len(cl.Nodes())
+	per := (n + nodes - 1) / nodes
+	for i := 0; len(res.Keys) < n && i < 100*n; i++ {
 		key := fmt.Sprintf("obj-%04d", i)
+		owner := cl.Owner(bucket, key).ID
+		if res.Owners[owner] >= per {
+			continue
+		}
 		res.Keys = append(res.Keys, key)
-		res.Owners[cl.Owner(bucket, key).ID]++
+		res.Owners[owner]++
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
