@@ -184,9 +184,9 @@ func (l *localService) AbortUpload(ctx context.Context, bucket, key, uploadID st
 	return l.store.AbortUpload(ctx, bucket, key, uploadID)
 }
 
-// CompleteUpload assembles the object. For a tiered bucket the assembled
-// object then goes through the tier like a PUT (write-through to the
-// backend, or journaled and replicated for write-back).
+// CompleteUpload assembles the object. For a tiered bucket the tier then
+// adopts it like a PUT (write-through to the backend, or journaled and
+// replicated for write-back) before the client is answered.
 func (l *localService) CompleteUpload(ctx context.Context, bucket, key, uploadID string, parts []object.CompletePart) (object.Info, error) {
 	b, err := l.bucket(ctx, bucket)
 	if err != nil {
@@ -196,14 +196,12 @@ func (l *localService) CompleteUpload(ctx context.Context, bucket, key, uploadID
 	if err != nil || !tiered(b) {
 		return info, err
 	}
-	rd, err := l.store.Get(ctx, bucket, key, nil)
-	if err != nil {
-		return object.Info{}, err
-	}
-	defer rd.Close()
-	// The object's ETag becomes the MD5 of its body: the tier and the
-	// destage journal identify versions by it.
-	return l.tier.Put(ctx, bucket, key, rd, object.PutOptions{Size: info.Size, ContentType: info.ContentType, UserMeta: info.UserMeta})
+	err = l.withTier(ctx, func() error {
+		var err error
+		info, err = l.tier.Adopt(ctx, bucket, key)
+		return err
+	})
+	return info, err
 }
 
 func (l *localService) Replica(ctx context.Context, op peer.ReplicaOp) error {

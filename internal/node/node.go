@@ -149,7 +149,7 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 		Replicator:        rep,
 		NodeID:            cfg.ID,
 		JournalDir:        filepath.Join(cfg.DataDir, "journal"),
-		SpoolDir:          filepath.Join(cfg.DataDir, "spool"),
+		SpoolDir:          filepath.Join(cfg.Mountpaths[0], "spool"), // fills spool on a data drive
 		ParallelThreshold: cfg.Tier.ParallelThreshold,
 		PartSize:          cfg.Tier.PartSize,
 		FillParallel:      cfg.Tier.FetchConcurrency,

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/slipstream-io/slipstream/internal/backend"
 	"github.com/slipstream-io/slipstream/internal/backend/open"
@@ -131,7 +132,12 @@ func (r *replicator) Replicate(ctx context.Context, req tier.ReplicaPut) ([]stri
 	return peers, nil
 }
 
+// replicaOpTimeout bounds a replica notice: the destager waits on them.
+const replicaOpTimeout = 30 * time.Second
+
 func (r *replicator) ReplicateDelete(ctx context.Context, owner string, seq uint64, bucket, key string, copies int) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, replicaOpTimeout)
+	defer cancel()
 	m := r.g.meta.Map()
 	peers, err := r.peersFor(m, bucket, key, copies)
 	if err != nil {
@@ -147,6 +153,8 @@ func (r *replicator) ReplicateDelete(ctx context.Context, owner string, seq uint
 }
 
 func (r *replicator) Destaged(ctx context.Context, owner string, seq uint64, bucket, key string, holders []string) error {
+	ctx, cancel := context.WithTimeout(ctx, replicaOpTimeout)
+	defer cancel()
 	m := r.g.meta.Map()
 	var errs []error
 	for _, id := range holders {

@@ -45,6 +45,7 @@ type fill struct {
 	err       error
 	info      object.Info // the committed local copy, when done without err
 	commitErr error
+	started   time.Time
 }
 
 // acquireFill returns the fill of bucket/key, starting one unless force is
@@ -68,7 +69,7 @@ func (t *Tier) acquireFill(b Bucket, bucket, key string, force bool) (f *fill, l
 			return nil, true, nil
 		}
 	}
-	f = &fill{t: t, bucket: bucket, key: key, b: b, done: make(chan struct{}), refs: 1}
+	f = &fill{t: t, bucket: bucket, key: key, b: b, done: make(chan struct{}), refs: 1, started: time.Now()}
 	f.ctx, f.cancel = context.WithCancelCause(t.ctx)
 	t.fills[k] = f
 	t.wg.Add(1)

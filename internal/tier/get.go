@@ -30,6 +30,7 @@ func (t *Tier) Get(ctx context.Context, bucket, key string, rng *object.Range) (
 }
 
 func (t *Tier) get(ctx context.Context, bucket, key string, rng *object.Range) (object.Reader, error) {
+	reqStart := time.Now()
 	b, err := t.bucket(bucket)
 	if err != nil {
 		return nil, err
@@ -80,6 +81,17 @@ func (t *Tier) get(ctx context.Context, bucket, key string, rng *object.Range) (
 				return nil, err
 			}
 			return r, nil
+		}
+		if b.Validate.Policy == ValidateAlways && f.started.Before(reqStart) {
+			// The fill began before this request: the remote may have
+			// changed since. Let it land, then validate it like any warm
+			// copy (which refetches it if it is stale).
+			select {
+			case <-f.done:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			return t.get(ctx, bucket, key, rng)
 		}
 		return f.reader(ctx, nil)
 	}
