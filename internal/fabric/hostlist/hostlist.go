@@ -15,7 +15,7 @@ var ErrSyntax = errors.New("hostlist: syntax error")
 
 // MaxHosts bounds what Expand produces, so a short expression cannot ask
 // for unbounded memory.
-const MaxHosts = 1 << 20
+const MaxHosts = 1 << 18
 
 // Compress writes names as a Slurm hostlist. Names that end in digits are
 // grouped by prefix and digit width; ranges keep zero padding. Order: by
@@ -83,9 +83,8 @@ func Compress(names []string) string {
 	return strings.Join(parts, ",")
 }
 
-// Expand parses a hostlist such as "node[001-003,007],stor1" into names.
-// Each comma-separated item may hold one bracket group (Slurm's common
-// form).
+// Expand parses a hostlist such as "node[001-003,007],stor1" or
+// "rack[1-2]-n[01-04]" into names (several bracket groups multiply).
 func Expand(s string) ([]string, error) {
 	var out []string
 	s = strings.TrimSpace(s)
@@ -130,10 +129,15 @@ func expandItem(item string, limit int) ([]string, error) {
 		return []string{item}, nil
 	}
 	rb := strings.IndexByte(item, ']')
-	if rb < lb || strings.Count(item, "[") != 1 || strings.Count(item, "]") != 1 {
+	if rb < lb || strings.Contains(item[lb+1:rb], "[") {
 		return nil, fmt.Errorf("%w: bad brackets in %q", ErrSyntax, item)
 	}
-	prefix, body, suffix := item[:lb], item[lb+1:rb], item[rb+1:]
+	prefix, body := item[:lb], item[lb+1:rb]
+	// the rest may hold further bracket groups: rack[1-2]-n[01-04]
+	tails, err := expandItem(item[rb+1:], limit)
+	if err != nil {
+		return nil, err
+	}
 	var out []string
 	for _, r := range strings.Split(body, ",") {
 		lo, hi, isRange := strings.Cut(r, "-")
@@ -149,11 +153,13 @@ func expandItem(item string, limit int) ([]string, error) {
 				return nil, fmt.Errorf("%w: bad range %q in %q", ErrSyntax, r, item)
 			}
 		}
-		if b-a >= limit-len(out) {
+		if (b-a+1)*len(tails) > limit-len(out) {
 			return nil, fmt.Errorf("%w: more than %d hosts", ErrSyntax, MaxHosts)
 		}
 		for v := a; v <= b; v++ {
-			out = append(out, fmt.Sprintf("%s%0*d%s", prefix, width, v, suffix))
+			for _, t := range tails {
+				out = append(out, fmt.Sprintf("%s%0*d%s", prefix, width, v, t))
+			}
 		}
 	}
 	return out, nil
