@@ -933,3 +933,27 @@ func TestImproveBySwaps(t *testing.T) {
 		t.Errorf("counters say %d shared pairs, rescoring %d", sum, after.SharedPairs)
 	}
 }
+
+// TestClassifyByContent: every dump kind is recognised under another name.
+func TestClassifyByContent(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(samples, "ft2-h16/minhop/before")
+	for _, k := range []string{FileLFTs, FileDumpFTS, FileSubnet, FileIBNetDiscover, FileGUID2LID,
+		FileNeighbors, FileOSMLog, FileOpenSMOut, FileFDBs, FileLIDMatrix} {
+		b, err := os.ReadFile(filepath.Join(src, k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(dir, "x-"+strings.ReplaceAll(k, ".", "_"))
+		os.WriteFile(p, b, 0o644)
+		got, err := sniff(p)
+		if err != nil || got != k {
+			t.Errorf("%s recognised as %q (%v)", k, got, err)
+		}
+	}
+	p := filepath.Join(dir, "junk")
+	os.WriteFile(p, []byte("hello\n"), 0o644)
+	if _, err := ClassifyFiles([]string{p}); !errors.Is(err, ErrNoDumps) {
+		t.Errorf("junk: %v", err)
+	}
+}
