@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -82,7 +85,7 @@ func adminCommand() Command {
 		Summary: "cluster status, buckets, evict, prefetch, destage backlog",
 		Run: func(ctx context.Context, env Env) error {
 			if len(env.Args) == 0 {
-				return usagef("admin status | map | bucket ls|create|set|rm ...")
+				return usagef("admin status | map | bucket ls|create|set|rm ... | prefetch BUCKET [--prefix P] | evict BUCKET [--prefix P]")
 			}
 			sub, args := env.Args[0], env.Args[1:]
 			switch sub {
@@ -92,6 +95,10 @@ func adminCommand() Command {
 				return adminMap(ctx, env, args)
 			case "bucket":
 				return adminBucket(ctx, env, args)
+			case "prefetch":
+				return adminPrefetch(ctx, env, args)
+			case "evict":
+				return adminEvict(ctx, env, args)
 			default:
 				return usagef("unknown admin command %q", sub)
 			}
@@ -280,4 +287,180 @@ func adminBucket(ctx context.Context, env Env, args []string) error {
 	default:
 		return usagef("unknown bucket command %q", sub)
 	}
+}
+
+// jobArgs parses "BUCKET [--prefix P]" and the node flags.
+func jobArgs(env Env, name string, args []string) (bucket, prefix string, client *adminClient, err error) {
+	fs := flag.NewFlagSet("admin "+name, flag.ContinueOnError)
+	fs.SetOutput(env.Stderr)
+	mk := newAdminClient(fs)
+	fs.StringVar(&prefix, "prefix", "", "only keys with this prefix")
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		bucket, args = args[0], args[1:]
+	}
+	if err := fs.Parse(args); err != nil {
+		return "", "", nil, err
+	}
+	if bucket == "" {
+		return "", "", nil, usagef("admin %s BUCKET [--prefix P]", name)
+	}
+	return bucket, prefix, mk(), nil
+}
+
+// upNodes returns the intra base URLs of the up nodes.
+func (a *adminClient) upNodes(ctx context.Context) ([]string, error) {
+	var m cluster.Map
+	if err := a.call(ctx, http.MethodGet, "/cluster/map", nil, &m); err != nil {
+		return nil, err
+	}
+	var urls []string
+	for _, id := range m.UpNodeIDs() {
+		if ni, _ := m.Node(id); len(ni.IntraAddrs) > 0 {
+			urls = append(urls, cluster.BaseURL(ni.IntraAddrs[0]))
+		}
+	}
+	return urls, nil
+}
+
+// adminPrefetch starts the prefetch on every up node (each fills the keys
+// it owns) and shows their summed progress.
+func adminPrefetch(ctx context.Context, env Env, args []string) error {
+	bucket, prefix, a, err := jobArgs(env, "prefetch", args)
+	if err != nil {
+		return err
+	}
+	urls, err := a.upNodes(ctx)
+	if err != nil {
+		return err
+	}
+	q := "?bucket=" + url.QueryEscape(bucket) + "&prefix=" + url.QueryEscape(prefix)
+	var (
+		mu    sync.Mutex
+		state = map[string]node.Progress{}
+		wg    sync.WaitGroup
+		errs  []error
+	)
+	for _, u := range urls {
+		wg.Add(1)
+		go func(u string) {
+			defer wg.Done()
+			err := a.stream(ctx, http.MethodPost, u+node.AdminPrefix+"prefetch"+q, func(p node.Progress) {
+				mu.Lock()
+				state[u] = p
+				mu.Unlock()
+			})
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("%s: %w", u, err))
+				mu.Unlock()
+			}
+		}(u)
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	total := func() node.Progress {
+		mu.Lock()
+		defer mu.Unlock()
+		var t node.Progress
+		t.Done = len(state) == len(urls)
+		for _, p := range state {
+			t.Listed += p.Listed
+			t.Filled += p.Filled
+			t.Warm += p.Warm
+			t.Failed += p.Failed
+			t.Bytes += p.Bytes
+			t.Done = t.Done && p.Done
+			if p.LastErr != "" {
+				t.LastErr = p.LastErr
+			}
+		}
+		return t
+	}
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-done:
+			t := total()
+			fmt.Fprintf(env.Stderr, "\r%s\n", progressBar(t))
+			fmt.Fprintf(env.Stdout, "prefetch %s: %d objects (%d fetched, %d already warm, %d failed), %s fetched\n",
+				bucket, t.Filled+t.Warm+t.Failed, t.Filled, t.Warm, t.Failed, humanBytes(t.Bytes))
+			if t.Failed > 0 && t.LastErr != "" {
+				errs = append(errs, fmt.Errorf("%d objects failed, last error: %s", t.Failed, t.LastErr))
+			}
+			return errors.Join(errs...)
+		case <-tick.C:
+			fmt.Fprintf(env.Stderr, "\r%s", progressBar(total()))
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func progressBar(p node.Progress) string {
+	handled := p.Filled + p.Warm + p.Failed
+	frac := 0.0
+	if p.Listed > 0 {
+		frac = float64(handled) / float64(p.Listed)
+	}
+	const width = 30
+	n := int(frac * width)
+	return fmt.Sprintf("[%s%s] %d/%d objects, %s", strings.Repeat("#", n), strings.Repeat(".", width-n), handled, p.Listed, humanBytes(p.Bytes))
+}
+
+// stream reads an NDJSON answer line by line.
+func (a *adminClient) stream(ctx context.Context, method, u string, each func(node.Progress)) error {
+	req, err := http.NewRequestWithContext(ctx, method, u, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set(peer.SecretHeader, a.secret)
+	hc := &http.Client{} // no overall timeout: a prefetch takes as long as it takes
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		return fmt.Errorf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(b)))
+	}
+	dec := json.NewDecoder(resp.Body)
+	for {
+		var p node.Progress
+		if err := dec.Decode(&p); err == io.EOF {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		each(p)
+	}
+}
+
+// adminEvict drops the clean local copies of a bucket (or prefix) on every
+// up node.
+func adminEvict(ctx context.Context, env Env, args []string) error {
+	bucket, prefix, a, err := jobArgs(env, "evict", args)
+	if err != nil {
+		return err
+	}
+	urls, err := a.upNodes(ctx)
+	if err != nil {
+		return err
+	}
+	q := "?bucket=" + url.QueryEscape(bucket) + "&prefix=" + url.QueryEscape(prefix)
+	var objs int
+	var bytes int64
+	var errs []error
+	for _, u := range urls {
+		var r node.EvictResult
+		if err := a.callURL(ctx, http.MethodPost, u+node.AdminPrefix+"evict"+q, nil, &r); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", u, err))
+			continue
+		}
+		objs += r.Objects
+		bytes += r.Bytes
+	}
+	fmt.Fprintf(env.Stdout, "evicted %d objects, %s, from %d nodes\n", objs, humanBytes(bytes), len(urls)-len(errs))
+	return errors.Join(errs...)
 }

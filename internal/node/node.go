@@ -216,7 +216,9 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 	}
 	httpm := newHTTPMetrics(n.reg)
 	metrics := promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{})
-	stats := sysstat.Handler(cfg.ID, cfg.Mountpaths, nil)
+	stats := sysstat.Handler(cfg.ID, cfg.Mountpaths, n.statsCounters)
+	n.reg.MustRegister(newTierCollector(n.tier))
+	n.registerJobs()
 
 	intra := http.NewServeMux()
 	intra.Handle("/cluster/", cl.Handler())

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
 	"time"
 
 	"github.com/slipstream-io/slipstream/internal/backend"
@@ -55,6 +56,7 @@ func (t *Tier) get(ctx context.Context, bucket, key string, rng *object.Range) (
 				if err != nil {
 					return nil, err
 				}
+				t.counters.warm.Add(1)
 				return r, nil
 			}
 			// evicted meanwhile: cold
@@ -65,6 +67,7 @@ func (t *Tier) get(ctx context.Context, bucket, key string, rng *object.Range) (
 		return nil, err
 	}
 	if rng != nil {
+		t.counters.cold.Add(1)
 		return t.coldRange(ctx, b, bucket, key, rng, force)
 	}
 	for {
@@ -80,6 +83,7 @@ func (t *Tier) get(ctx context.Context, bucket, key string, rng *object.Range) (
 			if err != nil {
 				return nil, err
 			}
+			t.counters.warm.Add(1)
 			return r, nil
 		}
 		if b.Validate.Policy == ValidateAlways && f.started.Before(reqStart) {
@@ -93,6 +97,7 @@ func (t *Tier) get(ctx context.Context, bucket, key string, rng *object.Range) (
 			}
 			return t.get(ctx, bucket, key, rng)
 		}
+		t.counters.cold.Add(1)
 		return f.reader(ctx, nil)
 	}
 }
@@ -220,4 +225,17 @@ func (t *Tier) Stat(ctx context.Context, bucket, key string) (object.Info, error
 	}
 	return object.Info{Bucket: bucket, Key: key, Size: a.Size, ETag: a.ETag, ContentType: a.ContentType, UserMeta: a.UserMeta,
 		ModTime: a.ModTime, BackendETag: a.ETag, BackendVersion: a.Version}, nil
+}
+
+// Counters counts GETs served by the tier since start.
+type Counters struct {
+	WarmHits int64 // served from the local copy
+	ColdHits int64 // served while fetching from the backend
+}
+
+type counters struct{ warm, cold atomic.Int64 }
+
+// Counters returns the GET counters.
+func (t *Tier) Counters() Counters {
+	return Counters{WarmHits: t.counters.warm.Load(), ColdHits: t.counters.cold.Load()}
 }

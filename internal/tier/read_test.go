@@ -66,6 +66,9 @@ func TestColdThenWarm(t *testing.T) {
 		if data := readAll(t, r, err); !bytes.Equal(data, body[5:15]) {
 			t.Error("warm range differs")
 		}
+		if c := tr.Counters(); c.ColdHits != 1 || c.WarmHits != 2 {
+			t.Errorf("counters %+v, want 1 cold and 2 warm", c)
+		}
 		if _, err := tr.Get(ctx, "data", "missing", nil); !errors.Is(err, object.ErrNotFound) {
 			t.Errorf("missing object: %v", err)
 		}

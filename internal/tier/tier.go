@@ -211,6 +211,7 @@ type Tier struct {
 
 	keyLocks keyLocks
 	d        *destager // nil without a journal
+	counters counters
 }
 
 // New builds a Tier over local. With cfg.JournalDir it opens and replays the

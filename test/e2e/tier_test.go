@@ -395,3 +395,45 @@ func TestCacheEviction(t *testing.T) {
 		}
 	}
 }
+
+// TestPrefetchAndEvict fills a cache bucket with the admin prefetch job
+// (every node fills the keys it owns), reads it without touching the
+// remote, then evicts it.
+func TestPrefetchAndEvict(t *testing.T) {
+	r, direct := startRemote(t, remotesim.Config{})
+	c := startCluster(t, localcluster.Spec{})
+	ctx := context.Background()
+	tieredBucket(t, c, r, "prefetched", "cache")
+	for i := 0; i < 12; i++ {
+		if err := putObject(ctx, direct, "remote", fmt.Sprintf("prefetched/p/%02d", i), randomBytes(int64(i), 512<<10)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := putObject(ctx, direct, "remote", "prefetched/other", []byte("not in the prefix")); err != nil {
+		t.Fatal(err)
+	}
+	out := admin(t, c, 1, "prefetch", "prefetched", "--prefix", "p/")
+	if !strings.Contains(out, "12 objects (12 fetched") {
+		t.Fatalf("prefetch output: %s", out)
+	}
+	before := r.ObjectGets()
+	cl := s3Client(c, c.Endpoint(2))
+	for i := 0; i < 12; i++ {
+		if got, err := getObject(ctx, cl, "prefetched", fmt.Sprintf("p/%02d", i)); err != nil || !bytes.Equal(got, randomBytes(int64(i), 512<<10)) {
+			t.Fatalf("GET p/%02d after prefetch: %v", i, err)
+		}
+	}
+	if n := r.ObjectGets() - before; n != 0 {
+		t.Fatalf("GETs after prefetch went to the remote %d times", n)
+	}
+	out = admin(t, c, 0, "evict", "prefetched", "--prefix", "p/")
+	if !strings.Contains(out, "evicted 12 objects") {
+		t.Fatalf("evict output: %s", out)
+	}
+	if _, err := getObject(ctx, cl, "prefetched", "p/00"); err != nil {
+		t.Fatal(err)
+	}
+	if n := r.ObjectGets() - before; n != 1 {
+		t.Fatalf("a GET after evict made %d remote GETs, want 1", n)
+	}
+}

@@ -1,0 +1,133 @@
+package node
+
+import (
+	"encoding/json"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/slipstream-io/slipstream/internal/tier"
+)
+
+// Progress is one line of a prefetch job's NDJSON progress stream.
+type Progress struct {
+	Node    string `json:"node"`
+	Listed  int    `json:"listed"`
+	Filled  int    `json:"filled"`
+	Warm    int    `json:"warm"`
+	Failed  int    `json:"failed"`
+	Bytes   int64  `json:"bytes"`
+	Done    bool   `json:"done"`
+	LastErr string `json:"lastError,omitempty"`
+}
+
+// EvictResult is a node's answer to an evict job.
+type EvictResult struct {
+	Node    string `json:"node"`
+	Objects int    `json:"objects"`
+	Bytes   int64  `json:"bytes"`
+}
+
+// registerJobs adds the tier jobs to the admin API: each node prefetches the
+// keys it owns (the CLI starts the job on every node and adds up the
+// progress) and evicts its own clean copies.
+func (n *Node) registerJobs() {
+	n.adminExtras["POST "+AdminPrefix+"prefetch"] = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		bucket := q.Get("bucket")
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		var mu sync.Mutex
+		enc := json.NewEncoder(w)
+		flusher, _ := w.(http.Flusher)
+		last := time.Time{}
+		send := func(p tier.PrefetchProgress, force bool) {
+			mu.Lock()
+			defer mu.Unlock()
+			if !force && time.Since(last) < 200*time.Millisecond {
+				return
+			}
+			last = time.Now()
+			out := Progress{Node: n.cfg.ID, Listed: p.Listed, Filled: p.Filled, Warm: p.Warm, Failed: p.Failed, Bytes: p.Bytes, Done: p.Done}
+			if p.LastErr != nil {
+				out.LastErr = p.LastErr.Error()
+			}
+			_ = enc.Encode(out)
+			if flusher != nil {
+				flusher.Flush()
+			}
+		}
+		owns := func(key string) bool {
+			m := n.cluster.Map()
+			up, _ := placementOf(m, bucket, key)
+			return len(up) > 0 && up[0] == n.cfg.ID
+		}
+		p, err := n.tier.Prefetch(r.Context(), bucket, tier.PrefetchOptions{
+			Prefix: q.Get("prefix"), Filter: owns, Progress: func(p tier.PrefetchProgress) { send(p, false) },
+		})
+		if err != nil && p.LastErr == nil {
+			p.LastErr = err
+		}
+		p.Done = true
+		send(p, true)
+	})
+	n.adminExtras["POST "+AdminPrefix+"evict"] = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		objs, bytes, err := n.tier.Evict(r.Context(), q.Get("bucket"), q.Get("prefix"))
+		writeAdmin(w, EvictResult{Node: n.cfg.ID, Objects: objs, Bytes: bytes}, err)
+	})
+}
+
+// tierCollector exports the tier's GET counters and destage backlog.
+type tierCollector struct {
+	t                                   *tier.Tier
+	warm, cold                          *prometheus.Desc
+	objects, bytes, oldest, replicaObjs *prometheus.Desc
+	destaged, failures                  *prometheus.Desc
+}
+
+func newTierCollector(t *tier.Tier) *tierCollector {
+	d := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, nil, nil) }
+	return &tierCollector{
+		t:           t,
+		warm:        d("slipstream_tier_warm_hits_total", "GETs served from a local copy."),
+		cold:        d("slipstream_tier_cold_hits_total", "GETs served while fetching from the backend."),
+		objects:     d("slipstream_destage_backlog_objects", "Write-back operations not yet in the backend."),
+		bytes:       d("slipstream_destage_backlog_bytes", "Dirty bytes not yet in the backend."),
+		oldest:      d("slipstream_destage_backlog_oldest_seconds", "Age of the oldest operation not yet destaged."),
+		replicaObjs: d("slipstream_destage_replica_objects", "Replicas held for other owners, not yet destaged by them."),
+		destaged:    d("slipstream_destaged_total", "Operations destaged since start."),
+		failures:    d("slipstream_destage_failures_total", "Failed destage attempts since start."),
+	}
+}
+
+func (c *tierCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.warm, c.cold, c.objects, c.bytes, c.oldest, c.replicaObjs, c.destaged, c.failures} {
+		ch <- d
+	}
+}
+
+func (c *tierCollector) Collect(ch chan<- prometheus.Metric) {
+	k := c.t.Counters()
+	b := c.t.Backlog()
+	ch <- prometheus.MustNewConstMetric(c.warm, prometheus.CounterValue, float64(k.WarmHits))
+	ch <- prometheus.MustNewConstMetric(c.cold, prometheus.CounterValue, float64(k.ColdHits))
+	ch <- prometheus.MustNewConstMetric(c.objects, prometheus.GaugeValue, float64(b.Objects))
+	ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.GaugeValue, float64(b.Bytes))
+	ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, b.Oldest.Seconds())
+	ch <- prometheus.MustNewConstMetric(c.replicaObjs, prometheus.GaugeValue, float64(b.ReplicaObjects))
+	ch <- prometheus.MustNewConstMetric(c.destaged, prometheus.CounterValue, float64(b.Destaged))
+	ch <- prometheus.MustNewConstMetric(c.failures, prometheus.CounterValue, float64(b.Failures))
+}
+
+// statsCounters are the node counters the stats endpoint adds to disk and
+// NIC samples (the load generator records them).
+func (n *Node) statsCounters() map[string]float64 {
+	k := n.tier.Counters()
+	b := n.tier.Backlog()
+	return map[string]float64{
+		"warm_hits": float64(k.WarmHits), "cold_hits": float64(k.ColdHits),
+		"destage_backlog_objects": float64(b.Objects), "destage_backlog_bytes": float64(b.Bytes),
+	}
+}
