@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Assembles docs/benchmarks.md from the tables each benchmark writes
+# (docs/bench-*.md), in a fixed order, under one page.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=docs/benchmarks.md
+{
+	cat <<'HDR'
+# Benchmarks
+
+Every figure here is a ratio measured in one run against the hardware limit
+or a peer on the same machine, because the machines are shared and absolute
+figures swing 2-3x between runs. All of them ran on a 2-core, 24 GiB VM with
+one virtio disk: the "drives" of a test node are directories on that one disk,
+and clients, nodes and limit servers share the two cores. `make bench`
+refreshes every table; each section names the test that wrote it.
+
+HDR
+	section() { # title file
+		if [ -f "docs/$2" ]; then
+			printf '## %s\n\n' "$1"
+			cat "docs/$2"
+			printf '\n'
+		fi
+	}
+	section "Warm GET through the S3 API vs http.ServeContent (issue: core)" bench-core.md
+	section "Fast tier: cold and warm epochs vs reading the backend directly" bench-tier-read.md
+	section "Write paths: write-back copies=1 vs copies=2 (WB+0 vs WB+1) vs write-through" bench-tier-write.md
+	section "Eviction: S3-FIFO vs LRU under scans" bench-evict.md
+	section "Multihoming: one NIC vs two NICs per node" bench-multihoming.md
+	section "Block volumes over NBD: the fio matrix" bench-nbd.md
+	section "Fabric analyzer" bench-fabric.md
+} >"$out"
+echo "wrote $out"

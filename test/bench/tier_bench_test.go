@@ -1,0 +1,170 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/slipstream-io/slipstream/internal/loader"
+	"github.com/slipstream-io/slipstream/internal/localcluster"
+	"github.com/slipstream-io/slipstream/internal/remotesim"
+	"github.com/slipstream-io/slipstream/internal/report"
+)
+
+func benchEnv(t *testing.T, net string, rate int64, latency time.Duration) (*localcluster.Cluster, *remotesim.Remote, string) {
+	t.Helper()
+	if os.Getenv("SLIPSTREAM_BENCH") == "" {
+		t.Skip("set SLIPSTREAM_BENCH=1 (make bench) to run benchmarks")
+	}
+	os.Unsetenv("AWS_CA_BUNDLE")
+	ctx := context.Background()
+	bin := buildBinary(t)
+	rem, err := remotesim.Start(ctx, remotesim.Config{Dir: t.TempDir(), Rate: rate, Latency: latency})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rem.Stop)
+	if err := rem.CreateBucket("remote"); err != nil {
+		t.Fatal(err)
+	}
+	port, err := localcluster.FreeBasePort(net, 3, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := localcluster.Start(ctx, localcluster.Spec{Binary: bin, DataDir: t.TempDir(), Net: net, BasePort: port})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	return c, rem, bin
+}
+
+func adminCmd(t *testing.T, bin string, c *localcluster.Cluster, args ...string) {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"admin"}, args...)...)
+	cmd.Env = append(os.Environ(), "SLIPSTREAM_NODE="+c.IntraURL(0), "SLIPSTREAM_SECRET=local-cluster-secret")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("admin %v: %v\n%s", args, err, out)
+	}
+}
+
+func tierBucket(t *testing.T, bin string, c *localcluster.Cluster, rem *remotesim.Remote, name, mode string, extra ...string) {
+	adminCmd(t, bin, c, append([]string{"bucket", "create", name, "--mode", mode, "--backend", "s3", "--endpoint", rem.Endpoint,
+		"--remote-bucket", "remote", "--prefix", name + "/", "--access-key", rem.AccessKey, "--secret-key", rem.SecretKey}, extra...)...)
+}
+
+func writeDoc(t *testing.T, name, text string) {
+	_, file, _, _ := runtime.Caller(0)
+	out := filepath.Join(filepath.Dir(file), "..", "..", "docs", name)
+	if err := os.WriteFile(out, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mibps(r *loader.Result) float64 { return r.Main.Total.BytesPerSec / (1 << 20) }
+
+// TestColdWarmVsDirect reads a dataset of 10 MiB objects in one epoch
+// straight from the remote (through its slow link), then a cold epoch and
+// a warm epoch through the cluster, in one run.
+func TestColdWarmVsDirect(t *testing.T) {
+	const rate = 160 << 20
+	c, rem, bin := benchEnv(t, "127.51", rate, 20*time.Millisecond)
+	ctx := context.Background()
+	tierBucket(t, bin, c, rem, "coldwarm", "cache")
+	base := loader.Config{Region: "us-east-1", Workers: 8, MinSize: 10 << 20, MaxSize: 10 << 20, Epochs: 1, Seed: 1}
+	fill := base
+	fill.Endpoint, fill.AccessKey, fill.SecretKey = rem.DirectEndpoint, rem.AccessKey, rem.SecretKey
+	fill.Bucket, fill.Prefix, fill.FillCount, fill.MaxOps, fill.Epochs, fill.Label = "remote", "coldwarm/ds-", 40, 1, 0, "fill"
+	if _, err := loader.Run(ctx, fill); err != nil {
+		t.Fatal(err)
+	}
+	var results []*loader.Result
+	for _, r := range []struct{ label, ep, bucket, prefix, ak, sk string }{
+		{"direct from backend", rem.Endpoint, "remote", "coldwarm/ds-", rem.AccessKey, rem.SecretKey},
+		{"cold", c.Endpoint(0), "coldwarm", "ds-", c.Spec.AccessKey, c.Spec.SecretKey},
+		{"warm", c.Endpoint(0), "coldwarm", "ds-", c.Spec.AccessKey, c.Spec.SecretKey},
+	} {
+		cfg := base
+		cfg.Endpoint, cfg.Bucket, cfg.Prefix, cfg.AccessKey, cfg.SecretKey, cfg.Label = r.ep, r.bucket, r.prefix, r.ak, r.sk, r.label
+		res, err := loader.Run(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Main.Total.Errors > 0 {
+			t.Errorf("%s: %d errors", r.label, res.Main.Total.Errors)
+		}
+		results = append(results, res)
+	}
+	direct, cold, warm := results[0], results[1], results[2]
+	var md strings.Builder
+	fmt.Fprintf(&md, "| run | MiB/s | p50 | p99 | ratio |\n|---|---|---|---|---|\n")
+	fmt.Fprintf(&md, "| direct from backend (%d MiB/s link, 20 ms) | %.1f | %.0f ms | %.0f ms | 1.00 |\n", rate>>20, mibps(direct), direct.Main.Total.Latency.P50, direct.Main.Total.Latency.P99)
+	fmt.Fprintf(&md, "| cold epoch through the cluster | %.1f | %.0f ms | %.0f ms | **%.2f** of direct (goal ≥ 0.95) |\n", mibps(cold), cold.Main.Total.Latency.P50, cold.Main.Total.Latency.P99, mibps(cold)/mibps(direct))
+	fmt.Fprintf(&md, "| warm epoch | %.1f | %.0f ms | %.0f ms | **%.1f×** cold |\n", mibps(warm), warm.Main.Total.Latency.P50, warm.Main.Total.Latency.P99, mibps(warm)/mibps(cold))
+	fmt.Print(md.String())
+	writeDoc(t, "bench-tier-read.md", fmt.Sprintf("<!-- written by test/bench TestColdWarmVsDirect on %s -->\n"+
+		"40 objects of 10 MiB, 8 workers, one epoch each (every object once, random order); 3-node local cluster; "+
+		"the remote is versitygw behind a %d MiB/s, 20 ms link; all on one %d-core machine.\n\n%s",
+		time.Now().UTC().Format("2006-01-02 15:04 MST"), rate>>20, runtime.NumCPU(), md.String()))
+	if err := report.Render(results, filepath.Join(t.TempDir(), "r")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestWritePaths compares PUT throughput of 10 MiB objects: write-back
+// with copies=1 (WB+0) and copies=2 (WB+1), and write-through, in one run,
+// with a fast remote link.
+func TestWritePaths(t *testing.T) {
+	c, rem, bin := benchEnv(t, "127.52", 0, 0)
+	ctx := context.Background()
+	tierBucket(t, bin, c, rem, "wbone", "writeback", "--copies", "1")
+	tierBucket(t, bin, c, rem, "wbtwo", "writeback", "--copies", "2")
+	tierBucket(t, bin, c, rem, "wthrough", "cache")
+	var md strings.Builder
+	fmt.Fprintf(&md, "| object size | write path | MiB/s | p50 | p99 | ratio |\n|---|---|---|---|---|---|\n")
+	for _, size := range []int64{10 << 20, 256 << 10} {
+		var wb1 float64
+		var wt float64
+		for _, r := range []struct{ label, bucket string }{
+			{"write-back, copies=1 (WB+0)", "wbone"}, {"write-back, copies=2 (WB+1)", "wbtwo"}, {"write-through", "wthrough"},
+		} {
+			cfg := loader.Config{
+				Endpoint: c.Endpoint(0), Region: "us-east-1", AccessKey: c.Spec.AccessKey, SecretKey: c.Spec.SecretKey,
+				Bucket: r.bucket, Prefix: fmt.Sprintf("p%d-", size), Workers: 8, PutPercent: 100,
+				MinSize: size, MaxSize: size, Duration: 6 * time.Second, Label: r.label, Seed: 1,
+			}
+			res, err := loader.Run(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ratio := ""
+			switch r.bucket {
+			case "wbone":
+				wb1 = mibps(res)
+				ratio = "1.00"
+			case "wbtwo":
+				ratio = fmt.Sprintf("**%.2f** of copies=1 (goal ≥ 0.9)", mibps(res)/wb1)
+			case "wthrough":
+				wt = mibps(res)
+				ratio = fmt.Sprintf("write-back copies=1 is %.1f× write-through", wb1/wt)
+			}
+			line := fmt.Sprintf("| %s | %s | %.1f | %.1f ms | %.1f ms | %s |", loader.HumanBytes(float64(size)), r.label, mibps(res),
+				res.Main.Total.Latency.P50, res.Main.Total.Latency.P99, ratio)
+			fmt.Println(line)
+			md.WriteString(line + "\n")
+			if res.Main.Total.Errors > 0 {
+				t.Errorf("%s: %d errors", r.label, res.Main.Total.Errors)
+			}
+		}
+	}
+	writeDoc(t, "bench-tier-write.md", fmt.Sprintf("<!-- written by test/bench TestWritePaths on %s -->\n"+
+		"PUT for 6 s per row, 8 workers, 3-node local cluster on loopback (all nodes' mountpaths share one disk), "+
+		"remote versitygw without a rate limit; all on one %d-core machine.\n\n%s",
+		time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), md.String()))
+}
