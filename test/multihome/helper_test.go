@@ -199,7 +199,7 @@ func helperFill(t *testing.T, ctx context.Context, cl *client.Client) {
 }
 
 // helperLoad GETs the objects MH_KEYS (only those owned by MH_ONLY, if set)
-// with MH_WORKERS workers for MH_SECONDS through the smart client's S3
+// with MH_WORKERS workers, each bound to one node's objects, for MH_SECONDS through the smart client's S3
 // client with the SDK's retries off, so every error the transport does not
 // absorb is counted. It prints "started", then one loadResult.
 func helperLoad(t *testing.T, ctx context.Context, cl *client.Client) {
@@ -216,6 +216,14 @@ func helperLoad(t *testing.T, ctx context.Context, cl *client.Client) {
 	}
 	if len(keys) == 0 {
 		t.Fatal("no keys to read")
+	}
+	byNode := map[string][]string{}
+	var nodeOrder []string
+	for _, k := range keys {
+		if byNode[owner[k]] == nil {
+			nodeOrder = append(nodeOrder, owner[k])
+		}
+		byNode[owner[k]] = append(byNode[owner[k]], k)
 	}
 	nodes := cl.Nodes()
 	nodeIdx := map[string]int{}
@@ -262,8 +270,12 @@ func helperLoad(t *testing.T, ctx context.Context, cl *client.Client) {
 		go func(w int) {
 			defer wg.Done()
 			buf := make([]byte, 256<<10)
+			// Worker w reads only the objects of one node (w modulo the
+			// nodes in the load), so each client keeps the same number of
+			// requests outstanding to every node: a balanced demand.
+			mine := byNode[nodeOrder[w%len(nodeOrder)]]
 			for i := 0; i < 1_000_000 && lctx.Err() == nil; i++ {
-				key := keys[(w*7+i)%len(keys)]
+				key := mine[(w/len(nodeOrder)*5+i)%len(mine)]
 				ctr := &perNode[nodeIdx[owner[key]]]
 				err := get(lctx, s, key, buf, &total, ctr, noRetry)
 				if lctx.Err() != nil {
