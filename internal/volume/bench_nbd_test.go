@@ -88,13 +88,13 @@ func TestBenchNBD(t *testing.T) {
 		args []string
 	}
 	matrix := []job{
+		{"1m-write", []string{"--rw=write", "--bs=1m"}},
+		{"1m-read", []string{"--rw=read", "--bs=1m"}},
 		{"4k-randread", []string{"--rw=randread", "--bs=4k"}},
 		{"4k-randwrite", []string{"--rw=randwrite", "--bs=4k"}},
 		{"8k-randread", []string{"--rw=randread", "--bs=8k"}},
 		{"8k-randwrite", []string{"--rw=randwrite", "--bs=8k"}},
 		{"64k-randrw", []string{"--rw=randrw", "--bs=64k", "--rwmixread=50"}},
-		{"1m-read", []string{"--rw=read", "--bs=1m"}},
-		{"1m-write", []string{"--rw=write", "--bs=1m"}},
 		{"32k-randwrite", []string{"--rw=randwrite", "--bs=32k"}},
 		{"256k-randwrite", []string{"--rw=randwrite", "--bs=256k"}},
 	}
