@@ -34,7 +34,7 @@ if want evict; then
 fi
 if want multihome && [ -f test/multihome/bench_test.go ]; then
 	echo "== multihoming: one NIC vs two (network namespaces, root)"
-	go test -count=1 -timeout 20m -run 'Bench' -v ./test/multihome 2>&1 | show
+	go test -count=1 -timeout 20m -run 'TestBenchMultihoming' -v ./test/multihome 2>&1 | show
 fi
 if want nbd && [ -x scripts/bench-nbd.sh ]; then
 	echo "== NBD fio matrix"
