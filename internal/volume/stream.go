@@ -119,7 +119,7 @@ func (h *handler) serveStream(w http.ResponseWriter, req *http.Request) {
 	s := &streamServer{h: h, c: c, work: make(chan streamWork)}
 	// Bytes the HTTP server read ahead belong to the stream.
 	pre, _ := brw.Reader.Peek(brw.Reader.Buffered())
-	s.serve(req.Context(), bufio.NewReaderSize(io.MultiReader(bytes.NewReader(bytes.Clone(pre)), c), 256<<10))
+	s.serve(req.Context(), bufioReader(io.MultiReader(bytes.NewReader(bytes.Clone(pre)), c)))
 }
 
 type streamServer struct {
@@ -587,3 +587,5 @@ func (sc *streamConn) wait(ctx context.Context, id uint64, call *streamCall) err
 		return fmt.Errorf("%w: %w", ErrReplicaError, ctx.Err())
 	}
 }
+
+func bufioReader(r io.Reader) *bufio.Reader { return bufio.NewReaderSize(r, 256<<10) }
