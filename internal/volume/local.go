@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -29,7 +28,8 @@ type LocalConfig struct {
 	// O_DIRECT, submitted in batches through Linux AIO: a random overwrite
 	// of a page under writeback then does not stall on it, dirty data does
 	// not pile up in memory, and concurrent writes reach the device
-	// together. Reads always go through the page cache.
+	// together. Reads are served from the page cache when cached, else by
+	// O_DIRECT reads through the same AIO path (see filedev.ReadAt).
 	Buffered bool
 }
 
@@ -199,12 +199,11 @@ func (l *Local) ReadAt(_ context.Context, vol string, chunk int64, p []byte, off
 		return nil
 	}
 	defer l.release(of)
-	n, err := of.f.ReadAt(p, off)
-	if err == io.EOF {
-		clear(p[n:])
-		err = nil
+	var direct *os.File
+	if !l.cfg.Buffered && l.ring != nil {
+		direct = of.directFile()
 	}
-	return err
+	return filedev.ReadAt(of.f, direct, l.ring, p, off)
 }
 
 // WriteAt implements Replica.

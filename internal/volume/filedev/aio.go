@@ -3,6 +3,8 @@ package filedev
 import (
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -113,17 +115,27 @@ func (r *Ring) WriteAt(fd int, p []byte, off int64) error {
 	return r.do(fd, iocbCmdPwrite, p, off)
 }
 
-// ReadAt reads into p at off of fd, as WriteAt.
-func (r *Ring) ReadAt(fd int, p []byte, off int64) error {
-	return r.do(fd, iocbCmdPread, p, off)
+// ReadAt reads into p at off of fd, as WriteAt; it returns the bytes read,
+// fewer than len(p) only at the end of the file.
+func (r *Ring) ReadAt(fd int, p []byte, off int64) (int, error) {
+	res, err := r.run(fd, iocbCmdPread, p, off)
+	return int(max(res, 0)), err
 }
 
 func (r *Ring) do(fd int, op uint16, p []byte, off int64) error {
+	res, err := r.run(fd, op, p, off)
+	if err == nil && int(res) != len(p) {
+		return fmt.Errorf("filedev: short AIO transfer: %d of %d bytes", res, len(p))
+	}
+	return err
+}
+
+func (r *Ring) run(fd int, op uint16, p []byte, off int64) (int64, error) {
 	var i int
 	select {
 	case i = <-r.free:
 	case <-r.done:
-		return ErrRingClosed
+		return 0, ErrRingClosed
 	}
 	s := &r.slots[i]
 	s.cb = aioIocb{data: uint64(i), opcode: op, fildes: uint32(fd), nbytes: uint64(len(p)), offset: off}
@@ -136,13 +148,38 @@ func (r *Ring) do(fd int, op uint16, p []byte, off int64) error {
 	res := s.res.Load()
 	s.buf = nil
 	r.free <- i
-	switch {
-	case res < 0:
-		return syscall.Errno(-res)
-	case int(res) != len(p):
-		return fmt.Errorf("filedev: short AIO transfer: %d of %d bytes", res, len(p))
+	if res < 0 {
+		return res, syscall.Errno(-res)
 	}
-	return nil
+	return res, nil
+}
+
+// ReadAt fills p from off of a file: from the page cache when all of it
+// is cached (a non-blocking preadv2), otherwise, when p and off are
+// aligned, with an O_DIRECT read through ring, so that cold random reads
+// go to the device in batches instead of blocking a thread each; else with
+// a plain pread. Bytes past the end of the file read as zeros.
+func ReadAt(f, direct *os.File, ring *Ring, p []byte, off int64) error {
+	if direct != nil && ring != nil && Aligned(p, off) {
+		n, err := unix.Preadv2(int(f.Fd()), [][]byte{p}, off, unix.RWF_NOWAIT)
+		if err == nil && n == len(p) {
+			return nil
+		}
+		if err == nil || err == unix.EAGAIN {
+			n, err = ring.ReadAt(int(direct.Fd()), p, off)
+			if err == nil {
+				clear(p[n:])
+				return nil
+			}
+		}
+		// Anything else (RWF_NOWAIT unsupported, ...): plain read below.
+	}
+	n, err := f.ReadAt(p, off)
+	if err == io.EOF {
+		clear(p[n:])
+		err = nil
+	}
+	return err
 }
 
 // submit queues slot i; the first caller to find no submitter active

@@ -57,12 +57,16 @@ func TestRingConcurrentWrites(t *testing.T) {
 	wg.Wait()
 	p := alignedBuf(4096)
 	for i := 0; i < n; i++ {
-		if err := r.ReadAt(int(f.Fd()), p, int64(i)*4096); err != nil {
-			t.Fatal(err)
+		if n, err := r.ReadAt(int(f.Fd()), p, int64(i)*4096); err != nil || n != 4096 {
+			t.Fatal(n, err)
 		}
 		if want := fmt.Sprintf("block %d", i); !bytes.HasPrefix(p, []byte(want)) {
 			t.Fatalf("block %d reads %q", i, p[:16])
 		}
+	}
+	// A read past the end is short, not an error.
+	if n, err := r.ReadAt(int(f.Fd()), p, n*4096-4096+4096); err != nil || n != 0 {
+		t.Errorf("read at EOF: %d %v", n, err)
 	}
 	// Misaligned I/O fails with EINVAL and the ring stays usable.
 	if err := r.WriteAt(int(f.Fd()), p[:100], 0); err == nil {

@@ -7,7 +7,6 @@ package filedev
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"unsafe"
 
@@ -19,8 +18,8 @@ import (
 // Device is a file used as a block device. Writes whose buffer, offset and
 // length are 4 KiB aligned go through an O_DIRECT descriptor, submitted in
 // batches with Linux AIO (overwrites then never wait on pages under
-// writeback, and concurrent writes reach the device together); reads use
-// the page cache.
+// writeback, and concurrent writes reach the device together); reads are
+// served from the page cache when cached, else by the same AIO path.
 type Device struct {
 	f      *os.File
 	direct *os.File // nil when O_DIRECT is unavailable
@@ -86,12 +85,7 @@ func (d *Device) MultiConn() bool { return true }
 
 // ReadAt implements nbd.Device.
 func (d *Device) ReadAt(_ context.Context, p []byte, off int64) error {
-	n, err := d.f.ReadAt(p, off)
-	if err == io.EOF {
-		clear(p[n:])
-		err = nil
-	}
-	return err
+	return ReadAt(d.f, d.direct, d.ring, p, off)
 }
 
 // WriteAt implements nbd.Device.
