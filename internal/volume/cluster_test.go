@@ -266,6 +266,20 @@ func TestMirroredFailoverAndResync(t *testing.T) {
 	}
 	compareMirrors(t, v, a, b)
 
+	// Trim punches the range on every mirror: it reads as zeros and frees space.
+	before := allocated(t, b.mps)
+	if err := v.Trim(ctx, 0, 2<<20); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []*testNode{a, b} {
+		if err := n.local.ReadAt(ctx, "vol1", 1, got, 0); err != nil || !allZeroes(got) {
+			t.Fatalf("trimmed range on %s not zero: %v", n.id, err)
+		}
+	}
+	if after := allocated(t, b.mps); after >= before {
+		t.Errorf("trim freed nothing on b: %d -> %d bytes", before, after)
+	}
+
 	// Reads prefer the local mirror: with a's data corrupted behind the
 	// volume's back, a read returns a's bytes.
 	if err := a.local.WriteAt(ctx, "vol1", 0, []byte("local"), 0, false); err != nil {
