@@ -111,7 +111,7 @@ func applyCommand(m *Map, c command) (*Map, error) {
 		nv := *c.Volume
 		if old, ok := m.Volumes[nv.Name]; ok {
 			nv.Created = old.Created
-			if old == nv {
+			if old.equal(nv) {
 				return m, nil
 			}
 		}

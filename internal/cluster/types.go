@@ -200,6 +200,15 @@ type VolumeSpec struct {
 	ChunkSize int64     `json:"chunkSize"`
 	Copies    int       `json:"copies"`
 	Created   time.Time `json:"created"`
+	// Nodes are the members chunks are placed on, fixed when the volume
+	// is created so that later membership changes do not move chunks.
+	Nodes []string `json:"nodes,omitempty"`
+}
+
+// equal reports whether v and o describe the same volume.
+func (v VolumeSpec) equal(o VolumeSpec) bool {
+	return v.Name == o.Name && v.Size == o.Size && v.ChunkSize == o.ChunkSize && v.Copies == o.Copies &&
+		v.Created.Equal(o.Created) && slices.Equal(v.Nodes, o.Nodes)
 }
 
 // WithDefaults returns v with a default chunk size and one copy if unset.
@@ -232,6 +241,9 @@ func (v VolumeSpec) Check() error {
 	}
 	if v.Copies < 1 || v.Copies > 16 {
 		return fmt.Errorf("%w: volume %q: copies must be 1..16, got %d", object.ErrInvalidArgument, v.Name, v.Copies)
+	}
+	if len(v.Nodes) > 0 && len(v.Nodes) < v.Copies {
+		return fmt.Errorf("%w: volume %q: %d copies need as many nodes, %d given", object.ErrInvalidArgument, v.Name, v.Copies, len(v.Nodes))
 	}
 	return nil
 }

@@ -35,6 +35,10 @@ type Node struct {
 	Intra []string `yaml:"intra"`
 	// Raft is the host:port of the consensus transport.
 	Raft string `yaml:"raft"`
+	// NBD are host:port addresses where the node exports block volumes
+	// over NBD; NBDSocket is an optional Unix socket path for the same.
+	NBD       []string `yaml:"nbd"`
+	NBDSocket string   `yaml:"nbd_socket"`
 	// Seeds are intra-cluster base URLs of nodes to join through.
 	Seeds []string `yaml:"seeds"`
 	// Bootstrap makes this node found a new cluster if it has no state.
@@ -197,7 +201,7 @@ func (n *Node) Validate() error {
 	if len(n.Intra) == 0 {
 		return bad("intra", "at least one host:port is required")
 	}
-	for field, list := range map[string][]string{"public": n.Public, "intra": n.Intra, "raft": {n.Raft}} {
+	for field, list := range map[string][]string{"public": n.Public, "intra": n.Intra, "raft": {n.Raft}, "nbd": n.NBD} {
 		for i, a := range list {
 			if err := checkHostPort(a); err != nil {
 				return bad(fmt.Sprintf("%s[%d]", field, i), "%v", err)

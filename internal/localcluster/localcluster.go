@@ -37,8 +37,9 @@ type Spec struct {
 	Nodes      int    // default 3
 	Mountpaths int    // per node, default 2
 	Addrs      int    // loopback addresses per node, default 2
-	// BasePort: node i listens on BasePort (S3), BasePort+100 (intra) and
-	// BasePort+200 (raft) on each of its addresses. Default 9000.
+	// BasePort: node i listens on BasePort (S3), BasePort+100 (intra) on
+	// each of its addresses, BasePort+200 (raft) and BasePort+300 (NBD) on
+	// its first. Default 9000.
 	BasePort int
 	// Net is the first two octets of the loopback addresses, default "127.0";
 	// node i's address k is <Net>.<k+1>.<i+1>.
@@ -149,6 +150,8 @@ func (c *Cluster) nodeConfig(i int) config.Node {
 		ID:            fmt.Sprintf("node%d", i+1),
 		DataDir:       filepath.Join(dir, "state"),
 		Raft:          c.addr(i, 0, s.BasePort+200),
+		NBD:           []string{c.addr(i, 0, s.BasePort+300)},
+		NBDSocket:     filepath.Join(dir, "nbd.sock"),
 		Bootstrap:     i == 0,
 		Secret:        "local-cluster-secret",
 		DefaultCopies: s.Copies,
@@ -343,7 +346,7 @@ func FreeBasePort(netPrefix string, nodes, addrs int) (int, error) {
 		}
 		base := ln.Addr().(*net.TCPAddr).Port
 		ln.Close()
-		if base > 65535-300 {
+		if base > 65535-400 {
 			continue
 		}
 		if portsFree(netPrefix, base, nodes, addrs) {
@@ -362,7 +365,7 @@ func portsFree(netPrefix string, base, nodes, addrs int) bool {
 	}()
 	for i := 0; i < nodes; i++ {
 		for k := 0; k < addrs; k++ {
-			for _, off := range []int{0, 100, 200} {
+			for _, off := range []int{0, 100, 200, 300} {
 				ln, err := net.Listen("tcp", fmt.Sprintf("%s.%d.%d:%d", netPrefix, k+1, i+1, base+off))
 				if err != nil {
 					return false

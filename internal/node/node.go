@@ -31,6 +31,7 @@ import (
 	"github.com/slipstream-io/slipstream/internal/store"
 	"github.com/slipstream-io/slipstream/internal/sysstat"
 	"github.com/slipstream-io/slipstream/internal/tier"
+	"github.com/slipstream-io/slipstream/internal/volume"
 )
 
 // Paths served besides S3 on the public listeners. Bucket names cannot
@@ -57,6 +58,7 @@ type Node struct {
 	cluster   *cluster.Cluster
 	transport *netx.Transport
 	tier      *tier.Tier
+	vols      *volumes
 	bgCancel  context.CancelFunc
 	gw        *gateway
 	reg       *prometheus.Registry
@@ -219,6 +221,18 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 	stats := sysstat.Handler(cfg.ID, cfg.Mountpaths, n.statsCounters)
 	n.reg.MustRegister(newTierCollector(n.tier))
 	n.registerJobs()
+	vl, err := volume.NewLocal(volume.LocalConfig{Mountpaths: cfg.Mountpaths})
+	if err != nil {
+		closeAll(intraLns)
+		closeAll(publicLns)
+		return nil, fmt.Errorf("node %s: volumes: %w", cfg.ID, err)
+	}
+	n.vols = &volumes{
+		self: cfg.ID, meta: cl, local: vl, handler: volume.NewHandler(vl), stateDir: filepath.Join(cfg.DataDir, "volumes"),
+		log: log, open: map[string]openVolume{}, clients: map[string]*volume.Client{},
+	}
+	n.registerVolumeAdmin()
+	n.statusExtras["volumes"] = func() any { return n.vols.states() }
 
 	intra := http.NewServeMux()
 	intra.Handle("/cluster/", cl.Handler())
@@ -227,6 +241,8 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 	intra.Handle("/metrics", metrics)
 	intra.Handle(StatsPath, stats)
 	intra.Handle(AdminPrefix, requireSecret(cfg.Secret, n.adminHandler()))
+	intra.Handle("/volume/", n.vols.handler)
+	intra.HandleFunc(nbdInfoPath, func(w http.ResponseWriter, r *http.Request) { writeAdmin(w, cfg.NBD, nil) })
 
 	public := http.NewServeMux()
 	public.HandleFunc(PublicHealthPath, n.health)
@@ -249,6 +265,11 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 	}
 	for _, ln := range publicLns {
 		n.serve(ln, public, tlsCfg)
+	}
+	if len(cfg.NBD) > 0 || cfg.NBDSocket != "" {
+		if err := n.vols.serve(bgCtx, cfg.NBD, cfg.NBDSocket); err != nil {
+			return nil, fmt.Errorf("node %s: %w", cfg.ID, err)
+		}
 	}
 	ok = true
 	log.Info("node started", "public", cfg.Public, "intra", cfg.Intra, "mountpaths", cfg.Mountpaths)
@@ -313,6 +334,9 @@ func (n *Node) Close(ctx context.Context) error {
 			}
 		}
 		n.wg.Wait()
+		if n.vols != nil {
+			errs = append(errs, n.vols.close())
+		}
 		if n.tier != nil {
 			errs = append(errs, n.tier.Close())
 		}

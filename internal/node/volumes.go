@@ -1,0 +1,362 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/slipstream-io/slipstream/internal/cluster"
+	"github.com/slipstream-io/slipstream/internal/object"
+	"github.com/slipstream-io/slipstream/internal/placement"
+	"github.com/slipstream-io/slipstream/internal/volume"
+	"github.com/slipstream-io/slipstream/internal/volume/nbd"
+)
+
+// volumes serves this node's part of the block volumes: its chunk replica
+// (to the other nodes, under /volume/ on the intra listeners) and an NBD
+// export of every volume of the cluster map (on the node's NBD addresses).
+type volumes struct {
+	self     string
+	meta     mapView
+	local    *volume.Local
+	handler  *volume.Handler
+	stateDir string
+	log      *slog.Logger
+
+	mu      sync.Mutex
+	open    map[string]openVolume // by name
+	clients map[string]*volume.Client
+	server  *nbd.Server
+}
+
+type openVolume struct {
+	spec cluster.VolumeSpec
+	vol  *volume.Volume
+}
+
+// toVolumeSpec converts the cluster's volume record.
+func toVolumeSpec(v cluster.VolumeSpec) volume.Spec {
+	return volume.Spec{Name: v.Name, Size: v.Size, ChunkSize: v.ChunkSize, Copies: v.Copies}
+}
+
+// replica returns the chunk replica of node id.
+func (vs *volumes) replica(m *cluster.Map, id string) volume.Replica {
+	if id == vs.self {
+		return vs.local
+	}
+	if c, ok := vs.clients[id]; ok {
+		return c
+	}
+	ni, _ := m.Node(id)
+	base := ""
+	if len(ni.IntraAddrs) > 0 {
+		base = cluster.BaseURL(ni.IntraAddrs[0])
+	}
+	c, err := volume.NewClientConfig(volume.ClientConfig{BaseURL: base})
+	if err != nil {
+		vs.log.Warn("volume replica client", "node", id, "err", err)
+		c = volume.NewClient(base, nil)
+	}
+	vs.clients[id] = c
+	return c
+}
+
+// Lookup implements nbd.Exports: it opens the volume (once; again after a
+// resize) with a replica for each node it is placed on.
+func (vs *volumes) Lookup(ctx context.Context, name string) (nbd.Device, error) {
+	m := vs.meta.Map()
+	spec, ok := m.Volume(name)
+	if !ok && name == "" && len(m.Volumes) == 1 {
+		for _, v := range m.Volumes {
+			spec, ok = v, true
+		}
+	}
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", nbd.ErrUnknownExport, name)
+	}
+	vs.mu.Lock()
+	defer vs.mu.Unlock()
+	if ov, ok := vs.open[spec.Name]; ok && ov.spec.Size == spec.Size {
+		return ov.vol, nil
+	}
+	nodes := spec.Nodes
+	if len(nodes) == 0 {
+		nodes = m.NodeIDs()
+	}
+	reps := map[string]volume.Replica{}
+	for _, id := range nodes {
+		reps[id] = vs.replica(m, id)
+	}
+	v, err := volume.Open(context.Background(), volume.Config{
+		Spec: toVolumeSpec(spec), Nodes: nodes, Self: vs.self, Replicas: reps,
+		StateDir: filepath.Join(vs.stateDir, spec.Name), Logger: vs.log.With("volume", spec.Name),
+	})
+	if err != nil {
+		return nil, err
+	}
+	if old, ok := vs.open[spec.Name]; ok {
+		// A resize: connections on the old size keep it until they close.
+		go func() { time.Sleep(time.Minute); old.vol.Close() }()
+	}
+	vs.open[spec.Name] = openVolume{spec: spec, vol: v}
+	return v, nil
+}
+
+// List implements nbd.Exports.
+func (vs *volumes) List(ctx context.Context) ([]string, error) {
+	return vs.meta.Map().VolumeNames(), nil
+}
+
+var _ nbd.Exports = (*volumes)(nil)
+
+// serve starts the NBD server on every configured address and socket.
+func (vs *volumes) serve(ctx context.Context, addrs []string, socket string) error {
+	srv, err := nbd.NewServer(nbd.Config{Exports: vs})
+	if err != nil {
+		return err
+	}
+	vs.server = srv
+	var lns []net.Listener
+	for _, a := range addrs {
+		ln, err := net.Listen("tcp", a)
+		if err != nil {
+			closeListeners(lns)
+			return fmt.Errorf("nbd listen %s: %w", a, err)
+		}
+		lns = append(lns, ln)
+	}
+	if socket != "" {
+		_ = os.Remove(socket) // a stale socket of an earlier run
+		ln, err := net.Listen("unix", socket)
+		if err != nil {
+			closeListeners(lns)
+			return fmt.Errorf("nbd listen %s: %w", socket, err)
+		}
+		lns = append(lns, ln)
+	}
+	for _, ln := range lns {
+		go func(ln net.Listener) { _ = srv.Serve(ctx, ln) }(ln)
+	}
+	return nil
+}
+
+func closeListeners(lns []net.Listener) {
+	for _, l := range lns {
+		l.Close()
+	}
+}
+
+// close stops the NBD server and closes the open volumes.
+func (vs *volumes) close() error {
+	var errs []error
+	if vs.server != nil {
+		errs = append(errs, vs.server.Close())
+	}
+	vs.mu.Lock()
+	for _, ov := range vs.open {
+		errs = append(errs, ov.vol.Close())
+	}
+	vs.open = map[string]openVolume{}
+	vs.mu.Unlock()
+	if vs.handler != nil {
+		errs = append(errs, vs.handler.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// VolumeState is what an open volume on this node knows of its mirrors.
+type VolumeState struct {
+	Stale map[string]int `json:"stale"` // chunks each mirror missed, not yet resynchronised
+	Down  []string       `json:"down"`  // mirrors that do not answer
+}
+
+// states reports the mirror state of the volumes this node has open.
+func (vs *volumes) states() map[string]VolumeState {
+	vs.mu.Lock()
+	defer vs.mu.Unlock()
+	out := map[string]VolumeState{}
+	for name, ov := range vs.open {
+		out[name] = VolumeState{Stale: ov.vol.StaleChunks(), Down: ov.vol.Down()}
+	}
+	return out
+}
+
+// VolumeInfo is the admin view of a volume.
+type VolumeInfo struct {
+	cluster.VolumeSpec
+	Chunks int64 `json:"chunks"`
+	// URIs are the NBD URIs of the volume on every node that serves NBD.
+	URIs []string `json:"uris"`
+	// ChunksPerNode counts the chunk copies each node holds.
+	ChunksPerNode map[string]int64 `json:"chunksPerNode"`
+	// Placement lists, for the first chunks, the nodes holding each.
+	Placement [][]string `json:"placement,omitempty"`
+}
+
+// volumeInfo computes where the volume's chunks live.
+func volumeInfo(m *cluster.Map, v cluster.VolumeSpec, nbdAddrs map[string][]string, listChunks int) VolumeInfo {
+	nodes := v.Nodes
+	if len(nodes) == 0 {
+		nodes = m.NodeIDs()
+	}
+	spec := toVolumeSpec(v).WithDefaults()
+	info := VolumeInfo{VolumeSpec: v, Chunks: spec.Chunks(), ChunksPerNode: map[string]int64{}}
+	for i := int64(0); i < info.Chunks; i++ {
+		owners := placement.Owners(nodes, volume.ChunkName(v.Name, i), v.Copies)
+		for _, o := range owners {
+			info.ChunksPerNode[o]++
+		}
+		if i < int64(listChunks) {
+			info.Placement = append(info.Placement, owners)
+		}
+	}
+	ids := make([]string, 0, len(nbdAddrs))
+	for id := range nbdAddrs {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		for _, a := range nbdAddrs[id] {
+			info.URIs = append(info.URIs, fmt.Sprintf("nbd://%s/%s", a, v.Name))
+		}
+	}
+	return info
+}
+
+// registerVolumeAdmin adds the volume endpoints to the admin API.
+func (n *Node) registerVolumeAdmin() {
+	n.adminExtras["GET "+AdminPrefix+"volumes"] = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		m := n.cluster.Map()
+		var out []VolumeInfo
+		for _, name := range m.VolumeNames() {
+			v, _ := m.Volume(name)
+			out = append(out, volumeInfo(m, v, n.nbdAddrs(r), 0))
+		}
+		writeAdmin(w, out, nil)
+	})
+	n.adminExtras["GET "+AdminPrefix+"volumes/{name}"] = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		m := n.cluster.Map()
+		v, ok := m.Volume(r.PathValue("name"))
+		if !ok {
+			writeAdmin(w, nil, fmt.Errorf("%w: volume %q", object.ErrInvalidArgument, r.PathValue("name")))
+			return
+		}
+		writeAdmin(w, volumeInfo(m, v, n.nbdAddrs(r), 64), nil)
+	})
+	n.adminExtras["POST "+AdminPrefix+"volumes"] = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var v cluster.VolumeSpec
+		if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&v); err != nil {
+			writeAdmin(w, nil, fmt.Errorf("%w: %v", object.ErrInvalidArgument, err))
+			return
+		}
+		m := n.cluster.Map()
+		cur, exists := m.Volume(v.Name)
+		grow := r.URL.Query().Get("resize") == "true"
+		switch {
+		case grow && !exists:
+			writeAdmin(w, nil, fmt.Errorf("%w: no volume %q", object.ErrInvalidArgument, v.Name))
+			return
+		case grow:
+			if v.Size < cur.Size {
+				writeAdmin(w, nil, fmt.Errorf("%w: volume %q can only grow (%d < %d)", object.ErrInvalidArgument, v.Name, v.Size, cur.Size))
+				return
+			}
+			cur.Size = v.Size
+			v = cur
+		case exists:
+			writeAdmin(w, nil, fmt.Errorf("%w: volume %q exists", object.ErrInvalidArgument, v.Name))
+			return
+		default:
+			v = v.WithDefaults()
+			up := m.UpNodeIDs()
+			if len(up) < v.Copies {
+				writeAdmin(w, nil, fmt.Errorf("%w: %d copies, %d nodes up", object.ErrUnavailable, v.Copies, len(up)))
+				return
+			}
+			v.Nodes = m.NodeIDs()
+			v.Created = time.Now().UTC()
+		}
+		if err := volume.ValidName(v.Name); err != nil {
+			writeAdmin(w, nil, fmt.Errorf("%w: %v", object.ErrInvalidArgument, err))
+			return
+		}
+		err := n.cluster.PutVolume(r.Context(), v)
+		writeAdmin(w, volumeInfo(n.cluster.Map(), v, n.nbdAddrs(r), 0), err)
+	})
+	n.adminExtras["DELETE "+AdminPrefix+"volumes/{name}"] = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		name := r.PathValue("name")
+		m := n.cluster.Map()
+		v, ok := m.Volume(name)
+		if !ok {
+			writeAdmin(w, nil, fmt.Errorf("%w: no volume %q", object.ErrInvalidArgument, name))
+			return
+		}
+		if err := n.cluster.DeleteVolume(r.Context(), name); err != nil {
+			writeAdmin(w, nil, err)
+			return
+		}
+		nodes := v.Nodes
+		if len(nodes) == 0 {
+			nodes = m.NodeIDs()
+		}
+		var errs []error
+		n.vols.mu.Lock()
+		if ov, ok := n.vols.open[name]; ok {
+			ov.vol.Close()
+			delete(n.vols.open, name)
+		}
+		reps := map[string]volume.Replica{}
+		for _, id := range nodes {
+			reps[id] = n.vols.replica(m, id)
+		}
+		n.vols.mu.Unlock()
+		for id, rep := range reps {
+			if err := rep.Delete(r.Context(), name); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", id, err))
+			}
+		}
+		writeAdmin(w, struct{}{}, errors.Join(errs...))
+	})
+}
+
+// nbdAddrs returns every node's NBD addresses. Nodes announce them in
+// their status; the intra-cluster map carries only S3 and intra
+// addresses, so the answering node asks its peers.
+func (n *Node) nbdAddrs(r *http.Request) map[string][]string {
+	out := map[string][]string{n.cfg.ID: n.cfg.NBD}
+	m := n.cluster.Map()
+	for _, id := range m.UpNodeIDs() {
+		if id == n.cfg.ID {
+			continue
+		}
+		ni, _ := m.Node(id)
+		if len(ni.IntraAddrs) == 0 {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, cluster.BaseURL(ni.IntraAddrs[0])+nbdInfoPath, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			var addrs []string
+			if json.NewDecoder(resp.Body).Decode(&addrs) == nil {
+				out[id] = addrs
+			}
+			resp.Body.Close()
+		}
+		cancel()
+	}
+	return out
+}
+
+// nbdInfoPath serves a node's NBD addresses on its intra listeners.
+const nbdInfoPath = "/volume-nbd-addrs"
