@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -192,6 +193,12 @@ func (r *Ring) submit(i int) {
 		return
 	}
 	r.subm = true
+	// Let the other callers that are about to submit join this batch:
+	// io_submit plugs the block queue across a batch, so the device is
+	// notified once per batch rather than once per write.
+	r.mu.Unlock()
+	runtime.Gosched()
+	r.mu.Lock()
 	for len(r.queue) > 0 {
 		r.batch = append(r.batch[:0], r.queue...)
 		r.queue = r.queue[:0]
