@@ -123,4 +123,25 @@ func TestVolumeNBD(t *testing.T) {
 	if !strings.Contains(out, "chunk copies per node") {
 		t.Fatalf("volume info: %s", out)
 	}
+	volumeCmd(t, c, 0, "resize", "vol1", "--size", "96MiB")
+	if info := runTool(t, "nbdinfo", uri); !strings.Contains(info, "100663296") {
+		t.Fatalf("nbdinfo after growing to 96 MiB: %s", info)
+	}
+	if err := c.StartNode(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitReady(t.Context(), 3); err != nil {
+		t.Fatal(err)
+	}
+	volumeCmd(t, c, 0, "delete", "vol1") // every node removes its chunk files
+	for _, cfg := range c.Configs {
+		for _, mp := range cfg.Mountpaths {
+			if files, _ := filepath.Glob(filepath.Join(mp, "volumes", "vol1", "*")); len(files) > 0 {
+				t.Errorf("chunk files left on %s after delete: %d", mp, len(files))
+			}
+		}
+	}
+	if out := volumeCmd(t, c, 0, "list"); strings.Contains(out, "vol1") {
+		t.Fatalf("volume listed after delete: %s", out)
+	}
 }
