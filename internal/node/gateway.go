@@ -403,6 +403,11 @@ func (g *gateway) DeleteObject(ctx context.Context, bucket, key string) error {
 		return err
 	}
 	targets, _ := g.readTargets(m, b, key)
+	if b.Mode == cluster.ModeWriteback && len(targets) > 1 {
+		// The owner's tier journals the delete and tells its replica
+		// holders itself; deleting on them too would race it.
+		targets = targets[:1]
+	}
 	errs := make([]error, len(targets))
 	var wg sync.WaitGroup
 	for i, id := range targets {
