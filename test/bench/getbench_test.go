@@ -13,7 +13,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"sort"
@@ -31,6 +30,7 @@ import (
 	"github.com/slipstream-io/slipstream/internal/cluster"
 	"github.com/slipstream-io/slipstream/internal/localcluster"
 	"github.com/slipstream-io/slipstream/internal/placement"
+	"github.com/slipstream-io/slipstream/internal/testbin"
 )
 
 // result of one GET run.
@@ -97,12 +97,9 @@ func runGets(ctx context.Context, hc *http.Client, urls []string, size int64, wo
 
 func buildBinary(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "slipstream")
-	_, file, _, _ := runtime.Caller(0)
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/slipstream")
-	cmd.Dir = filepath.Join(filepath.Dir(file), "..", "..")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
+	bin, err := testbin.Build(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
 	}
 	return bin
 }

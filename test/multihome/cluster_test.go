@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,6 +18,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/slipstream-io/slipstream/internal/config"
+	"github.com/slipstream-io/slipstream/internal/testbin"
 	"github.com/slipstream-io/slipstream/testbed"
 )
 
@@ -44,13 +44,7 @@ func slipstreamBinary(t *testing.T) string {
 			buildErr = err
 			return
 		}
-		binPath = filepath.Join(dir, "slipstream")
-		_, file, _, _ := runtime.Caller(0)
-		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/slipstream")
-		cmd.Dir = filepath.Join(filepath.Dir(file), "..", "..")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("building slipstream: %v: %s", err, out)
-		}
+		binPath, buildErr = testbin.Build(dir)
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)

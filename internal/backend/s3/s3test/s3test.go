@@ -5,17 +5,13 @@ package s3test
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -24,6 +20,7 @@ import (
 
 	"github.com/slipstream-io/slipstream/internal/backend"
 	s3backend "github.com/slipstream-io/slipstream/internal/backend/s3"
+	"github.com/slipstream-io/slipstream/internal/remotesim"
 )
 
 // Server is a running versitygw.
@@ -32,107 +29,24 @@ type Server struct {
 	AccessKey string
 	SecretKey string
 	Dir       string // the posix root: bucket B's object K is the file Dir/B/K
-	cmd       *exec.Cmd
 }
 
-// Binary finds versitygw: $VERSITYGW, then $(go env GOPATH)/bin, then PATH.
-func Binary() (string, error) {
-	if p := os.Getenv("VERSITYGW"); p != "" {
-		return p, nil
-	}
-	gopath := os.Getenv("GOPATH")
-	if gopath == "" {
-		if out, err := exec.Command("go", "env", "GOPATH").Output(); err == nil {
-			gopath = strings.TrimSpace(string(out))
-		}
-	}
-	for _, gp := range filepath.SplitList(gopath) {
-		p := filepath.Join(gp, "bin", "versitygw")
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
-		}
-	}
-	if p, err := exec.LookPath("versitygw"); err == nil {
-		return p, nil
-	}
-	return "", fmt.Errorf("versitygw not found: run scripts/setup.sh (go install github.com/versity/versitygw/cmd/versitygw@v1.8.0)")
-}
+// Binary finds versitygw (see remotesim.Binary).
+func Binary() (string, error) { return remotesim.Binary() }
 
 // Start runs versitygw for the duration of the test. It fails the test when
 // the binary is missing.
 func Start(t testing.TB) *Server {
 	t.Helper()
 	os.Unsetenv("AWS_CA_BUNDLE")
-	bin, err := Binary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	root := filepath.Join(dir, "root")
-	if err := os.MkdirAll(root, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	port, err := freePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &Server{
-		Endpoint:  fmt.Sprintf("http://127.0.0.1:%d", port),
-		AccessKey: "slipstreamtest",
-		SecretKey: "slipstreamtestsecret",
-		Dir:       root,
-	}
-	logf, err := os.Create(filepath.Join(dir, "versitygw.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.cmd = exec.Command(bin, "--access", s.AccessKey, "--secret", s.SecretKey, "--quiet",
-		"--port", fmt.Sprintf("127.0.0.1:%d", port), "posix", root)
-	s.cmd.Stdout, s.cmd.Stderr = logf, logf
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := s.cmd.Start(); err != nil {
-		t.Fatalf("start versitygw: %v", err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = s.cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = s.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(5 * time.Second):
-			_ = s.cmd.Process.Kill()
-			<-exited
-		}
-		logf.Close()
+	r, err := remotesim.Start(context.Background(), remotesim.Config{
+		Dir: t.TempDir(), AccessKey: "slipstreamtest", SecretKey: "slipstreamtestsecret",
 	})
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), 200*time.Millisecond)
-		if err == nil {
-			c.Close()
-			break
-		}
-		select {
-		case <-exited:
-			log, _ := os.ReadFile(logf.Name())
-			t.Fatalf("versitygw exited at start: %s", log)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("versitygw did not listen on port %d within 20s", port)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return s
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return 0, err
+		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	t.Cleanup(r.Stop)
+	return &Server{Endpoint: r.DirectEndpoint, AccessKey: r.AccessKey, SecretKey: r.SecretKey, Dir: r.Root}
 }
 
 // Spec returns a backend spec for bucket on this server (path style).
