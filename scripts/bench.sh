@@ -13,11 +13,11 @@ show() { grep -E '^\||^(--- |ok|FAIL)|hit ratio' || true; }
 
 if want core; then
 	echo "== warm GET vs http.ServeContent"
-	go test -count=1 -timeout 20m -run 'TestWarmGetVsServeContent' -v ./test/bench 2>&1 | show
+	go test -count=1 -timeout 20m -run 'TestWarmGetVsServeContent' -v ./test/bench 2>&1 | show || true
 fi
 if want tier; then
 	echo "== fast tier: cold/warm vs direct, write paths"
-	go test -count=1 -timeout 20m -run 'TestColdWarmVsDirect|TestWritePaths' -v ./test/bench 2>&1 | show
+	go test -count=1 -timeout 20m -run 'TestColdWarmVsDirect|TestWritePaths' -v ./test/bench 2>&1 | show || true
 fi
 if want evict; then
 	echo "== eviction: S3-FIFO vs LRU under scans (real store)"
@@ -34,7 +34,7 @@ if want evict; then
 fi
 if want multihome && [ -f test/multihome/bench_test.go ]; then
 	echo "== multihoming: one NIC vs two (network namespaces, root)"
-	go test -count=1 -timeout 20m -run 'TestBenchMultihoming' -v ./test/multihome 2>&1 | show
+	go test -count=1 -timeout 20m -run 'TestBenchMultihoming' -v ./test/multihome 2>&1 | show || true
 fi
 if want nbd && [ -x scripts/bench-nbd.sh ]; then
 	echo "== NBD fio matrix"

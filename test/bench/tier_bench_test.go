@@ -18,6 +18,12 @@ import (
 )
 
 func benchEnv(t *testing.T, net string, rate int64, latency time.Duration) (*localcluster.Cluster, *remotesim.Remote, string) {
+	return benchEnvIn(t, net, rate, latency, "")
+}
+
+// benchEnvIn starts a remote and a cluster with all their data under root
+// ("" = the test's temporary directory, on the machine's disk).
+func benchEnvIn(t *testing.T, net string, rate int64, latency time.Duration, root string) (*localcluster.Cluster, *remotesim.Remote, string) {
 	t.Helper()
 	if os.Getenv("SLIPSTREAM_BENCH") == "" {
 		t.Skip("set SLIPSTREAM_BENCH=1 (make bench) to run benchmarks")
@@ -25,7 +31,16 @@ func benchEnv(t *testing.T, net string, rate int64, latency time.Duration) (*loc
 	os.Unsetenv("AWS_CA_BUNDLE")
 	ctx := context.Background()
 	bin := buildBinary(t)
-	rem, err := remotesim.Start(ctx, remotesim.Config{Dir: t.TempDir(), Rate: rate, Latency: latency})
+	dir := t.TempDir()
+	if root != "" {
+		d, err := os.MkdirTemp(root, "slipstream-bench")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(d) })
+		dir = d
+	}
+	rem, err := remotesim.Start(ctx, remotesim.Config{Dir: filepath.Join(dir, "remote"), Rate: rate, Latency: latency})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +52,7 @@ func benchEnv(t *testing.T, net string, rate int64, latency time.Duration) (*loc
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := localcluster.Start(ctx, localcluster.Spec{Binary: bin, DataDir: t.TempDir(), Net: net, BasePort: port})
+	c, err := localcluster.Start(ctx, localcluster.Spec{Binary: bin, DataDir: filepath.Join(dir, "cluster"), Net: net, BasePort: port})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,27 +132,52 @@ func TestColdWarmVsDirect(t *testing.T) {
 	}
 }
 
-// TestWritePaths compares PUT throughput of 10 MiB objects: write-back
-// with copies=1 (WB+0) and copies=2 (WB+1), and write-through, in one run,
-// with a fast remote link.
+// TestWritePaths compares PUT throughput: write-back with copies=1 (WB+0)
+// and copies=2 (WB+1), write-through, and plain replicated buckets, in one
+// run, with a fast remote link. It runs twice: with the nodes' drives on
+// the machine's one disk (which every copy shares, so a second copy halves
+// the disk's share of each), and with drives in RAM (/dev/shm), which
+// leaves what replication itself costs.
 func TestWritePaths(t *testing.T) {
-	c, rem, bin := benchEnv(t, "127.52", 0, 0)
+	var md strings.Builder
+	for _, v := range []struct{ name, net, root string }{
+		{"drives on the one shared disk", "127.52", ""},
+		{"drives in RAM (/dev/shm)", "127.53", "/dev/shm"},
+	} {
+		fmt.Fprintf(&md, "### %s\n\n", v.name)
+		writePaths(t, v.net, v.root, &md)
+		md.WriteString("\n")
+	}
+	writeDoc(t, "bench-tier-write.md", fmt.Sprintf("<!-- written by test/bench TestWritePaths on %s -->\n"+
+		"PUT for up to 5 s per row, 8 workers, 3-node local cluster on loopback, "+
+		"remote versitygw without a rate limit; all on one %d-core machine.\n\n%s",
+		time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), md.String()))
+}
+
+func writePaths(t *testing.T, net, root string, md *strings.Builder) {
+	c, rem, bin := benchEnvIn(t, net, 0, 0, root)
+	defer c.Stop()
 	ctx := context.Background()
 	tierBucket(t, bin, c, rem, "wbone", "writeback", "--copies", "1")
 	tierBucket(t, bin, c, rem, "wbtwo", "writeback", "--copies", "2")
 	tierBucket(t, bin, c, rem, "wthrough", "cache")
-	var md strings.Builder
-	fmt.Fprintf(&md, "| object size | write path | MiB/s | p50 | p99 | ratio |\n|---|---|---|---|---|---|\n")
-	for _, size := range []int64{10 << 20, 256 << 10} {
-		var wb1 float64
-		var wt float64
+	adminCmd(t, bin, c, "bucket", "create", "localone", "--copies", "1")
+	adminCmd(t, bin, c, "bucket", "create", "localtwo", "--copies", "2")
+	fmt.Fprintf(md, "| object size | write path | MiB/s | p50 | p99 | ratio |\n|---|---|---|---|---|---|\n")
+	for _, sz := range []struct {
+		size   int64
+		maxOps int64
+	}{{10 << 20, 150}, {256 << 10, 1500}} {
+		size := sz.size
+		var wb1, wt, l1 float64
 		for _, r := range []struct{ label, bucket string }{
 			{"write-back, copies=1 (WB+0)", "wbone"}, {"write-back, copies=2 (WB+1)", "wbtwo"}, {"write-through", "wthrough"},
+			{"local bucket, copies=1", "localone"}, {"local bucket, copies=2", "localtwo"},
 		} {
 			cfg := loader.Config{
 				Endpoint: c.Endpoint(0), Region: "us-east-1", AccessKey: c.Spec.AccessKey, SecretKey: c.Spec.SecretKey,
 				Bucket: r.bucket, Prefix: fmt.Sprintf("p%d-", size), Workers: 8, PutPercent: 100,
-				MinSize: size, MaxSize: size, Duration: 6 * time.Second, Label: r.label, Seed: 1,
+				MinSize: size, MaxSize: size, Duration: 5 * time.Second, MaxOps: sz.maxOps, Cleanup: true, Label: r.label, Seed: 1,
 			}
 			res, err := loader.Run(ctx, cfg)
 			if err != nil {
@@ -153,6 +193,11 @@ func TestWritePaths(t *testing.T) {
 			case "wthrough":
 				wt = mibps(res)
 				ratio = fmt.Sprintf("write-back copies=1 is %.1f× write-through", wb1/wt)
+			case "localone":
+				l1 = mibps(res)
+				ratio = "1.00"
+			case "localtwo":
+				ratio = fmt.Sprintf("%.2f of copies=1", mibps(res)/l1)
 			}
 			line := fmt.Sprintf("| %s | %s | %.1f | %.1f ms | %.1f ms | %s |", loader.HumanBytes(float64(size)), r.label, mibps(res),
 				res.Main.Total.Latency.P50, res.Main.Total.Latency.P99, ratio)
@@ -163,8 +208,4 @@ func TestWritePaths(t *testing.T) {
 			}
 		}
 	}
-	writeDoc(t, "bench-tier-write.md", fmt.Sprintf("<!-- written by test/bench TestWritePaths on %s -->\n"+
-		"PUT for 6 s per row, 8 workers, 3-node local cluster on loopback (all nodes' mountpaths share one disk), "+
-		"remote versitygw without a rate limit; all on one %d-core machine.\n\n%s",
-		time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), md.String()))
 }
