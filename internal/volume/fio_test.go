@@ -77,7 +77,7 @@ func fio(t *testing.T, sock, export string, base int64, extra ...string) string 
 	args := []string{"--name=j", "--ioengine=nbd", "--uri=nbd+unix:///" + export + "?socket=" + sock,
 		"--rw=randwrite", "--bsrange=4k-16k", "--iodepth=16", "--numjobs=2", "--size=16m",
 		fmt.Sprintf("--offset=%d", base), "--offset_increment=16m",
-		"--verify=crc32c", "--verify_fatal=1", "--group_reporting"}
+		"--verify=crc32c", "--verify_state_save=0", "--verify_fatal=1", "--group_reporting"}
 	out, err := exec.Command("fio", append(args, extra...)...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("fio on %s at %d %v: %v\n%s", export, base, extra, err, out)

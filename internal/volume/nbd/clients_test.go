@@ -90,7 +90,7 @@ func TestFioVerify(t *testing.T) {
 			}
 			out := run(t, "fio", "--name=verify", "--ioengine=nbd", "--uri="+uri,
 				"--rw=randwrite", "--bs=4k", "--bsrange=4k-64k", "--iodepth=32", "--numjobs=2",
-				"--size=16m", "--offset_increment=16m", "--verify=crc32c", "--do_verify=1",
+				"--size=16m", "--offset_increment=16m", "--verify=crc32c", "--verify_state_save=0", "--do_verify=1",
 				"--verify_fatal=1", "--group_reporting")
 			if !strings.Contains(out, "connected to NBD server") || strings.Contains(out, "verify:") && strings.Contains(out, "bad") {
 				t.Fatalf("fio output:\n%s", out)
