@@ -16,7 +16,7 @@ for tool in fio nbdkit; do
 done
 out=${1:-/tmp/bench-nbd.md}
 echo "bench-nbd: $(nproc) CPUs, load average: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
-SLIPSTREAM_BENCH_NBD=1 BENCH_OUT="$out" go test -count=1 -timeout 60m -run '^TestBenchNBD$' -v ./internal/volume/ |
+SLIPSTREAM_BENCH_NBD=1 BENCH_OUT="$out" BENCH_IMG="${BENCH_IMG:-$(dirname "$out")/img}" go test -count=1 -timeout 60m -run '^TestBenchNBD$' -v ./internal/volume/ |
 	grep -v -E '^(=== RUN|--- PASS|PASS|ok )' || true
 test -s "$out" || { echo "bench-nbd: no results" >&2; exit 1; }
 echo "bench-nbd: results in $out" >&2

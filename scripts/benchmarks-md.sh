@@ -28,7 +28,7 @@ HDR
 	section "Write paths: write-back copies=1 vs copies=2 (WB+0 vs WB+1) vs write-through" bench-tier-write.md
 	section "Eviction: S3-FIFO vs LRU under scans" bench-evict.md
 	section "Multihoming: one NIC vs two NICs per node" bench-multihoming.md
-	section "Block volumes over NBD: the fio matrix" bench-nbd.md
+	section "Block volumes over NBD: the fio matrix (analysis of the set-up in docs/bench-nbd.md)" bench-nbd-run.md
 	section "Fabric analyzer" bench-fabric.md
 } >"$out"
 echo "wrote $out"

@@ -218,3 +218,21 @@ func TestManyLinesWithoutLegend(t *testing.T) {
 func plotterXYs(level float64) plotter.XYs {
 	return plotter.XYs{{X: 0, Y: level}, {X: 1, Y: level + 1}, {X: 2, Y: level}}
 }
+
+func TestBarChart(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bars.png")
+	err := BarChart(path, "IOPS by write size", "IOPS", []string{"4k", "32k", "256k"}, []Bars{
+		{Name: "copies=1", Values: []float64{9000, 4000, 700}},
+		{Name: "copies=2", Values: []float64{7000, 2900, 450}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil || fi.Size() < 5000 {
+		t.Fatalf("chart missing or too small: %v", err)
+	}
+	if err := BarChart(filepath.Join(t.TempDir(), "x.png"), "bad", "y", []string{"a"}, []Bars{{Name: "n", Values: nil}}); err == nil {
+		t.Fatal("a series with no values for its categories was accepted")
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/slipstream-io/slipstream/internal/report"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -172,6 +173,19 @@ func TestBenchNBD(t *testing.T) {
 		}
 		fmt.Fprintf(&md, "| %s | %.0f | %.0f | %.0f | %.0f | %.2f |\n", s, r["c1"].iops, r["c1"].p99, r["c2"].iops, r["c2"].p99, r["c2"].iops/r["c1"].iops)
 	}
+	if img := os.Getenv("BENCH_IMG"); img != "" {
+		var jobNames, targetNames []string
+		for _, j := range matrix {
+			jobNames = append(jobNames, j.name)
+		}
+		for _, tg := range targets {
+			targetNames = append(targetNames, tg.name)
+		}
+		if err := benchPlots(img, jobNames, targetNames, results); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&md, "\n![IOPS relative to nbdkit null](img/bench-nbd-matrix.png)\n\n![write-size sweep](img/bench-nbd-sweep.png)\n")
+	}
 	os.Stdout.Write(md.Bytes())
 	if out := os.Getenv("BENCH_OUT"); out != "" {
 		if err := os.WriteFile(out, md.Bytes(), 0o644); err != nil {
@@ -248,4 +262,35 @@ type fioSide struct {
 	Clat struct {
 		Percentile map[string]float64 `json:"percentile"`
 	} `json:"clat_ns"`
+}
+
+// benchPlots draws the matrix (IOPS of every target relative to nbdkit
+// null, per job) and the write-size sweep (copies=1 vs copies=2) into dir.
+func benchPlots(dir string, jobs, targets []string, results map[string]map[string]fioResult) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	var bars []report.Bars
+	for _, tg := range targets {
+		b := report.Bars{Name: tg}
+		for _, j := range jobs {
+			b.Values = append(b.Values, results[j][tg].iops/results[j]["nbdkit-null"].iops)
+		}
+		bars = append(bars, b)
+	}
+	if err := report.BarChart(filepath.Join(dir, "bench-nbd-matrix.png"), "fio matrix: IOPS relative to nbdkit null (same run)",
+		"IOPS / nbdkit null", jobs, bars); err != nil {
+		return err
+	}
+	sizes := []string{"4k", "32k", "256k"}
+	var sweep []report.Bars
+	for _, c := range []struct{ target, name string }{{"c1", "copies=1 (WB+0)"}, {"c2", "copies=2 (WB+1)"}} {
+		b := report.Bars{Name: c.name}
+		for _, sz := range sizes {
+			b.Values = append(b.Values, results[sz+"-randwrite"][c.target].iops)
+		}
+		sweep = append(sweep, b)
+	}
+	return report.BarChart(filepath.Join(dir, "bench-nbd-sweep.png"), "random-write IOPS by write size, copies=1 vs copies=2",
+		"IOPS", sizes, sweep)
 }
