@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Runs the benchmarks. Each measures Slipstream against a limit or a peer in
 # the same run and writes its table to docs/bench-*.md; the last step
-# assembles docs/benchmarks.md from them. BENCH_ONLY=core,tier,evict,...
+# assembles docs/benchmarks.md from them. BENCH_SUITES=core,tier,evict,...
 # runs a subset.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 unset AWS_CA_BUNDLE || true
 export SLIPSTREAM_BENCH=1
-only=${BENCH_ONLY:-core,tier,evict,multihome,nbd,fabric}
+only=${BENCH_SUITES:-core,tier,evict,multihome,nbd,fabric}
 want() { [[ ",$only," == *",$1,"* ]]; }
 show() { grep -E '^\||^(--- |ok|FAIL)|hit ratio' || true; }
 
