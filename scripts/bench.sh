@@ -38,7 +38,7 @@ if want multihome && [ -f test/multihome/bench_test.go ]; then
 fi
 if want nbd && [ -x scripts/bench-nbd.sh ]; then
 	echo "== NBD fio matrix"
-	BENCH_IMG=docs/img bash scripts/bench-nbd.sh docs/bench-nbd-run.md
+	BENCH_IMG="$PWD/docs/img" bash scripts/bench-nbd.sh "$PWD/docs/bench-nbd-run.md"
 fi
 if want fabric && [ -x scripts/fabric/bench.sh ]; then
 	echo "== fabric analyzer"

@@ -13,5 +13,7 @@ if [ -n "$unformatted" ]; then echo "gofmt needed: $unformatted"; exit 1; fi
 
 echo "== tests"
 go test -count=1 -timeout 40m -p 2 ./... 2>&1 | tee /tmp/slipstream-test.log
+echo "== race detector (unit tests, -short)"
+go test -race -short -count=1 -timeout 20m -p 2 ./internal/... 2>&1 | tee -a /tmp/slipstream-test.log
 echo "== fuzz (short)"
 bash scripts/fuzz.sh 5s
