@@ -19,7 +19,7 @@ HDR
 	section() { # title file
 		if [ -f "docs/$2" ]; then
 			printf '## %s\n\n' "$1"
-			cat "docs/$2"
+			sed -e "s/^#/##/" "docs/$2"
 			printf '\n'
 		fi
 	}
