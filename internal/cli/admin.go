@@ -385,9 +385,13 @@ func adminPrefetch(ctx context.Context, env Env, args []string) error {
 			fmt.Fprintf(env.Stderr, "\r%s\n", progressBar(t))
 			fmt.Fprintf(env.Stdout, "prefetch %s: %d objects (%d fetched, %d already warm, %d failed), %s fetched\n",
 				bucket, t.Filled+t.Warm+t.Failed, t.Filled, t.Warm, t.Failed, humanBytes(t.Bytes))
-			if t.Failed > 0 && t.LastErr != "" {
-				errs = append(errs, fmt.Errorf("%d objects failed, last error: %s", t.Failed, t.LastErr))
+			mu.Lock()
+			for u, p := range state {
+				if p.LastErr != "" {
+					errs = append(errs, fmt.Errorf("%s: %d objects failed, last error: %s", u, p.Failed, p.LastErr))
+				}
 			}
+			mu.Unlock()
 			return errors.Join(errs...)
 		case <-tick.C:
 			fmt.Fprintf(env.Stderr, "\r%s", progressBar(total()))

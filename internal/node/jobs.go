@@ -63,9 +63,13 @@ func (n *Node) registerJobs() {
 			up, _ := placementOf(m, bucket, key)
 			return len(up) > 0 && up[0] == n.cfg.ID
 		}
-		p, err := n.tier.Prefetch(r.Context(), bucket, tier.PrefetchOptions{
-			Prefix: q.Get("prefix"), Filter: owns, Progress: func(p tier.PrefetchProgress) { send(p, false) },
-		})
+		var p tier.PrefetchProgress
+		err := n.local.registered(r.Context(), bucket)
+		if err == nil {
+			p, err = n.tier.Prefetch(r.Context(), bucket, tier.PrefetchOptions{
+				Prefix: q.Get("prefix"), Filter: owns, Progress: func(p tier.PrefetchProgress) { send(p, false) },
+			})
+		}
 		if err != nil && p.LastErr == nil {
 			p.LastErr = err
 		}
@@ -74,7 +78,12 @@ func (n *Node) registerJobs() {
 	})
 	n.adminExtras["POST "+AdminPrefix+"evict"] = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
-		objs, bytes, err := n.tier.Evict(r.Context(), q.Get("bucket"), q.Get("prefix"))
+		var objs int
+		var bytes int64
+		err := n.local.registered(r.Context(), q.Get("bucket"))
+		if err == nil {
+			objs, bytes, err = n.tier.Evict(r.Context(), q.Get("bucket"), q.Get("prefix"))
+		}
 		writeAdmin(w, EvictResult{Node: n.cfg.ID, Objects: objs, Bytes: bytes}, err)
 	})
 }

@@ -49,6 +49,19 @@ func (l *localService) bucket(ctx context.Context, bucket string) (cluster.Bucke
 	return b, nil
 }
 
+// registered waits until this node knows the bucket and has registered it
+// with the tier (jobs such as prefetch arrive right after a bucket is
+// created through another node).
+func (l *localService) registered(ctx context.Context, bucket string) error {
+	if _, err := l.bucket(ctx, bucket); err != nil {
+		return err
+	}
+	if l.syncTier != nil {
+		l.syncTier(ctx, l.meta.Map())
+	}
+	return nil
+}
+
 // tiered reports whether the bucket goes through the tier (it has a
 // backend).
 func tiered(b cluster.BucketProps) bool { return b.Mode != cluster.ModeLocal }

@@ -58,6 +58,7 @@ type Node struct {
 	cluster   *cluster.Cluster
 	transport *netx.Transport
 	tier      *tier.Tier
+	local     *localService
 	vols      *volumes
 	bgCancel  context.CancelFunc
 	gw        *gateway
@@ -114,10 +115,14 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 		closeAll(intraLns)
 		return nil, err
 	}
+	defer func() {
+		if !ok { // listeners not yet handed to a server
+			closeAll(intraLns)
+			closeAll(publicLns)
+		}
+	}()
 	tr, err := netx.NewTransport(netx.Config{LocalAddrs: cfg.Intra, ProbePath: "/health", Log: log})
 	if err != nil {
-		closeAll(intraLns)
-		closeAll(publicLns)
 		return nil, fmt.Errorf("node %s: %w", cfg.ID, err)
 	}
 	n.transport = tr
@@ -140,8 +145,6 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 		Raft:              opts.Raft,
 	})
 	if err != nil {
-		closeAll(intraLns)
-		closeAll(publicLns)
 		return nil, fmt.Errorf("node %s: %w", cfg.ID, err)
 	}
 	n.cluster = cl
@@ -161,11 +164,10 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 		Log:               log,
 	}, st)
 	if err != nil {
-		closeAll(intraLns)
-		closeAll(publicLns)
 		return nil, fmt.Errorf("node %s: %w", cfg.ID, err)
 	}
 	local := &localService{meta: cl, store: st, tier: n.tier}
+	n.local = local
 	n.gw = &gateway{
 		self:          cfg.ID,
 		meta:          cl,
@@ -202,8 +204,6 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 		Region: cfg.S3.Region, Credentials: creds, Domains: cfg.S3.Domains, Log: log,
 	}, n.gw)
 	if err != nil {
-		closeAll(intraLns)
-		closeAll(publicLns)
 		return nil, err
 	}
 
@@ -223,8 +223,6 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 	n.registerJobs()
 	vl, err := volume.NewLocal(volume.LocalConfig{Mountpaths: cfg.Mountpaths})
 	if err != nil {
-		closeAll(intraLns)
-		closeAll(publicLns)
 		return nil, fmt.Errorf("node %s: volumes: %w", cfg.ID, err)
 	}
 	n.vols = &volumes{
@@ -254,8 +252,6 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 	if cfg.TLS.Enabled() {
 		cert, err := tls.LoadX509KeyPair(cfg.TLS.Cert, cfg.TLS.Key)
 		if err != nil {
-			closeAll(intraLns)
-			closeAll(publicLns)
 			return nil, fmt.Errorf("node %s: tls: %w", cfg.ID, err)
 		}
 		tlsCfg = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
