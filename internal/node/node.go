@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"path/filepath"
 	"sync"
 	"time"
@@ -240,6 +241,8 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 	intra.Handle(StatsPath, stats)
 	intra.Handle(AdminPrefix, requireSecret(cfg.Secret, n.adminHandler()))
 	intra.Handle("/volume/", n.vols.handler)
+	intra.Handle("/debug/pprof/", requireSecret(cfg.Secret, http.HandlerFunc(pprof.Index)))
+	intra.Handle("/debug/pprof/profile", requireSecret(cfg.Secret, http.HandlerFunc(pprof.Profile)))
 	intra.HandleFunc(nbdInfoPath, func(w http.ResponseWriter, r *http.Request) { writeAdmin(w, cfg.NBD, nil) })
 
 	public := http.NewServeMux()
