@@ -2,16 +2,13 @@ package client_test
 
 import (
 	"bufio"
-	"context"
 	"flag"
 	"fmt"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/slipstream-io/slipstream/internal/localcluster"
 	"github.com/slipstream-io/slipstream/internal/testbin"
@@ -48,37 +45,7 @@ func startCluster(t *testing.T) *localcluster.Cluster {
 	if testing.Short() {
 		t.Skip("-short: skipping the multi-process cluster")
 	}
-	spec := localcluster.Spec{Binary: binary, DataDir: t.TempDir(), Nodes: 3, Addrs: 2, Net: "127.60"}
-	port, err := localcluster.FreeBasePort(spec.Net, spec.Nodes, spec.Addrs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec.BasePort = port
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	c, err := localcluster.Start(ctx, spec)
-	if err != nil {
-		dumpLogs(t, spec.DataDir)
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			dumpLogs(t, spec.DataDir)
-		}
-		c.Stop()
-	})
-	return c
-}
-
-func dumpLogs(t *testing.T, dir string) {
-	logs, _ := filepath.Glob(filepath.Join(dir, "logs", "*.log"))
-	for _, l := range logs {
-		b, _ := os.ReadFile(l)
-		if len(b) > 8000 {
-			b = b[len(b)-8000:]
-		}
-		t.Logf("=== %s\n%s", filepath.Base(l), b)
-	}
+	return testbin.StartCluster(t, localcluster.Spec{Binary: binary, Nodes: 3, Addrs: 2, Net: "127.60"})
 }
 
 // listenerBytes reads, from a node's public metrics, the bytes each of its

@@ -5,14 +5,11 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
@@ -45,51 +42,15 @@ func TestMain(m *testing.M) {
 // cluster a developer runs with `slipstream up` (127.0.x.y).
 var netCounter atomic.Int32
 
-// startCluster starts a cluster of the real binary and stops it when the
-// test ends; on failure the node logs are printed.
+// startCluster starts a cluster of the real binary on its own loopback
+// range and stops it when the test ends.
 func startCluster(t *testing.T, spec localcluster.Spec) *localcluster.Cluster {
 	t.Helper()
 	spec.Binary = binary
-	spec.DataDir = t.TempDir()
 	if spec.Net == "" {
 		spec.Net = fmt.Sprintf("127.%d", 100+netCounter.Add(1))
 	}
-	if spec.Nodes == 0 {
-		spec.Nodes = 3
-	}
-	if spec.Addrs == 0 {
-		spec.Addrs = 2
-	}
-	port, err := localcluster.FreeBasePort(spec.Net, spec.Nodes, spec.Addrs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec.BasePort = port
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	c, err := localcluster.Start(ctx, spec)
-	if err != nil {
-		dumpLogs(t, spec.DataDir)
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		c.Stop()
-		if t.Failed() {
-			dumpLogs(t, spec.DataDir)
-		}
-	})
-	return c
-}
-
-func dumpLogs(t *testing.T, dataDir string) {
-	logs, _ := filepath.Glob(filepath.Join(dataDir, "logs", "*.log"))
-	for _, l := range logs {
-		b, _ := os.ReadFile(l)
-		if len(b) > 8000 {
-			b = b[len(b)-8000:]
-		}
-		t.Logf("--- %s (tail)\n%s", filepath.Base(l), b)
-	}
+	return testbin.StartCluster(t, spec)
 }
 
 // s3Client returns an AWS SDK client for one endpoint of the cluster.
