@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/slipstream-io/slipstream/internal/backend"
 	"github.com/slipstream-io/slipstream/internal/object"
 )
 
@@ -87,18 +88,9 @@ const (
 	BackendFS = "fs"
 )
 
-// BackendSpec names the remote backend of a cache or writeback bucket.
-type BackendSpec struct {
-	Kind      string `json:"kind,omitempty"` // "s3" or "fs"
-	Endpoint  string `json:"endpoint,omitempty"`
-	Region    string `json:"region,omitempty"`
-	Bucket    string `json:"bucket,omitempty"`
-	Prefix    string `json:"prefix,omitempty"`
-	PathStyle bool   `json:"pathStyle,omitempty"`
-	AccessKey string `json:"accessKey,omitempty"`
-	SecretKey string `json:"secretKey,omitempty"`
-	Path      string `json:"path,omitempty"` // for "fs"
-}
+// BackendSpec names the remote backend of a cache or writeback bucket: the
+// backend package's own spec, stored as it is in the bucket's properties.
+type BackendSpec = backend.Spec
 
 // BucketProps are the properties of one bucket.
 type BucketProps struct {

@@ -9,22 +9,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/slipstream-io/slipstream/internal/backend"
 	"github.com/slipstream-io/slipstream/internal/backend/open"
 	"github.com/slipstream-io/slipstream/internal/cluster"
 	"github.com/slipstream-io/slipstream/internal/object"
 	"github.com/slipstream-io/slipstream/internal/peer"
 	"github.com/slipstream-io/slipstream/internal/tier"
 )
-
-// backendSpec converts a bucket's backend property into the backend
-// package's spec.
-func backendSpec(b cluster.BackendSpec) backend.Spec {
-	return backend.Spec{
-		Kind: b.Kind, Endpoint: b.Endpoint, Region: b.Region, Bucket: b.Bucket, Prefix: b.Prefix,
-		PathStyle: b.PathStyle, AccessKey: b.AccessKey, SecretKey: b.SecretKey, Path: b.Path,
-	}
-}
 
 // tierSync keeps the tier's bucket table in step with the cluster map and
 // makes this node take over destaging for owners that die.
@@ -55,7 +45,7 @@ func (s *tierSync) apply(ctx context.Context, m *cluster.Map) {
 		}
 		tb.Validate = v
 		if b.Mode != cluster.ModeLocal {
-			be, err := open.New(ctx, backendSpec(b.Backend))
+			be, err := open.New(ctx, b.Backend)
 			if err != nil {
 				s.log.Error("opening the backend of a bucket", "bucket", name, "err", err)
 				continue
