@@ -121,16 +121,7 @@ func TestWarmGetVsServeContent(t *testing.T) {
 	}
 	os.Unsetenv("AWS_CA_BUNDLE")
 	ctx := context.Background()
-	dir := t.TempDir()
-	port, err := localcluster.FreeBasePort("127.50", 3, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := localcluster.Start(ctx, localcluster.Spec{Binary: buildBinary(t), DataDir: dir, Net: "127.50", BasePort: port})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Stop()
+	c := testbin.StartCluster(t, localcluster.Spec{Binary: buildBinary(t), Net: "127.50"})
 	cl := s3.New(s3.Options{
 		BaseEndpoint: aws.String(c.Endpoint(0)), Region: "us-east-1", UsePathStyle: true,
 		Credentials: credentials.NewStaticCredentialsProvider(c.Spec.AccessKey, c.Spec.SecretKey, ""),

@@ -15,6 +15,7 @@ import (
 	"github.com/slipstream-io/slipstream/internal/localcluster"
 	"github.com/slipstream-io/slipstream/internal/remotesim"
 	"github.com/slipstream-io/slipstream/internal/report"
+	"github.com/slipstream-io/slipstream/internal/testbin"
 )
 
 func benchEnv(t *testing.T, net string, rate int64, latency time.Duration) (*localcluster.Cluster, *remotesim.Remote, string) {
@@ -48,15 +49,7 @@ func benchEnvIn(t *testing.T, net string, rate int64, latency time.Duration, roo
 	if err := rem.CreateBucket("remote"); err != nil {
 		t.Fatal(err)
 	}
-	port, err := localcluster.FreeBasePort(net, 3, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := localcluster.Start(ctx, localcluster.Spec{Binary: bin, DataDir: filepath.Join(dir, "cluster"), Net: net, BasePort: port})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Stop)
+	c := testbin.StartCluster(t, localcluster.Spec{Binary: bin, DataDir: filepath.Join(dir, "cluster"), Net: net})
 	return c, rem, bin
 }
 
