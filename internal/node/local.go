@@ -28,13 +28,13 @@ type localService struct {
 
 // withTier runs f, and once more after registering the map's buckets with the
 // tier if f found the bucket unknown to it (a bucket created a moment ago).
-func (l *localService) withTier(ctx context.Context, f func() error) error {
-	err := f()
+func withTier[T any](ctx context.Context, l *localService, f func() (T, error)) (T, error) {
+	v, err := f()
 	if errors.Is(err, tier.ErrNoBucket) && l.syncTier != nil {
 		l.syncTier(ctx, l.meta.Map())
-		err = f()
+		v, err = f()
 	}
-	return err
+	return v, err
 }
 
 var _ peer.Local = (*localService)(nil)
@@ -82,13 +82,7 @@ func (l *localService) Put(ctx context.Context, bucket, key string, r io.Reader,
 		// owner wrote through to the backend).
 		return l.store.Put(ctx, bucket, key, r, storePutOptions(opts))
 	default:
-		var info object.Info
-		err := l.withTier(ctx, func() error {
-			var err error
-			info, err = l.tier.Put(ctx, bucket, key, r, opts.PutOptions)
-			return err
-		})
-		return info, err
+		return withTier(ctx, l, func() (object.Info, error) { return l.tier.Put(ctx, bucket, key, r, opts.PutOptions) })
 	}
 }
 
@@ -105,13 +99,7 @@ func (l *localService) Get(ctx context.Context, bucket, key string, rng *object.
 		return nil, err
 	}
 	if tiered(b) {
-		var rd object.Reader
-		err := l.withTier(ctx, func() error {
-			var err error
-			rd, err = l.tier.Get(ctx, bucket, key, rng)
-			return err
-		})
-		return rd, err
+		return withTier(ctx, l, func() (object.Reader, error) { return l.tier.Get(ctx, bucket, key, rng) })
 	}
 	return l.store.Get(ctx, bucket, key, rng)
 }
@@ -122,13 +110,7 @@ func (l *localService) Stat(ctx context.Context, bucket, key string) (object.Inf
 		return object.Info{}, err
 	}
 	if tiered(b) {
-		var info object.Info
-		err := l.withTier(ctx, func() error {
-			var err error
-			info, err = l.tier.Stat(ctx, bucket, key)
-			return err
-		})
-		return info, err
+		return withTier(ctx, l, func() (object.Info, error) { return l.tier.Stat(ctx, bucket, key) })
 	}
 	return l.store.Stat(ctx, bucket, key)
 }
@@ -139,7 +121,8 @@ func (l *localService) Delete(ctx context.Context, bucket, key string) error {
 		return err
 	}
 	if tiered(b) {
-		return l.withTier(ctx, func() error { return l.tier.Delete(ctx, bucket, key) })
+		_, err := withTier(ctx, l, func() (struct{}, error) { return struct{}{}, l.tier.Delete(ctx, bucket, key) })
+		return err
 	}
 	return l.store.Delete(ctx, bucket, key)
 }
@@ -156,13 +139,7 @@ func (l *localService) List(ctx context.Context, bucket string, opts object.List
 // ListBackend lists a tiered bucket's backend merged with this node's
 // objects not yet destaged.
 func (l *localService) ListBackend(ctx context.Context, bucket string, opts object.ListOptions) (object.ListResult, error) {
-	var res object.ListResult
-	err := l.withTier(ctx, func() error {
-		var err error
-		res, err = l.tier.List(ctx, bucket, opts)
-		return err
-	})
-	return res, err
+	return withTier(ctx, l, func() (object.ListResult, error) { return l.tier.List(ctx, bucket, opts) })
 }
 
 // DeleteBucket removes the bucket's local directories; the bucket is
@@ -209,12 +186,7 @@ func (l *localService) CompleteUpload(ctx context.Context, bucket, key, uploadID
 	if err != nil || !tiered(b) {
 		return info, err
 	}
-	err = l.withTier(ctx, func() error {
-		var err error
-		info, err = l.tier.Adopt(ctx, bucket, key)
-		return err
-	})
-	return info, err
+	return withTier(ctx, l, func() (object.Info, error) { return l.tier.Adopt(ctx, bucket, key) })
 }
 
 func (l *localService) Replica(ctx context.Context, op peer.ReplicaOp) error {
@@ -235,12 +207,11 @@ func (l *localService) Fill(ctx context.Context, bucket, key string) (object.Inf
 	if !tiered(b) {
 		return object.Info{}, false, fmt.Errorf("%w: bucket %s has no backend to fill from", object.ErrInvalidArgument, bucket)
 	}
-	var info object.Info
 	var fetched bool
-	err = l.withTier(ctx, func() error {
-		var err error
-		info, fetched, err = l.tier.Fill(ctx, bucket, key)
-		return err
+	info, err := withTier(ctx, l, func() (object.Info, error) {
+		info, f, err := l.tier.Fill(ctx, bucket, key)
+		fetched = f
+		return info, err
 	})
 	return info, fetched, err
 }
