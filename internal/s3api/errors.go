@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/slipstream-io/slipstream/internal/object"
 	"github.com/slipstream-io/slipstream/internal/s3api/sigv4"
@@ -145,6 +146,22 @@ type errorXML struct {
 	HostID    string   `xml:"HostId"`
 }
 
+// A refused upload's remaining body is read (up to drainLimit bytes, for at
+// most drainWait) before the error is sent: a client still sending would
+// otherwise see the connection reset instead of the error.
+const (
+	drainLimit = 64 << 20
+	drainWait  = 10 * time.Second
+)
+
+func drainBody(w http.ResponseWriter, r *http.Request) {
+	if r.Body == nil || r.Body == http.NoBody || r.ContentLength > drainLimit {
+		return
+	}
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(drainWait))
+	_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, drainLimit))
+}
+
 // writeError sends err as an S3 error response.
 func (h *handler) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	e := toAPIError(err)
@@ -153,6 +170,7 @@ func (h *handler) writeError(w http.ResponseWriter, r *http.Request, err error) 
 	} else {
 		h.log.Debug("s3 request refused", "method", r.Method, "path", r.URL.Path, "code", e.Code, "err", err)
 	}
+	drainBody(w, r)
 	hdr := w.Header()
 	for _, k := range []string{"Content-Length", "Content-Range", "ETag", "Last-Modified", "Accept-Ranges"} {
 		hdr.Del(k)
