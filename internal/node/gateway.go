@@ -231,10 +231,20 @@ func (g *gateway) PutObject(ctx context.Context, bucket, key string, body io.Rea
 }
 
 // fanOut writes body to every target in parallel through pipes, with the
-// options optsFor gives each target.
+// options optsFor gives each target, and the body's digest computed once.
 func (g *gateway) fanOut(ctx context.Context, m *cluster.Map, targets []string, bucket, key string, body io.Reader, optsFor func(i int) peer.PutOptions) (object.Info, error) {
 	if len(targets) == 1 {
 		return g.at(m, targets[0]).Put(ctx, bucket, key, body, optsFor(0))
+	}
+	if optsFor(0).Digest == nil {
+		// Hash MD5 once here; each target checks the bytes it got against
+		// this digest with its CRC32C.
+		dr, given := object.NewDigestReader(body), optsFor
+		body, optsFor = dr, func(i int) peer.PutOptions {
+			o := given(i)
+			o.Digest = dr.Digest
+			return o
+		}
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -1,12 +1,21 @@
 package node
 
 import (
+	"bytes"
+	"context"
+	"crypto/md5"
+	"encoding/hex"
 	"errors"
+	"hash/crc32"
+	"io"
+	"net/http/httptest"
 	"reflect"
+	"sync"
 	"testing"
 
 	"github.com/slipstream-io/slipstream/internal/cluster"
 	"github.com/slipstream-io/slipstream/internal/object"
+	"github.com/slipstream-io/slipstream/internal/peer"
 	"github.com/slipstream-io/slipstream/internal/placement"
 )
 
@@ -94,5 +103,68 @@ func TestPlacementSkipsDownNodes(t *testing.T) {
 	b.Copies = 4
 	if _, err := g.writeTargets(m, b, "k"); !errors.Is(err, object.ErrUnavailable) {
 		t.Fatalf("4 copies with 3 nodes up: %v", err)
+	}
+}
+
+// putRecorder is a peer.Local that keeps what Put received and answers
+// like the store: the ETag is the sender's MD5 when a digest comes with
+// the body, checked by CRC32C.
+type putRecorder struct {
+	peer.Local
+	mu      sync.Mutex
+	got     []byte
+	digests int
+}
+
+func (p *putRecorder) Put(ctx context.Context, bucket, key string, r io.Reader, opts peer.PutOptions) (object.Info, error) {
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return object.Info{}, err
+	}
+	sum := md5.Sum(b)
+	etag := hex.EncodeToString(sum[:])
+	if opts.Digest != nil {
+		d, err := opts.Digest()
+		if err != nil {
+			return object.Info{}, err
+		}
+		if d.CRC32C != crc32.Checksum(b, object.Castagnoli) {
+			return object.Info{}, object.ErrBadDigest
+		}
+		etag = hex.EncodeToString(d.MD5)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.got = b
+	if opts.Digest != nil {
+		p.digests++
+	}
+	return object.Info{Bucket: bucket, Key: key, Size: int64(len(b)), ETag: etag}, nil
+}
+
+// TestFanOutHashesOnce writes one body to a local and a remote target: both
+// get all of it with the gateway's digest, and the copies agree.
+func TestFanOutHashesOnce(t *testing.T) {
+	local, remote := &putRecorder{}, &putRecorder{}
+	srv := httptest.NewServer(peer.NewHandler(remote))
+	defer srv.Close()
+	m := cluster.NewMap()
+	m.Nodes["n1"] = cluster.NodeInfo{ID: "n1", State: cluster.StateUp}
+	m.Nodes["n2"] = cluster.NodeInfo{ID: "n2", State: cluster.StateUp, IntraAddrs: []string{srv.URL}}
+	g := &gateway{self: "n1", local: local, peers: &peer.Client{Doer: &peer.HTTPDoer{Client: srv.Client()}}}
+	data := bytes.Repeat([]byte("fan out "), 100_000)
+	for _, targets := range [][]string{{"n1", "n2"}, {"n2", "n1"}} {
+		info, err := g.fanOut(context.Background(), m, targets, "b", "k", bytes.NewReader(data), func(int) peer.PutOptions {
+			return peer.PutOptions{PutOptions: object.PutOptions{Size: int64(len(data))}}
+		})
+		sum := md5.Sum(data)
+		if err != nil || info.ETag != hex.EncodeToString(sum[:]) {
+			t.Fatalf("fanOut to %v = %+v, %v", targets, info, err)
+		}
+	}
+	for name, r := range map[string]*putRecorder{"local": local, "remote": remote} {
+		if !bytes.Equal(r.got, data) || r.digests != 2 {
+			t.Errorf("%s target: %d of %d bytes, %d of 2 writes with the gateway's digest", name, len(r.got), len(data), r.digests)
+		}
 	}
 }

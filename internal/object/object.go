@@ -97,6 +97,12 @@ type PutOptions struct {
 	ContentMD5  []byte // raw 16 bytes if the client sent Content-MD5
 	ContentType string
 	UserMeta    map[string]string
+	// Digest, if set, gives the digest of the body as the sender upstream
+	// computed it, once the body has been read to its end. A store then
+	// hashes only CRC32C, checks it against the digest and takes the MD5
+	// from it: every copy of a replicated write is checked end to end
+	// while MD5 is computed once.
+	Digest func() (Digest, error) `json:"-"`
 }
 
 // GetOptions go with a GET. Conditions are evaluated by the S3 layer against

@@ -39,6 +39,10 @@ type PutOptions struct {
 	Replica bool   `json:"replica,omitempty"`
 	Owner   string `json:"owner,omitempty"`
 	Seq     uint64 `json:"seq,omitempty"` // the owner's journal sequence of a writeback replica
+	// DigestFooter says that the body ends with the sender's digest
+	// (object.DigestLen bytes after Size bytes of data); the client sets it
+	// when PutOptions.Digest is given.
+	DigestFooter bool `json:"digestFooter,omitempty"`
 }
 
 // Replica operations an owner sends to the holders of its writeback

@@ -6,6 +6,7 @@ import (
 	"crypto/md5"
 	"encoding/hex"
 	"errors"
+	"hash/crc32"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -37,7 +38,18 @@ func (m *memLocal) Put(ctx context.Context, bucket, key string, r io.Reader, opt
 		return object.Info{}, object.ErrIncompleteBody
 	}
 	sum := md5.Sum(b)
-	info := object.Info{Bucket: bucket, Key: key, Size: int64(len(b)), ETag: hex.EncodeToString(sum[:]), Dirty: opts.Dirty}
+	etag := hex.EncodeToString(sum[:])
+	if opts.Digest != nil { // as the store does: check CRC32C, take the MD5
+		d, err := opts.Digest()
+		if err != nil {
+			return object.Info{}, err
+		}
+		if d.CRC32C != crc32.Checksum(b, object.Castagnoli) {
+			return object.Info{}, object.ErrBadDigest
+		}
+		etag = hex.EncodeToString(d.MD5)
+	}
+	info := object.Info{Bucket: bucket, Key: key, Size: int64(len(b)), ETag: etag, Dirty: opts.Dirty}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.objs[bucket+"/"+key], m.info[bucket+"/"+key] = b, info
@@ -250,5 +262,49 @@ func TestMultipartCalls(t *testing.T) {
 	}
 	if err := rem.Replica(ctx, ReplicaOp{Op: "bogus"}); !errors.Is(err, object.ErrInvalidArgument) {
 		t.Fatalf("bad replica op: %v", err)
+	}
+}
+
+// TestDigestFooter sends the sender's digest after the body: the receiver
+// gets exactly the data, takes the MD5 from the digest and refuses a body
+// whose CRC32C differs from the sender's.
+func TestDigestFooter(t *testing.T) {
+	c, mem := setup(t)
+	ctx := context.Background()
+	data := bytes.Repeat([]byte("replica bytes "), 5000)
+	good := object.Digest{MD5: bytes.Repeat([]byte{0xab}, 16), CRC32C: crc32.Checksum(data, object.Castagnoli)}
+	for _, tc := range []struct {
+		name    string
+		digest  func() (object.Digest, error)
+		wantErr error
+	}{
+		{"sender's digest", func() (object.Digest, error) { return good, nil }, nil},
+		{"bytes differ from the sender's", func() (object.Digest, error) {
+			d := good
+			d.CRC32C++
+			return d, nil
+		}, object.ErrBadDigest},
+		{"short MD5", func() (object.Digest, error) { return object.Digest{MD5: []byte{1}}, nil }, object.ErrUnavailable},
+		{"sender failed", func() (object.Digest, error) { return object.Digest{}, object.ErrIncompleteBody }, object.ErrUnavailable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := strings.ReplaceAll(tc.name, " ", "-")
+			info, err := c.Put(ctx, "b", key, bytes.NewReader(data), PutOptions{PutOptions: object.PutOptions{Size: int64(len(data)), Digest: tc.digest}})
+			if tc.wantErr != nil {
+				if !errors.Is(err, tc.wantErr) {
+					t.Fatalf("Put: %v, want %v", err, tc.wantErr)
+				}
+				if _, ok := mem.objs["b/"+key]; ok {
+					t.Fatal("object stored despite the error")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info.ETag != hex.EncodeToString(good.MD5) || !bytes.Equal(mem.objs["b/"+key], data) {
+				t.Fatalf("ETag %s, %d bytes stored; want the sender's MD5 and the %d data bytes", info.ETag, len(mem.objs["b/"+key]), len(data))
+			}
+		})
 	}
 }

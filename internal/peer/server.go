@@ -3,6 +3,7 @@ package peer
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -54,7 +55,22 @@ func (s *server) object(w http.ResponseWriter, r *http.Request) {
 			writeErr(w, err)
 			return
 		}
-		info, err := s.local.Put(ctx, bucket, key, r.Body, opts)
+		body := io.Reader(r.Body)
+		if opts.DigestFooter {
+			if opts.Size < 0 {
+				writeErr(w, fmt.Errorf("%w: a digest footer needs the body size", object.ErrInvalidArgument))
+				return
+			}
+			body = io.LimitReader(r.Body, opts.Size)
+			opts.Digest = func() (object.Digest, error) {
+				var b [object.DigestLen]byte
+				if _, err := io.ReadFull(r.Body, b[:]); err != nil {
+					return object.Digest{}, fmt.Errorf("%w: digest footer: %w", object.ErrIncompleteBody, err)
+				}
+				return object.ParseDigest(b[:])
+			}
+		}
+		info, err := s.local.Put(ctx, bucket, key, body, opts)
 		reply(w, info, err)
 	case http.MethodGet:
 		rng, err := parseRange(q)

@@ -210,7 +210,7 @@ func verifyAfterCrash(t *testing.T, mps []string, acked, meta map[string]string)
 			return err
 		}
 		defer r.Close()
-		h, c := md5.New(), crc32.New(castagnoli)
+		h, c := md5.New(), crc32.New(object.Castagnoli)
 		n, err := io.Copy(io.MultiWriter(h, c), r)
 		if err != nil {
 			return err

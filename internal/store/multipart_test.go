@@ -80,7 +80,7 @@ func TestMultipartHappyPath(t *testing.T) {
 		t.Fatal(err)
 	}
 	whole := bytes.Join([][]byte{p1, p2, p3}, nil)
-	wantCRC := checksumString(crc32.Checksum(whole, castagnoli))
+	wantCRC := checksumString(crc32.Checksum(whole, object.Castagnoli))
 	if info.ETag != s3MultipartETag(p1, p2, p3) || info.Size != int64(len(whole)) || info.Checksum != wantCRC ||
 		info.ContentType != "application/x-test" || info.UserMeta["m"] != "v" {
 		t.Fatalf("CompleteUpload = %+v, want ETag %s, checksum %s", info, s3MultipartETag(p1, p2, p3), wantCRC)
@@ -247,8 +247,8 @@ func TestMultipartErrors(t *testing.T) {
 func TestCRC32Combine(t *testing.T) {
 	for _, c := range []struct{ a, b int }{{0, 0}, {0, 5}, {5, 0}, {1, 1}, {1000, 7}, {3, 1 << 20}} {
 		a, b := randBytes(uint64(c.a), c.a), randBytes(uint64(c.b+1), c.b)
-		want := crc32.Checksum(append(append([]byte{}, a...), b...), castagnoli)
-		if got := crc32Combine(crc32.Checksum(a, castagnoli), crc32.Checksum(b, castagnoli), int64(len(b))); got != want {
+		want := crc32.Checksum(append(append([]byte{}, a...), b...), object.Castagnoli)
+		if got := crc32Combine(crc32.Checksum(a, object.Castagnoli), crc32.Checksum(b, object.Castagnoli), int64(len(b))); got != want {
 			t.Fatalf("combine(%d,%d) = %08x, want %08x", c.a, c.b, got, want)
 		}
 	}
@@ -257,8 +257,8 @@ func TestCRC32Combine(t *testing.T) {
 func FuzzCRC32Combine(f *testing.F) {
 	f.Add([]byte("hello "), []byte("world"))
 	f.Fuzz(func(t *testing.T, a, b []byte) {
-		want := crc32.Checksum(append(append([]byte{}, a...), b...), castagnoli)
-		if got := crc32Combine(crc32.Checksum(a, castagnoli), crc32.Checksum(b, castagnoli), int64(len(b))); got != want {
+		want := crc32.Checksum(append(append([]byte{}, a...), b...), object.Castagnoli)
+		if got := crc32Combine(crc32.Checksum(a, object.Castagnoli), crc32.Checksum(b, object.Castagnoli), int64(len(b))); got != want {
 			t.Fatalf("combine = %08x, want %08x", got, want)
 		}
 	})

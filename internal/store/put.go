@@ -20,8 +20,6 @@ import (
 	"github.com/slipstream-io/slipstream/internal/placement"
 )
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
 // PutOptions go with a Put.
 type PutOptions struct {
 	object.PutOptions           // Size (-1 unknown), ContentMD5, ContentType, UserMeta
@@ -117,7 +115,7 @@ func (w *work) ingest(ctx context.Context, r io.Reader, limit int64, wantMD5 boo
 	if wantMD5 {
 		md = md5.New()
 	}
-	crc := crc32.New(castagnoli)
+	crc := crc32.New(object.Castagnoli)
 	if limit >= 0 {
 		if err := w.reserve(ctx, limit); err != nil {
 			return d, err
@@ -197,6 +195,22 @@ func (w *work) seal(name string, meta []byte) error {
 	return nil
 }
 
+// sendersMD5 returns the MD5 of the sender's digest after checking that
+// the sender hashed the very bytes received (their CRC32C is crc).
+func sendersMD5(digest func() (object.Digest, error), crc uint32) ([]byte, error) {
+	dg, err := digest()
+	if err != nil {
+		return nil, fmt.Errorf("store: sender's digest: %w", err)
+	}
+	if dg.CRC32C != crc {
+		return nil, fmt.Errorf("%w: received body has CRC32C %08x, the sender's has %08x", object.ErrBadDigest, crc, dg.CRC32C)
+	}
+	if len(dg.MD5) != md5.Size {
+		return nil, fmt.Errorf("%w: sender's MD5 of %d bytes", object.ErrInvalidArgument, len(dg.MD5))
+	}
+	return dg.MD5, nil
+}
+
 func checksumString(c uint32) string { return fmt.Sprintf("crc32c:%08x", c) }
 
 // Put streams r into bucket/key on its HRW mountpath. See the package doc
@@ -245,9 +259,14 @@ func (s *Store) Put(ctx context.Context, bucket, key string, r io.Reader, opts P
 	if limit < 0 {
 		limit = -1
 	}
-	d, err := w.ingest(ctx, r, limit, opts.ETag == "" || opts.ContentMD5 != nil)
+	d, err := w.ingest(ctx, r, limit, opts.Digest == nil && (opts.ETag == "" || opts.ContentMD5 != nil))
 	if err != nil {
 		return object.Info{}, err
+	}
+	if opts.Digest != nil {
+		if d.md5, err = sendersMD5(opts.Digest, d.crc32c); err != nil {
+			return object.Info{}, err
+		}
 	}
 	if opts.ContentMD5 != nil && string(opts.ContentMD5) != string(d.md5) {
 		return object.Info{}, fmt.Errorf("%w: got %x, Content-MD5 says %x", object.ErrBadDigest, d.md5, opts.ContentMD5)

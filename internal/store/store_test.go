@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/md5"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -258,6 +259,11 @@ func TestBadInput(t *testing.T) {
 		{"body longer than size", "bkt", "k", nil, PutOptions{PutOptions: object.PutOptions{Size: int64(len(body)) - 1}}, object.ErrTooLarge},
 		{"bad Content-MD5", "bkt", "k", nil, PutOptions{PutOptions: object.PutOptions{Size: -1, ContentMD5: badMD5[:]}}, object.ErrBadDigest},
 		{"bad Content-MD5 with ETag given", "bkt", "k", nil, PutOptions{ETag: "x", PutOptions: object.PutOptions{Size: -1, ContentMD5: badMD5[:]}}, object.ErrBadDigest},
+		{"bytes differ from the sender's digest", "bkt", "k", nil, PutOptions{PutOptions: object.PutOptions{Size: -1, Digest: digestOf(append([]byte{1}, body[1:]...))}}, object.ErrBadDigest},
+		{"sender's digest unavailable", "bkt", "k", nil, PutOptions{PutOptions: object.PutOptions{Size: -1, Digest: func() (object.Digest, error) {
+			return object.Digest{}, object.ErrIncompleteBody
+		}}}, object.ErrIncompleteBody},
+		{"bad Content-MD5 against the sender's digest", "bkt", "k", nil, PutOptions{PutOptions: object.PutOptions{Size: -1, ContentMD5: badMD5[:], Digest: digestOf(body)}}, object.ErrBadDigest},
 		{"short Content-MD5", "bkt", "k", nil, PutOptions{PutOptions: object.PutOptions{Size: -1, ContentMD5: []byte{1, 2}}}, object.ErrInvalidArgument},
 		{"metadata too large", "bkt", "k", nil, PutOptions{PutOptions: object.PutOptions{Size: -1, UserMeta: map[string]string{"big": strings.Repeat("m", MaxMetaBytes)}}}, ErrMetaTooLarge},
 		{"reader fails", "bkt", "k", func(context.CancelFunc) io.Reader {
@@ -299,6 +305,22 @@ func TestBadInput(t *testing.T) {
 	if err != nil || info.ETag != "abc-2" {
 		t.Fatalf("Put with good MD5 and ETag = %+v, %v", info, err)
 	}
+	// With the sender's digest the ETag is the sender's MD5: the store
+	// does not hash MD5 itself (the CRC32C matches, the MD5 is made up).
+	sender, _ := digestOf(body)()
+	sender.MD5 = badMD5[:]
+	info, err = s.Put(ctx, "bkt", "k", bytes.NewReader(body), PutOptions{PutOptions: object.PutOptions{Size: -1,
+		Digest: func() (object.Digest, error) { return sender, nil }}})
+	if err != nil || info.ETag != hex.EncodeToString(badMD5[:]) {
+		t.Fatalf("Put with the sender's digest = %+v, %v; want ETag %x", info, err, badMD5)
+	}
+}
+
+// digestOf is a sender's digest of b.
+func digestOf(b []byte) func() (object.Digest, error) {
+	dr := object.NewDigestReader(bytes.NewReader(b))
+	_, _ = io.Copy(io.Discard, dr)
+	return dr.Digest
 }
 
 type cancelReader struct{ cancel context.CancelFunc }
@@ -326,7 +348,7 @@ func TestPutOptionsStored(t *testing.T) {
 			t.Fatal(err)
 		}
 		if info.ContentType != "text/plain" || info.UserMeta["a"] != "1" || !info.ModTime.Equal(mt) ||
-			info.BackendETag != "be" || info.BackendVersion != "v7" || !info.Dirty || info.Checksum != checksumString(crc32.Checksum([]byte("abc"), castagnoli)) {
+			info.BackendETag != "be" || info.BackendVersion != "v7" || !info.Dirty || info.Checksum != checksumString(crc32.Checksum([]byte("abc"), object.Castagnoli)) {
 			t.Fatalf("Stat = %+v", info)
 		}
 		info.UserMeta["a"] = "changed" // must not leak into the store

@@ -210,6 +210,11 @@ func (t *Tier) putBack(ctx context.Context, b Bucket, bucket, key string, r io.R
 	var holders []string
 	var errL, errR error
 	if b.Copies > 1 && t.cfg.Replicator != nil {
+		// MD5 is computed once, here; the local store and the replicas
+		// check what they got against it with CRC32C.
+		dr := object.NewDigestReader(r)
+		r, opts.Digest = dr, dr.Digest
+		lopts.PutOptions = opts
 		errL, errR = tee(ctx, r,
 			func(r io.Reader) (err error) {
 				info, err = t.local.Put(ctx, bucket, key, r, lopts)

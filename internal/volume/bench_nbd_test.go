@@ -146,6 +146,27 @@ func TestBenchNBD(t *testing.T) {
 		}
 	}
 
+	// The PernixData set-up: one workload of two workers, each with one
+	// write outstanding (and four, to show where the CPU starts to bind),
+	// random writes of 4K/32K/256K, copies=1 (WB+0) vs copies=2 (WB+1).
+	sweepDepths := []int{1, 4}
+	sweep := map[string]fioResult{} // by "c1/4k/1"
+	if os.Getenv("BENCH_ONLY") == "" || strings.Contains(os.Getenv("BENCH_ONLY"), "sweep") {
+		for _, depth := range sweepDepths {
+			for _, sz := range []string{"4k", "32k", "256k"} {
+				for _, tg := range targets {
+					if tg.name != "c1" && tg.name != "c2" && tg.name != "disk" {
+						continue
+					}
+					args := append(append([]string{}, common...), tg.args...)
+					args = append(args, fmt.Sprintf("--iodepth=%d", depth), "--rw=randwrite", "--bs="+sz,
+						"--time_based", fmt.Sprintf("--runtime=%d", runtime), "--ramp_time=1")
+					sweep[fmt.Sprintf("%s/%s/%d", tg.name, sz, depth)] = runFio(args...)
+				}
+			}
+		}
+	}
+
 	var md bytes.Buffer
 	fmt.Fprintf(&md, "fio: iodepth 32, numjobs %d (one NBD connection per job), %d s per job after 1 s ramp, over %d MiB; all in one run, jobs interleaved across targets.\n\n", jobs, runtime, region>>20)
 	for _, tg := range targets {
@@ -172,6 +193,16 @@ func TestBenchNBD(t *testing.T) {
 			continue
 		}
 		fmt.Fprintf(&md, "| %s | %.0f | %.0f | %.0f | %.0f | %.2f |\n", s, r["c1"].iops, r["c1"].p99, r["c2"].iops, r["c2"].p99, r["c2"].iops/r["c1"].iops)
+	}
+	if len(sweep) > 0 {
+		fmt.Fprintf(&md, "\nThe same sweep with two fio jobs (two workers, as in the PernixData test) and few writes in flight:\n\n"+
+			"| size | writes in flight per job | disk IOPS | c1 IOPS | c1 p50 µs | c1 p99 µs | c2 IOPS | c2 p50 µs | c2 p99 µs | c2 / c1 |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, depth := range sweepDepths {
+			for _, sz := range []string{"4k", "32k", "256k"} {
+				d, c1, c2 := sweep[fmt.Sprintf("disk/%s/%d", sz, depth)], sweep[fmt.Sprintf("c1/%s/%d", sz, depth)], sweep[fmt.Sprintf("c2/%s/%d", sz, depth)]
+				fmt.Fprintf(&md, "| %s | %d | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | **%.2f** |\n", sz, depth, d.iops, c1.iops, c1.p50, c1.p99, c2.iops, c2.p50, c2.p99, c2.iops/c1.iops)
+			}
+		}
 	}
 	if img := os.Getenv("BENCH_IMG"); img != "" {
 		var jobNames, targetNames []string
