@@ -90,6 +90,7 @@ func storePutOptions(o peer.PutOptions) store.PutOptions {
 	return store.PutOptions{
 		PutOptions: o.PutOptions, ModTime: o.ModTime, ETag: o.ETag,
 		BackendETag: o.BackendETag, BackendVersion: o.BackendVersion, Dirty: o.Dirty,
+		NoCache: o.Replica, // reads go to the owner first
 	}
 }
 

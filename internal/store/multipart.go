@@ -171,7 +171,7 @@ func (s *Store) PutPart(ctx context.Context, bucket, key, uploadID string, part 
 	if err := ctx.Err(); err != nil {
 		return object.PartInfo{}, err
 	}
-	w, err := s.newWork(u.mp)
+	w, err := s.newWork(u.mp, false)
 	if err != nil {
 		return object.PartInfo{}, err
 	}
@@ -379,7 +379,7 @@ func (s *Store) CompleteUpload(ctx context.Context, bucket, key, uploadID string
 		}
 	}
 
-	w, err := s.newWork(u.mp)
+	w, err := s.newWork(u.mp, false)
 	if err != nil {
 		return object.Info{}, err
 	}

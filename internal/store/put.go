@@ -28,6 +28,11 @@ type PutOptions struct {
 	BackendETag       string
 	BackendVersion    string
 	Dirty             bool // not yet destaged: never evicted
+	// NoCache writes the body around the page cache (O_DIRECT where the
+	// file system has it), for copies unlikely to be read soon such as
+	// replicas: they cost no page allocation and copy, and do not evict
+	// data that is read.
+	NoCache bool
 }
 
 // work is a file being written under a mountpath's tmp/ directory. Until
@@ -42,8 +47,8 @@ type work struct {
 	done     bool
 }
 
-func (s *Store) newWork(mp *mountpath) (*work, error) {
-	f, err := s.createWork(mp.tmpDir)
+func (s *Store) newWork(mp *mountpath, direct bool) (*work, error) {
+	f, err := s.createWork(mp.tmpDir, direct)
 	if err != nil {
 		if isNoSpace(err) {
 			return nil, noSpace(mp, err)
@@ -250,7 +255,7 @@ func (s *Store) Put(ctx context.Context, bucket, key string, r io.Reader, opts P
 	}
 
 	mp := s.mountpathFor(bucket, key)
-	w, err := s.newWork(mp)
+	w, err := s.newWork(mp, opts.NoCache)
 	if err != nil {
 		return object.Info{}, err
 	}

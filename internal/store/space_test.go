@@ -223,7 +223,7 @@ func TestENOSPC(t *testing.T) {
 			var fails atomic.Int32
 			var faultOn atomic.Bool
 			faultOn.Store(true)
-			s.createWork = func(dir string) (workFile, error) {
+			s.createWork = func(dir string, _ bool) (workFile, error) {
 				f, err := os.CreateTemp(dir, "work-*")
 				if err != nil || !faultOn.Load() || dir != s.mps[0].tmpDir {
 					return f, err

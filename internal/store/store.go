@@ -191,7 +191,7 @@ type Store struct {
 
 	// createWork opens a new work file in dir; replaced by fault-injecting
 	// tests.
-	createWork func(dir string) (workFile, error)
+	createWork func(dir string, direct bool) (workFile, error)
 	now        func() time.Time
 
 	kick      chan struct{}
@@ -224,7 +224,7 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Store, error) {
 		closed:  make(chan struct{}),
 	}
 	s.bufs.New = func() any { b := make([]byte, bufSize); return &b }
-	s.createWork = func(dir string) (workFile, error) { return os.CreateTemp(dir, "work-*") }
+	s.createWork = createWorkFile
 	for i, p := range cfg.Mountpaths {
 		mp, err := openMountpath(i, p, cfg.Policy)
 		if err != nil {

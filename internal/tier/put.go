@@ -307,7 +307,7 @@ func (t *Tier) PutReplica(ctx context.Context, owner string, seq uint64, bucket,
 		return object.Info{}, err
 	}
 	defer end()
-	info, err := t.local.Put(ctx, bucket, key, r, store.PutOptions{PutOptions: opts.PutOptions, ETag: opts.ETag, ModTime: opts.ModTime, Dirty: true})
+	info, err := t.local.Put(ctx, bucket, key, r, store.PutOptions{PutOptions: opts.PutOptions, ETag: opts.ETag, ModTime: opts.ModTime, Dirty: true, NoCache: true})
 	if err != nil {
 		return object.Info{}, err
 	}

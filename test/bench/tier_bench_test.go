@@ -2,7 +2,9 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,8 +15,10 @@ import (
 
 	"github.com/slipstream-io/slipstream/internal/loader"
 	"github.com/slipstream-io/slipstream/internal/localcluster"
+	"github.com/slipstream-io/slipstream/internal/node"
 	"github.com/slipstream-io/slipstream/internal/remotesim"
 	"github.com/slipstream-io/slipstream/internal/report"
+	"github.com/slipstream-io/slipstream/internal/sysstat"
 	"github.com/slipstream-io/slipstream/internal/testbin"
 )
 
@@ -176,6 +180,8 @@ func writePaths(t *testing.T, net, root string, md *strings.Builder) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// The next row must not pay for this one's background uploads.
+			waitDestaged(t, c)
 			ratio := ""
 			switch r.bucket {
 			case "wbone":
@@ -200,5 +206,34 @@ func writePaths(t *testing.T, net, root string, md *strings.Builder) {
 				t.Errorf("%s: %d errors", r.label, res.Main.Total.Errors)
 			}
 		}
+	}
+}
+
+// waitDestaged waits until no node has write-back work left.
+func waitDestaged(t *testing.T, c *localcluster.Cluster) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		left := 0.0
+		for i := range c.Configs {
+			resp, err := http.Get(c.Endpoint(i) + node.StatsPath)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var snap sysstat.Snapshot
+			err = json.NewDecoder(resp.Body).Decode(&snap)
+			resp.Body.Close()
+			if err != nil {
+				t.Fatalf("stats of node %d: %v", i, err)
+			}
+			left += snap.Counters["destage_backlog_objects"]
+		}
+		if left == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%.0f write-back operations still not destaged", left)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
