@@ -191,12 +191,16 @@ func DecodeRecord(b []byte) (Record, int, error) {
 
 // journal is the open journal file.
 type journal struct {
-	dir  string
-	mu   sync.Mutex
-	f    *os.File
-	size int64
-	live int64 // size right after the last compaction
-	buf  []byte
+	dir     string
+	mu      sync.Mutex
+	f       *os.File
+	size    int64
+	live    int64 // size right after the last compaction
+	buf     []byte
+	written uint64 // appends written to f so far
+
+	smu    sync.Mutex // held across an fsync; taken before mu
+	synced uint64     // appends known to be durable
 }
 
 const journalName = "journal.log"
@@ -240,14 +244,19 @@ func openJournal(dir string) (*journal, []Record, error) {
 	return &journal{dir: dir, f: f, size: int64(off)}, recs, nil
 }
 
-// append writes records and, with sync, fsyncs them. apply (if not nil)
-// runs after a successful write while the journal is still locked, so that
-// the in-memory state a compaction snapshots always matches the file.
+// errJournalClosed fails appends after close.
+var errJournalClosed = errors.New("tier: journal closed")
+
+// append writes records and, with sync, returns once they are durable.
+// apply (if not nil) runs after a successful write while the journal is
+// still locked, so that the in-memory state a compaction snapshots always
+// matches the file. Concurrent appends share fsyncs (group commit): one
+// fsync covers every record written before it started.
 func (j *journal) append(sync bool, apply func(), recs ...Record) error {
 	j.mu.Lock()
-	defer j.mu.Unlock()
 	if j.f == nil {
-		return fmt.Errorf("tier: journal closed")
+		j.mu.Unlock()
+		return errJournalClosed
 	}
 	j.buf = j.buf[:0]
 	for _, r := range recs {
@@ -256,16 +265,39 @@ func (j *journal) append(sync bool, apply func(), recs ...Record) error {
 	n, err := j.f.Write(j.buf)
 	j.size += int64(n)
 	if err != nil {
+		j.mu.Unlock()
 		return fmt.Errorf("tier: journal write: %w", err)
 	}
-	if sync {
-		if err := j.f.Sync(); err != nil {
-			return fmt.Errorf("tier: journal fsync: %w", err)
-		}
-	}
+	j.written++
+	seq := j.written
 	if apply != nil {
 		apply()
 	}
+	j.mu.Unlock()
+	if !sync {
+		return nil
+	}
+	return j.syncTo(seq)
+}
+
+// syncTo returns once append number seq is durable, fsyncing unless an
+// fsync that started after it was written already has.
+func (j *journal) syncTo(seq uint64) error {
+	j.smu.Lock()
+	defer j.smu.Unlock()
+	if j.synced >= seq {
+		return nil
+	}
+	j.mu.Lock()
+	f, upTo := j.f, j.written
+	j.mu.Unlock()
+	if f == nil {
+		return errJournalClosed
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("tier: journal fsync: %w", err)
+	}
+	j.synced = upTo
 	return nil
 }
 
@@ -273,6 +305,8 @@ func (j *journal) append(sync bool, apply func(), recs ...Record) error {
 // (compaction): a new file is written and fsynced, renamed over the old one,
 // and the directory fsynced. No append runs in between.
 func (j *journal) rewrite(snapshot func() []Record) error {
+	j.smu.Lock()
+	defer j.smu.Unlock()
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	recs := snapshot()
@@ -308,6 +342,7 @@ func (j *journal) rewrite(snapshot func() []Record) error {
 	j.f = f
 	j.size = int64(len(buf))
 	j.live = j.size
+	j.synced = j.written // the new file holds them all, fsynced
 	return nil
 }
 
@@ -327,6 +362,8 @@ func (j *journal) bytes() int64 {
 }
 
 func (j *journal) close() error {
+	j.smu.Lock()
+	defer j.smu.Unlock()
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.f == nil {

@@ -293,6 +293,12 @@ func TestStaleness(t *testing.T) {
 					}
 				}
 				if pol != "never" {
+					// The refetch above stores v2 after the client has its
+					// bytes: let it land before the remote delete.
+					eventually(t, "the refetched copy to land", func() bool {
+						i, err := e.local.Stat(ctx, "data", "k")
+						return err == nil && i.Size == int64(len(v2))
+					})
 					if err := e.raw.Delete(ctx, "k"); err != nil {
 						t.Fatal(err)
 					}
