@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // DiskCounters is one line of /proc/diskstats.
@@ -176,4 +178,35 @@ func unescape(s string) string {
 		b.WriteByte(s[i])
 	}
 	return b.String()
+}
+
+// ParseProcStatCPU returns the user+system CPU time in clock ticks from the
+// text of /proc/PID/stat (fields 14 and 15; the command name in parentheses
+// may hold spaces).
+func ParseProcStatCPU(b []byte) (uint64, error) {
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("sysstat: /proc/PID/stat without a command name")
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("sysstat: /proc/PID/stat has %d fields after the name, want 13", len(f))
+	}
+	u, err1 := strconv.ParseUint(f[11], 10, 64)
+	k, err2 := strconv.ParseUint(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("sysstat: bad CPU times %q %q in /proc/PID/stat", f[11], f[12])
+	}
+	return u + k, nil
+}
+
+// ProcessCPU is the user+system CPU time process pid has used.
+func ProcessCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	ticks, err := ParseProcStatCPU(b)
+	return time.Duration(ticks) * 10 * time.Millisecond, err // USER_HZ is 100 on Linux
 }

@@ -176,3 +176,27 @@ func FuzzParseMountinfo(f *testing.F) {
 		}
 	})
 }
+
+func TestParseProcStatCPU(t *testing.T) {
+	for _, tc := range []struct {
+		name, in string
+		want     uint64
+		ok       bool
+	}{
+		{"plain", "1234 (slipstream) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 70 0 0 20 0 12 0 5 0 0", 320, true},
+		{"spaces and parens in the name", "99 (a (b) c) R 1 99 99 0 -1 0 0 0 0 0 7 8 0 0", 15, true},
+		{"no name", "99 R 1 2 3", 0, false},
+		{"too short", "99 (x) R 1 2", 0, false},
+		{"not numbers", "99 (x) R 1 99 99 0 -1 0 0 0 0 0 u s 0 0", 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ParseProcStatCPU([]byte(tc.in))
+			if (err == nil) != tc.ok || got != tc.want {
+				t.Fatalf("ParseProcStatCPU = %d, %v; want %d, ok=%v", got, err, tc.want, tc.ok)
+			}
+		})
+	}
+	if d, err := ProcessCPU(os.Getpid()); err != nil || d < 0 {
+		t.Fatalf("ProcessCPU(self) = %v, %v", d, err)
+	}
+}

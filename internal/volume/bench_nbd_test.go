@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/slipstream-io/slipstream/internal/report"
+	"github.com/slipstream-io/slipstream/internal/sysstat"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -133,7 +134,8 @@ func TestBenchNBD(t *testing.T) {
 			// both in-process nodes); nbdkit in its own.
 			cpu := func() time.Duration {
 				if pid, ok := pids[tg.name]; ok {
-					return procCPU(pid)
+					d, _ := sysstat.ProcessCPU(pid)
+					return d
 				}
 				return selfCPU()
 			}
@@ -239,18 +241,6 @@ func cpuCell(v float64) string {
 		return "–"
 	}
 	return fmt.Sprintf("%.1f", v)
-}
-
-// procCPU is the user+system CPU time of process pid.
-func procCPU(pid int) time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	f := strings.Fields(string(b)[strings.LastIndexByte(string(b), ')')+2:])
-	u, _ := strconv.Atoi(f[11])
-	s, _ := strconv.Atoi(f[12])
-	return time.Duration(u+s) * 10 * time.Millisecond // USER_HZ is 100 on Linux
 }
 
 // selfCPU is the user+system CPU time of this process.
