@@ -26,6 +26,10 @@ HDR
 	section "Warm GET through the S3 API vs http.ServeContent (issue: core)" bench-core.md
 	section "Fast tier: cold and warm epochs vs reading the backend directly" bench-tier-read.md
 	section "Write paths: write-back copies=1 vs copies=2 (WB+0 vs WB+1) vs write-through" bench-tier-write.md
+	if [ -f docs/bench-tier-write-notes.md ]; then
+		sed -e "s/^#/##/" docs/bench-tier-write-notes.md
+		printf '\n'
+	fi
 	section "Eviction: S3-FIFO vs LRU under scans" bench-evict.md
 	section "Multihoming: one NIC vs two NICs per node" bench-multihoming.md
 	section "Block volumes over NBD: the fio matrix (analysis of the set-up in docs/bench-nbd.md)" bench-nbd-run.md
