@@ -129,7 +129,7 @@ func (p *putRecorder) Put(ctx context.Context, bucket, key string, r io.Reader, 
 			return object.Info{}, err
 		}
 		if d.CRC32C != crc32.Checksum(b, object.Castagnoli) {
-			return object.Info{}, object.ErrBadDigest
+			return object.Info{}, object.ErrUnavailable
 		}
 		etag = hex.EncodeToString(d.MD5)
 	}

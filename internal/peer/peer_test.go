@@ -45,7 +45,7 @@ func (m *memLocal) Put(ctx context.Context, bucket, key string, r io.Reader, opt
 			return object.Info{}, err
 		}
 		if d.CRC32C != crc32.Checksum(b, object.Castagnoli) {
-			return object.Info{}, object.ErrBadDigest
+			return object.Info{}, object.ErrUnavailable
 		}
 		etag = hex.EncodeToString(d.MD5)
 	}
@@ -283,7 +283,7 @@ func TestDigestFooter(t *testing.T) {
 			d := good
 			d.CRC32C++
 			return d, nil
-		}, object.ErrBadDigest},
+		}, object.ErrUnavailable},
 		{"short MD5", func() (object.Digest, error) { return object.Digest{MD5: []byte{1}}, nil }, object.ErrUnavailable},
 		{"sender failed", func() (object.Digest, error) { return object.Digest{}, object.ErrIncompleteBody }, object.ErrUnavailable},
 	} {

@@ -208,7 +208,8 @@ func sendersMD5(digest func() (object.Digest, error), crc uint32) ([]byte, error
 		return nil, fmt.Errorf("store: sender's digest: %w", err)
 	}
 	if dg.CRC32C != crc {
-		return nil, fmt.Errorf("%w: received body has CRC32C %08x, the sender's has %08x", object.ErrBadDigest, crc, dg.CRC32C)
+		// Damaged between nodes, not by the client: worth a retry.
+		return nil, fmt.Errorf("%w: received body has CRC32C %08x, the sender's has %08x", object.ErrUnavailable, crc, dg.CRC32C)
 	}
 	if len(dg.MD5) != md5.Size {
 		return nil, fmt.Errorf("%w: sender's MD5 of %d bytes", object.ErrInvalidArgument, len(dg.MD5))

@@ -259,7 +259,7 @@ func TestBadInput(t *testing.T) {
 		{"body longer than size", "bkt", "k", nil, PutOptions{PutOptions: object.PutOptions{Size: int64(len(body)) - 1}}, object.ErrTooLarge},
 		{"bad Content-MD5", "bkt", "k", nil, PutOptions{PutOptions: object.PutOptions{Size: -1, ContentMD5: badMD5[:]}}, object.ErrBadDigest},
 		{"bad Content-MD5 with ETag given", "bkt", "k", nil, PutOptions{ETag: "x", PutOptions: object.PutOptions{Size: -1, ContentMD5: badMD5[:]}}, object.ErrBadDigest},
-		{"bytes differ from the sender's digest", "bkt", "k", nil, PutOptions{PutOptions: object.PutOptions{Size: -1, Digest: digestOf(append([]byte{1}, body[1:]...))}}, object.ErrBadDigest},
+		{"bytes differ from the sender's digest", "bkt", "k", nil, PutOptions{PutOptions: object.PutOptions{Size: -1, Digest: digestOf(append([]byte{1}, body[1:]...))}}, object.ErrUnavailable},
 		{"sender's digest unavailable", "bkt", "k", nil, PutOptions{PutOptions: object.PutOptions{Size: -1, Digest: func() (object.Digest, error) {
 			return object.Digest{}, object.ErrIncompleteBody
 		}}}, object.ErrIncompleteBody},
