@@ -250,7 +250,9 @@ var errJournalClosed = errors.New("tier: journal closed")
 // append writes records and, with sync, returns once they are durable.
 // apply (if not nil) runs after a successful write while the journal is
 // still locked, so that the in-memory state a compaction snapshots always
-// matches the file. Concurrent appends share fsyncs (group commit): one
+// matches the file; it runs before the fsync, so what it starts (a destage)
+// may act on a write whose caller then gets an fsync error, like any write
+// that fails late. Concurrent appends share fsyncs (group commit): one
 // fsync covers every record written before it started.
 func (j *journal) append(sync bool, apply func(), recs ...Record) error {
 	j.mu.Lock()
