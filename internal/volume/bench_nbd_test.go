@@ -1,11 +1,13 @@
 package volume_test
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"github.com/slipstream-io/slipstream/internal/report"
-	"github.com/slipstream-io/slipstream/internal/sysstat"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slipstream-io/slipstream/internal/report"
+	"github.com/slipstream-io/slipstream/internal/sysstat"
 	"github.com/slipstream-io/slipstream/internal/volume"
 	"github.com/slipstream-io/slipstream/internal/volume/filedev"
 	"github.com/slipstream-io/slipstream/internal/volume/nbd"
@@ -37,7 +41,9 @@ func TestBenchNBD(t *testing.T) {
 	const region = 512 << 20 // bytes each target is exercised over
 	dir := t.TempDir()
 
-	a, b := startNode(t, "a"), startNode(t, "b")
+	// Node a (in this process) coordinates the volumes and serves NBD;
+	// node b runs in a process of its own, as a node of a real cluster.
+	a, b := startNode(t, "a"), startNodeProcess(t, "b")
 	mkvol := func(name string, copies int) *volume.Volume {
 		return openVolume(t, volume.Spec{Name: name, Size: region, Copies: copies}, filepath.Join(dir, "state"), a, b)
 	}
@@ -130,14 +136,15 @@ func TestBenchNBD(t *testing.T) {
 		for _, tg := range targets {
 			args := append(append(append([]string{}, common...), tg.args...), j.args...)
 			args = append(args, "--time_based", fmt.Sprintf("--runtime=%d", runtime), "--ramp_time=1")
-			// Server CPU per I/O: our server runs in this process (with
-			// both in-process nodes); nbdkit in its own.
+			// Server CPU per I/O: our server is this process plus node b's;
+			// nbdkit runs in its own.
 			cpu := func() time.Duration {
 				if pid, ok := pids[tg.name]; ok {
 					d, _ := sysstat.ProcessCPU(pid)
 					return d
 				}
-				return selfCPU()
+				d, _ := sysstat.ProcessCPU(b.pid)
+				return selfCPU() + d
 			}
 			c0 := cpu()
 			r := runFio(args...)
@@ -314,4 +321,68 @@ func benchPlots(dir string, jobs, targets []string, results map[string]map[strin
 	}
 	return report.BarChart(filepath.Join(dir, "bench-nbd-sweep.png"), "random-write IOPS by write size, copies=1 vs copies=2",
 		"IOPS", sizes, sweep)
+}
+
+// nodeChildEnv makes the test binary serve one node's chunk replicas (see
+// TestBenchNodeChild).
+const nodeChildEnv = "SLIPSTREAM_BENCH_NODE_DIR"
+
+// TestBenchNodeChild is node b of TestBenchNBD when run as a child process:
+// it serves a Local on two mountpaths under $SLIPSTREAM_BENCH_NODE_DIR on a
+// loopback port it prints, until its stdin closes.
+func TestBenchNodeChild(t *testing.T) {
+	dir := os.Getenv(nodeChildEnv)
+	if dir == "" {
+		t.Skip("child of TestBenchNBD")
+	}
+	l, err := volume.NewLocal(volume.LocalConfig{Mountpaths: []string{filepath.Join(dir, "mp1"), filepath.Join(dir, "mp2")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = http.Serve(ln, volume.NewHandler(l)) }()
+	fmt.Println("ADDR", ln.Addr())
+	_, _ = io.Copy(io.Discard, os.Stdin)
+}
+
+// procNode is a node serving chunk replicas from a child process.
+type procNode struct {
+	id, addr string
+	pid      int
+}
+
+func (n *procNode) nodeID() string { return n.id }
+func (n *procNode) url() string    { return "http://" + n.addr }
+
+// startNodeProcess starts node id as a child process of the test binary.
+func startNodeProcess(t *testing.T, id string) *procNode {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestBenchNodeChild$")
+	cmd.Env = append(os.Environ(), nodeChildEnv+"="+t.TempDir())
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stdin.Close(); _ = cmd.Wait() })
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		if addr, ok := strings.CutPrefix(sc.Text(), "ADDR "); ok {
+			go func() { _, _ = io.Copy(io.Discard, stdout) }()
+			return &procNode{id: id, addr: addr, pid: cmd.Process.Pid}
+		}
+	}
+	t.Fatalf("node %s: no address from the child process", id)
+	return nil
 }

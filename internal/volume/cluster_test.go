@@ -115,22 +115,28 @@ func (n *testNode) chunksWritten() int {
 
 // openVolume opens a volume coordinated by nodes[0]: its own replica is
 // called directly, the others over HTTP.
-func openVolume(t *testing.T, spec volume.Spec, stateDir string, nodes ...*testNode) *volume.Volume {
+// remoteNode is a node a volume reaches over its chunk stream.
+type remoteNode interface {
+	nodeID() string
+	url() string
+}
+
+func (n *testNode) nodeID() string { return n.id }
+
+// openVolume opens a volume coordinated by self, with its local replica,
+// over self and the other nodes.
+func openVolume[N remoteNode](t *testing.T, spec volume.Spec, stateDir string, self *testNode, others ...N) *volume.Volume {
 	t.Helper()
-	cfg := volume.Config{Spec: spec, Self: nodes[0].id, StateDir: stateDir, Replicas: map[string]volume.Replica{},
-		OpTimeout: 2 * time.Second, ProbeInterval: 50 * time.Millisecond}
-	for i, n := range nodes {
-		cfg.Nodes = append(cfg.Nodes, n.id)
-		if i == 0 {
-			cfg.Replicas[n.id] = n.local
-		} else {
-			c, err := volume.NewClientConfig(volume.ClientConfig{BaseURL: n.url(), Timeout: time.Second})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { c.Close() })
-			cfg.Replicas[n.id] = c
+	cfg := volume.Config{Spec: spec, Self: self.id, StateDir: stateDir, Replicas: map[string]volume.Replica{self.id: self.local},
+		Nodes: []string{self.id}, OpTimeout: 2 * time.Second, ProbeInterval: 50 * time.Millisecond}
+	for _, n := range others {
+		cfg.Nodes = append(cfg.Nodes, n.nodeID())
+		c, err := volume.NewClientConfig(volume.ClientConfig{BaseURL: n.url(), Timeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
 		}
+		t.Cleanup(func() { c.Close() })
+		cfg.Replicas[n.nodeID()] = c
 	}
 	v, err := volume.Open(context.Background(), cfg)
 	if err != nil {
@@ -315,7 +321,7 @@ func TestMirroredFailoverAndResync(t *testing.T) {
 
 func TestPlacementSpreadsChunks(t *testing.T) {
 	nodes := []*testNode{startNode(t, "n1"), startNode(t, "n2"), startNode(t, "n3")}
-	v := openVolume(t, volume.Spec{Name: "spread", Size: 300 << 20, ChunkSize: 1 << 20, Copies: 2}, t.TempDir(), nodes...)
+	v := openVolume(t, volume.Spec{Name: "spread", Size: 300 << 20, ChunkSize: 1 << 20, Copies: 2}, t.TempDir(), nodes[0], nodes[1:]...)
 	count := map[string]int{}
 	for c := int64(0); c < 300; c++ {
 		o := v.Owners(c)

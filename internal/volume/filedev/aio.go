@@ -17,14 +17,11 @@ import (
 // Ring submits O_DIRECT writes through Linux native AIO (io_submit): the
 // writes that concurrent callers issue together go to the kernel in one
 // io_submit, so the device sees them as one batch instead of one
-// synchronous pwrite (and, in a VM, one notification) each. Completions
-// signal an eventfd that a goroutine waits on through the runtime's poller,
-// then collects them with a non-blocking io_getevents: no thread sits in a
-// blocking system call holding one of the process's Ps.
+// synchronous pwrite (and, in a VM, one notification) each. A goroutine
+// reaps completions with io_getevents.
 type Ring struct {
 	ctx   uintptr
 	depth int
-	efd   *os.File // eventfd the kernel signals on every completion
 
 	free  chan int   // free slot numbers; bounds requests in flight
 	slots []aioSlot  // per slot: the caller's buffer and completion
@@ -75,7 +72,6 @@ type aioEvent struct {
 const (
 	iocbCmdPread  = 0
 	iocbCmdPwrite = 1
-	iocbFlagResfd = 1 // IOCB_FLAG_RESFD: signal resfd on completion
 )
 
 // ErrRingClosed is returned for I/O on a closed Ring.
@@ -87,13 +83,7 @@ func NewRing(depth int) (*Ring, error) {
 		depth = 256
 	}
 	r := &Ring{depth: depth, free: make(chan int, depth), slots: make([]aioSlot, depth), done: make(chan struct{})}
-	efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
-	if err != nil {
-		return nil, fmt.Errorf("filedev: eventfd: %w", err)
-	}
-	r.efd = os.NewFile(uintptr(efd), "aio-eventfd") // non-blocking: served by the poller
 	if _, _, e := unix.Syscall(unix.SYS_IO_SETUP, uintptr(depth), uintptr(unsafe.Pointer(&r.ctx)), 0); e != 0 {
-		r.efd.Close()
 		return nil, fmt.Errorf("filedev: io_setup: %w", e)
 	}
 	for i := range r.slots {
@@ -114,9 +104,8 @@ func (r *Ring) Close() error {
 			<-r.free
 		}
 		close(r.done)
-		r.efd.Close() // wakes the reaper
-		r.wg.Wait()
 		_, _, _ = unix.Syscall(unix.SYS_IO_DESTROY, r.ctx, 0, 0)
+		r.wg.Wait()
 	})
 	return nil
 }
@@ -150,8 +139,7 @@ func (r *Ring) run(fd int, op uint16, p []byte, off int64) (int64, error) {
 		return 0, ErrRingClosed
 	}
 	s := &r.slots[i]
-	s.cb = aioIocb{data: uint64(i), opcode: op, fildes: uint32(fd), nbytes: uint64(len(p)), offset: off,
-		flags: iocbFlagResfd, resfd: uint32(r.efd.Fd())}
+	s.cb = aioIocb{data: uint64(i), opcode: op, fildes: uint32(fd), nbytes: uint64(len(p)), offset: off}
 	if len(p) > 0 {
 		s.cb.buf = uint64(uintptr(unsafe.Pointer(&p[0])))
 	}
@@ -245,39 +233,30 @@ func (r *Ring) submitBatch(batch []int) {
 	}
 }
 
-// reap delivers completions until the ring is closed: it waits for the
-// eventfd to count completions, then takes every event that is ready.
+// reap delivers completions until the context is destroyed.
 func (r *Ring) reap() {
 	defer r.wg.Done()
 	events := make([]aioEvent, r.depth)
-	var count [8]byte
-	var zero unix.Timespec
 	for {
-		if _, err := r.efd.Read(count[:]); err != nil {
-			if errors.Is(err, os.ErrClosed) {
+		n, _, e := unix.Syscall6(unix.SYS_IO_GETEVENTS, r.ctx, 1, uintptr(len(events)), uintptr(unsafe.Pointer(&events[0])), 0, 0)
+		if e == unix.EINTR {
+			continue
+		}
+		if e != 0 {
+			select {
+			case <-r.done:
 				return
+			default:
 			}
 			continue
 		}
-		for {
-			n, _, e := unix.Syscall6(unix.SYS_IO_GETEVENTS, r.ctx, 0, uintptr(len(events)), uintptr(unsafe.Pointer(&events[0])), uintptr(unsafe.Pointer(&zero)), 0)
-			if e == unix.EINTR {
+		for _, ev := range events[:n] {
+			if ev.data >= uint64(len(r.slots)) {
 				continue
 			}
-			if e != 0 || n == 0 {
-				break
-			}
-			for _, ev := range events[:n] {
-				if ev.data >= uint64(len(r.slots)) {
-					continue
-				}
-				s := &r.slots[ev.data]
-				s.res.Store(ev.res)
-				s.wake <- struct{}{}
-			}
-			if int(n) < len(events) {
-				break
-			}
+			s := &r.slots[ev.data]
+			s.res.Store(ev.res)
+			s.wake <- struct{}{}
 		}
 	}
 }
