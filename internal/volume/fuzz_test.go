@@ -75,7 +75,7 @@ func FuzzStreamServer(f *testing.F) {
 		defer l.Close()
 		h := &handler{r: l, streams: map[net.Conn]struct{}{}}
 		client, server := net.Pipe()
-		s := &streamServer{h: h, c: server, work: make(chan streamWork)}
+		s := newStreamServer(h, server)
 		done := make(chan struct{})
 		go func() {
 			defer close(done)

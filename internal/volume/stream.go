@@ -14,6 +14,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/slipstream-io/slipstream/internal/combine"
 )
 
 // The chunk data path between nodes: a client upgrades an HTTP request
@@ -116,7 +118,7 @@ func (h *handler) serveStream(w http.ResponseWriter, req *http.Request) {
 	if _, err := io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: "+streamProto+"\r\n\r\n"); err != nil {
 		return
 	}
-	s := &streamServer{h: h, c: c, work: make(chan streamWork)}
+	s := newStreamServer(h, c)
 	// Bytes the HTTP server read ahead belong to the stream.
 	pre, _ := brw.Reader.Peek(brw.Reader.Buffered())
 	s.serve(req.Context(), bufioReader(io.MultiReader(bytes.NewReader(bytes.Clone(pre)), c)))
@@ -130,12 +132,15 @@ type streamServer struct {
 	wg      sync.WaitGroup
 	gone    atomic.Bool // the client hung up: drop its queued mutations
 
-	wmu     sync.Mutex
-	queue   []streamReply
-	spare   []streamReply
-	writing bool
-	failed  bool
-	bufs    net.Buffers
+	out    combine.Queue[streamReply] // flushed by writeReplies
+	failed bool                       // writeReplies' own state
+	bufs   net.Buffers
+}
+
+func newStreamServer(h *handler, c net.Conn) *streamServer {
+	s := &streamServer{h: h, c: c, work: make(chan streamWork)}
+	s.out.Flush = s.writeReplies
+	return s
 }
 
 type streamReply struct {
@@ -249,45 +254,30 @@ func (s *streamServer) handle(ctx context.Context, r *streamReq, pb *[]byte) {
 
 // send queues a reply; the first sender to find the writer idle writes the
 // whole queue with writev, so replies that finish together share a syscall.
-func (s *streamServer) send(r streamReply) {
-	s.wmu.Lock()
-	s.queue = append(s.queue, r)
-	if s.writing {
-		s.wmu.Unlock()
-		return
-	}
-	s.writing = true
-	for len(s.queue) > 0 {
-		batch := s.queue
-		s.queue = s.spare[:0]
-		failed := s.failed
-		s.wmu.Unlock()
-		if !failed {
-			s.bufs = s.bufs[:0]
-			for i := range batch {
-				s.bufs = append(s.bufs, batch[i].hdr[:])
-				if len(batch[i].data) > 0 {
-					s.bufs = append(s.bufs, batch[i].data)
-				}
-			}
-			bufs := s.bufs
-			if _, err := bufs.WriteTo(s.c); err != nil {
-				failed = true
-				_ = s.c.Close()
-			}
-		}
+func (s *streamServer) send(r streamReply) { s.out.Add(r) }
+
+// writeReplies writes a batch of replies with one writev (the out queue's
+// Flush) and returns their buffers.
+func (s *streamServer) writeReplies(batch []streamReply) {
+	if !s.failed {
+		s.bufs = s.bufs[:0]
 		for i := range batch {
-			if batch[i].buf != nil {
-				s.h.put(batch[i].buf)
+			s.bufs = append(s.bufs, batch[i].hdr[:])
+			if len(batch[i].data) > 0 {
+				s.bufs = append(s.bufs, batch[i].data)
 			}
-			batch[i] = streamReply{}
 		}
-		s.wmu.Lock()
-		s.failed = s.failed || failed
-		s.spare = batch[:0]
+		bufs := s.bufs
+		if _, err := bufs.WriteTo(s.c); err != nil {
+			s.failed = true
+			_ = s.c.Close()
+		}
 	}
-	s.writing = false
-	s.wmu.Unlock()
+	for i := range batch {
+		if batch[i].buf != nil {
+			s.h.put(batch[i].buf)
+		}
+	}
 }
 
 // streamClient keeps a few upgraded connections to one node and spreads
@@ -345,12 +335,8 @@ func (sc *streamClient) close() {
 type streamConn struct {
 	c net.Conn
 
-	wmu     sync.Mutex
-	queue   []pendingReq
-	spare   []pendingReq
-	writing bool
-	hdrs    []byte
-	bufs    net.Buffers
+	out  combine.Queue[pendingReq] // flushed by writeRequests
+	bufs net.Buffers               // writeRequests' own scratch
 
 	mu     sync.Mutex
 	calls  map[uint64]*streamCall
@@ -425,6 +411,7 @@ func dialStream(ctx context.Context, host string, timeout time.Duration) (*strea
 	}
 	_ = c.SetDeadline(time.Time{})
 	sc := &streamConn{c: c, calls: map[uint64]*streamCall{}}
+	sc.out.Flush = sc.writeRequests
 	go sc.readLoop(br)
 	go sc.watchdog(timeout)
 	return sc, nil
@@ -508,37 +495,23 @@ func (sc *streamConn) send(r *streamReq) {
 	var p pendingReq
 	p.n = len(appendStreamReq(p.hdr[:0], r))
 	p.payload = r.payload
-	sc.wmu.Lock()
-	sc.queue = append(sc.queue, p)
-	if sc.writing {
-		sc.wmu.Unlock()
-		return
+	sc.out.Add(p)
+}
+
+// writeRequests writes a batch of requests with one writev (the out
+// queue's Flush); a failed write fails the connection.
+func (sc *streamConn) writeRequests(batch []pendingReq) {
+	sc.bufs = sc.bufs[:0]
+	for i := range batch {
+		sc.bufs = append(sc.bufs, batch[i].hdr[:batch[i].n])
+		if len(batch[i].payload) > 0 {
+			sc.bufs = append(sc.bufs, batch[i].payload)
+		}
 	}
-	sc.writing = true
-	for len(sc.queue) > 0 {
-		batch := sc.queue
-		sc.queue = sc.spare[:0]
-		sc.wmu.Unlock()
-		sc.bufs = sc.bufs[:0]
-		for i := range batch {
-			sc.bufs = append(sc.bufs, batch[i].hdr[:batch[i].n])
-			if len(batch[i].payload) > 0 {
-				sc.bufs = append(sc.bufs, batch[i].payload)
-			}
-		}
-		bufs := sc.bufs
-		_, err := bufs.WriteTo(sc.c)
-		for i := range batch {
-			batch[i].payload = nil
-		}
-		if err != nil {
-			sc.fail(err)
-		}
-		sc.wmu.Lock()
-		sc.spare = batch[:0]
+	bufs := sc.bufs
+	if _, err := bufs.WriteTo(sc.c); err != nil {
+		sc.fail(err)
 	}
-	sc.writing = false
-	sc.wmu.Unlock()
 }
 
 // do sends r and waits for its reply; for reads the data lands in dst.

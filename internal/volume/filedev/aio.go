@@ -12,6 +12,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/slipstream-io/slipstream/internal/combine"
 )
 
 // Ring submits O_DIRECT writes through Linux native AIO (io_submit): the
@@ -23,16 +25,13 @@ type Ring struct {
 	ctx   uintptr
 	depth int
 
-	free  chan int   // free slot numbers; bounds requests in flight
-	slots []aioSlot  // per slot: the caller's buffer and completion
-	mu    sync.Mutex // guards queue and submitting
-	queue []int      // slots waiting for io_submit
-	batch []int      // submitter's scratch
-	ptrs  []uintptr  // submitter's scratch
-	subm  bool       // a caller is submitting
-	done  chan struct{}
-	wg    sync.WaitGroup
-	close sync.Once
+	free    chan int           // free slot numbers; bounds requests in flight
+	slots   []aioSlot          // per slot: the caller's buffer and completion
+	pending combine.Queue[int] // slots waiting for io_submit; flushed by submitBatch
+	ptrs    []uintptr          // submitBatch's scratch
+	done    chan struct{}
+	wg      sync.WaitGroup
+	close   sync.Once
 }
 
 // aioSlot is one request in flight. Its caller fills cb and buf; only the
@@ -83,6 +82,11 @@ func NewRing(depth int) (*Ring, error) {
 		depth = 256
 	}
 	r := &Ring{depth: depth, free: make(chan int, depth), slots: make([]aioSlot, depth), done: make(chan struct{})}
+	r.pending.Flush = r.submitBatch
+	// Let the other callers that are about to submit join a batch:
+	// io_submit plugs the block queue across a batch, so the device is
+	// notified once per batch rather than once per write.
+	r.pending.Gather = runtime.Gosched
 	if _, _, e := unix.Syscall(unix.SYS_IO_SETUP, uintptr(depth), uintptr(unsafe.Pointer(&r.ctx)), 0); e != 0 {
 		return nil, fmt.Errorf("filedev: io_setup: %w", e)
 	}
@@ -144,7 +148,7 @@ func (r *Ring) run(fd int, op uint16, p []byte, off int64) (int64, error) {
 		s.cb.buf = uint64(uintptr(unsafe.Pointer(&p[0])))
 	}
 	s.buf = p
-	r.submit(i)
+	r.pending.Add(i)
 	<-s.wake
 	res := s.res.Load()
 	s.buf = nil
@@ -181,33 +185,6 @@ func ReadAt(f, direct *os.File, ring *Ring, p []byte, off int64) error {
 		err = nil
 	}
 	return err
-}
-
-// submit queues slot i; the first caller to find no submitter active
-// submits everything queued, in batches, until the queue is empty.
-func (r *Ring) submit(i int) {
-	r.mu.Lock()
-	r.queue = append(r.queue, i)
-	if r.subm {
-		r.mu.Unlock()
-		return
-	}
-	r.subm = true
-	// Let the other callers that are about to submit join this batch:
-	// io_submit plugs the block queue across a batch, so the device is
-	// notified once per batch rather than once per write.
-	r.mu.Unlock()
-	runtime.Gosched()
-	r.mu.Lock()
-	for len(r.queue) > 0 {
-		r.batch = append(r.batch[:0], r.queue...)
-		r.queue = r.queue[:0]
-		r.mu.Unlock()
-		r.submitBatch(r.batch)
-		r.mu.Lock()
-	}
-	r.subm = false
-	r.mu.Unlock()
 }
 
 func (r *Ring) submitBatch(batch []int) {

@@ -163,6 +163,7 @@ func (s *Server) ServeConn(ctx context.Context, c net.Conn) error {
 		size:       dev.Size(),
 		structured: structured,
 	}
+	tc.out.Flush = tc.writeReplies
 	return tc.serve(ctx)
 }
 

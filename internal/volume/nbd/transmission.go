@@ -8,6 +8,8 @@ import (
 	"math/bits"
 	"net"
 	"sync"
+
+	"github.com/slipstream-io/slipstream/internal/combine"
 )
 
 // conn is one connection in the transmission phase. A reader goroutine
@@ -25,12 +27,9 @@ type conn struct {
 	workers    int
 	wg         sync.WaitGroup
 
-	wmu     sync.Mutex
-	queue   []reply
-	spare   []reply
-	writing bool
-	failed  bool
-	bufs    net.Buffers
+	out    combine.Queue[reply] // flushed by writeReplies
+	failed bool                 // writeReplies' own state
+	bufs   net.Buffers
 }
 
 // work is one request handed to a worker.
@@ -216,50 +215,31 @@ func (c *conn) sendRead(req Request, buf *[]byte) {
 
 // send queues r; if no other goroutine is writing, this one writes out the
 // queue (its own reply and any that arrive meanwhile) in batches.
-func (c *conn) send(r reply) {
-	c.wmu.Lock()
-	c.queue = append(c.queue, r)
-	if c.writing {
-		c.wmu.Unlock()
-		return
-	}
-	c.writing = true
-	for len(c.queue) > 0 {
-		batch := c.queue
-		c.queue = c.spare[:0]
-		failed := c.failed
-		c.wmu.Unlock()
+func (c *conn) send(r reply) { c.out.Add(r) }
 
-		if !failed {
-			c.bufs = c.bufs[:0]
-			for i := range batch {
-				c.bufs = append(c.bufs, batch[i].hdr[:batch[i].n])
-				if len(batch[i].data) > 0 {
-					c.bufs = append(c.bufs, batch[i].data)
-				}
-			}
-			bufs := c.bufs
-			if _, err := bufs.WriteTo(c.c); err != nil {
-				failed = true
-				// Unblock the reader; the connection is lost.
-				_ = c.c.Close()
-			}
-		}
+// writeReplies writes a batch of replies with one writev (the out queue's
+// Flush) and returns their buffers to the pool.
+func (c *conn) writeReplies(batch []reply) {
+	if !c.failed {
+		c.bufs = c.bufs[:0]
 		for i := range batch {
-			if batch[i].pool != nil {
-				c.s.pool.put(batch[i].pool)
+			c.bufs = append(c.bufs, batch[i].hdr[:batch[i].n])
+			if len(batch[i].data) > 0 {
+				c.bufs = append(c.bufs, batch[i].data)
 			}
-			batch[i] = reply{}
 		}
-
-		c.wmu.Lock()
-		if failed {
+		bufs := c.bufs
+		if _, err := bufs.WriteTo(c.c); err != nil {
 			c.failed = true
+			// Unblock the reader; the connection is lost.
+			_ = c.c.Close()
 		}
-		c.spare = batch[:0]
 	}
-	c.writing = false
-	c.wmu.Unlock()
+	for i := range batch {
+		if batch[i].pool != nil {
+			c.s.pool.put(batch[i].pool)
+		}
+	}
 }
 
 // bufPool hands out byte slices in power-of-two size classes.
