@@ -115,7 +115,7 @@ func (r *replicator) Replicate(ctx context.Context, req tier.ReplicaPut) ([]stri
 	if err != nil {
 		return nil, err
 	}
-	opts := peer.PutOptions{PutOptions: req.Opts, Replica: true, Owner: req.Owner, Seq: req.Seq, Dirty: true}
+	opts := peer.PutOptions{PutOptions: req.Opts, ModTime: req.ModTime, Replica: true, Owner: req.Owner, Seq: req.Seq, Dirty: true}
 	if _, err := r.g.fanOut(ctx, m, peers, req.Bucket, req.Key, req.Body, func(int) peer.PutOptions { return opts }); err != nil {
 		return nil, err
 	}

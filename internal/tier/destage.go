@@ -23,6 +23,10 @@ type op struct {
 	etag    string
 	owner   string
 	holders []string
+	// replayed: read from the journal at start. Only such an operation can
+	// be older than a write that went through another node (while this
+	// one was down), so only it is checked against the backend's stamp.
+	replayed bool
 }
 
 func (o *op) record() Record {
@@ -86,7 +90,8 @@ func openDestager(ctx context.Context, t *Tier) (*destager, error) {
 // replay rebuilds the backlog from journal records.
 func (d *destager) replay(recs []Record) {
 	for _, r := range recs {
-		o := &op{kind: r.Kind, seq: r.Seq, time: r.Time, bucket: r.Bucket, key: r.Key, size: r.Size, etag: r.ETag, owner: r.Owner, holders: r.Holders}
+		o := &op{kind: r.Kind, seq: r.Seq, time: r.Time, bucket: r.Bucket, key: r.Key, size: r.Size, etag: r.ETag, owner: r.Owner,
+			holders: r.Holders, replayed: true}
 		k := okey(r.Bucket, r.Key)
 		switch r.Kind {
 		case KindSeqMark:
@@ -189,7 +194,7 @@ func (d *destager) reconcile(ctx context.Context) error {
 				return nil
 			}
 		}
-		missing = append(missing, &op{kind: KindPut, time: i.ModTime, bucket: i.Bucket, key: i.Key, size: i.Size, etag: i.ETag})
+		missing = append(missing, &op{kind: KindPut, time: i.ModTime, bucket: i.Bucket, key: i.Key, size: i.Size, etag: i.ETag, replayed: true})
 		return nil
 	})
 	if err != nil {
@@ -451,6 +456,16 @@ func (d *destager) destage(o *op) error {
 	}
 	switch o.kind {
 	case KindDelete:
+		if o.replayed {
+			cur, err := b.Backend.Stat(ctx, o.key)
+			if err != nil && !errors.Is(err, object.ErrNotFound) {
+				return err
+			}
+			if err == nil && newerThan(cur, o.time) {
+				t.log.Warn("tier: a newer write of the key is in the backend; the delete is dropped", "bucket", o.bucket, "key", o.key, "seq", o.seq)
+				break
+			}
+		}
 		if err := b.Backend.Delete(ctx, o.key); err != nil {
 			return err
 		}
@@ -465,7 +480,18 @@ func (d *destager) destage(o *op) error {
 			return err
 		}
 		info := r.Info()
-		a, err := b.Backend.Put(ctx, o.key, r, info.Size, backend.PutAttrs{ContentType: info.ContentType, UserMeta: info.UserMeta})
+		if o.replayed {
+			cur, err := b.Backend.Stat(ctx, o.key)
+			if err != nil && !errors.Is(err, object.ErrNotFound) {
+				r.Close()
+				return err
+			}
+			if w, ok := stampOf(cur); err == nil && ok && !w.Before(info.ModTime) {
+				r.Close()
+				return d.superseded(o, info, cur, w)
+			}
+		}
+		a, err := b.Backend.Put(ctx, o.key, r, info.Size, backend.PutAttrs{ContentType: info.ContentType, UserMeta: withStamp(info.UserMeta, info.ModTime)})
 		r.Close()
 		if err != nil {
 			return err
@@ -492,6 +518,51 @@ func (d *destager) destage(o *op) error {
 }
 
 var errSkip = errors.New("tier: skip")
+
+// newerThan reports whether the backend object a records a write accepted
+// after t.
+func newerThan(a backend.Attrs, t time.Time) bool {
+	w, ok := stampOf(a)
+	return ok && w.After(t)
+}
+
+// superseded ends the destage of o when the backend already holds the
+// version it would upload (written at w == info.ModTime, by a replica holder
+// that took over while this node was down) or a newer one (written through
+// another node meanwhile). The local copy becomes clean in the first case;
+// in the second it is out of date and is removed, unless it changed since.
+func (d *destager) superseded(o *op, info object.Info, cur backend.Attrs, w time.Time) error {
+	t := d.t
+	ctx := t.ctx
+	end, err := t.beginWrite(ctx, o.bucket, o.key)
+	if err != nil {
+		return err
+	}
+	defer end()
+	now := time.Now()
+	_, err = t.local.UpdateMeta(ctx, o.bucket, o.key, func(i *object.Info) error {
+		if i.ETag != info.ETag || !i.ModTime.Equal(info.ModTime) || d.pendingOp(o.bucket, o.key) != o {
+			return errSkip // rewritten here since; that write is destaged on its own
+		}
+		i.Dirty = false
+		i.BackendETag, i.BackendVersion, i.ValidatedAt = cur.ETag, cur.Version, now
+		return nil
+	})
+	switch {
+	case errors.Is(err, errSkip) || errors.Is(err, object.ErrNotFound):
+		return nil
+	case err != nil:
+		return err
+	case w.Equal(info.ModTime):
+		return nil
+	}
+	t.log.Warn("tier: a newer write of the key is in the backend; the local copy is out of date and is dropped",
+		"bucket", o.bucket, "key", o.key, "seq", o.seq, "local", info.ModTime, "backend", w)
+	if err := t.local.EvictObject(ctx, o.bucket, o.key); err != nil && !errors.Is(err, object.ErrNotFound) {
+		return err
+	}
+	return nil
+}
 
 // Backlog describes the write-back work of a node.
 type Backlog struct {

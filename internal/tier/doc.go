@@ -32,8 +32,10 @@ package tier
 // HRW order of each object holds a replica; the node calls
 // t.TakeOver(ctx, deadID) on every live node (each adopts only the replicas
 // it holds; duplicates are harmless re-uploads of the same bytes). A node
-// that comes back after being taken over should start with an empty
-// journal directory, or its stale backlog may overwrite newer writes.
+// that comes back after being taken over keeps its journal: every destage
+// first compares the write time stamped in the backend object's metadata
+// with its own, so an old backlog never overwrites a newer write, and its
+// copies of keys rewritten elsewhere are dropped.
 //
 // Backlog() feeds `slipstream admin` and the metrics (objects, bytes,
 // oldest age, replica counts, failures); Prefetch with a Filter of "keys

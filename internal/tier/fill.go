@@ -351,7 +351,7 @@ func (f *fill) commit() error {
 	fr := &fillReader{f: f, ctx: f.ctx, end: f.attrs.Size, verify: true, internal: true}
 	a := f.attrs
 	info, err := f.t.local.Put(f.ctx, f.bucket, f.key, fr, store.PutOptions{
-		PutOptions:     object.PutOptions{Size: a.Size, ContentType: a.ContentType, UserMeta: a.UserMeta},
+		PutOptions:     object.PutOptions{Size: a.Size, ContentType: a.ContentType, UserMeta: userMeta(a)},
 		ModTime:        a.ModTime,
 		ETag:           a.ETag,
 		BackendETag:    a.ETag,
@@ -368,9 +368,7 @@ func (f *fill) commit() error {
 
 // objectInfo is what readers of a fill report.
 func (f *fill) objectInfo() object.Info {
-	a := f.attrs
-	return object.Info{Bucket: f.bucket, Key: f.key, Size: a.Size, ETag: a.ETag, ContentType: a.ContentType,
-		UserMeta: a.UserMeta, ModTime: a.ModTime, BackendETag: a.ETag, BackendVersion: a.Version}
+	return remoteInfo(f.bucket, f.key, f.attrs)
 }
 
 // reader opens a reader of the fill for the range rng (nil = whole object),

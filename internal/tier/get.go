@@ -130,8 +130,7 @@ func (t *Tier) coldRange(ctx context.Context, b Bucket, bucket, key string, rng 
 		rc.Close()
 		return nil, err
 	}
-	return &streamReader{ReadCloser: rc, info: object.Info{Bucket: bucket, Key: key, Size: a.Size, ETag: a.ETag,
-		ContentType: a.ContentType, UserMeta: a.UserMeta, ModTime: a.ModTime, BackendETag: a.ETag, BackendVersion: a.Version},
+	return &streamReader{ReadCloser: rc, info: remoteInfo(bucket, key, a),
 		off: off, n: n}, nil
 }
 
@@ -223,8 +222,7 @@ func (t *Tier) Stat(ctx context.Context, bucket, key string) (object.Info, error
 	if err != nil {
 		return object.Info{}, err
 	}
-	return object.Info{Bucket: bucket, Key: key, Size: a.Size, ETag: a.ETag, ContentType: a.ContentType, UserMeta: a.UserMeta,
-		ModTime: a.ModTime, BackendETag: a.ETag, BackendVersion: a.Version}, nil
+	return remoteInfo(bucket, key, a), nil
 }
 
 // Counters counts GETs served by the tier since start.

@@ -205,7 +205,7 @@ func (t *Tier) putBack(ctx context.Context, b Bucket, bucket, key string, r io.R
 	defer end()
 	seq := d.seq()
 	now := time.Now()
-	lopts := store.PutOptions{PutOptions: opts, Dirty: true}
+	lopts := store.PutOptions{PutOptions: opts, Dirty: true, ModTime: now}
 	var info object.Info
 	var holders []string
 	var errL, errR error
@@ -222,7 +222,7 @@ func (t *Tier) putBack(ctx context.Context, b Bucket, bucket, key string, r io.R
 			},
 			func(r io.Reader) (err error) {
 				holders, err = t.cfg.Replicator.Replicate(ctx, ReplicaPut{Owner: t.cfg.NodeID, Seq: seq, Bucket: bucket, Key: key,
-					Opts: opts, Copies: b.Copies - 1, Body: r})
+					Opts: opts, ModTime: now, Copies: b.Copies - 1, Body: r})
 				return err
 			})
 	} else {
@@ -454,8 +454,8 @@ func (t *Tier) Adopt(ctx context.Context, bucket, key string) (object.Info, erro
 			return object.Info{}, err
 		}
 		o.holders, errR = t.cfg.Replicator.Replicate(ctx, ReplicaPut{Owner: t.cfg.NodeID, Seq: o.seq, Bucket: bucket, Key: key,
-			Opts:   object.PutOptions{Size: info.Size, ContentType: info.ContentType, UserMeta: info.UserMeta},
-			Copies: b.Copies - 1, Body: r})
+			Opts:    object.PutOptions{Size: info.Size, ContentType: info.ContentType, UserMeta: info.UserMeta},
+			ModTime: info.ModTime, Copies: b.Copies - 1, Body: r})
 		r.Close()
 	}
 	if err := d.j.append(true, func() { d.enqueue(o) }, o.record()); err != nil {

@@ -119,13 +119,14 @@ type Bucket struct {
 // ReplicaPut is a request to store peer copies of an object being written
 // back. Body streams the object while the owner writes its own copy.
 type ReplicaPut struct {
-	Owner  string // this node's ID
-	Seq    uint64 // the owner's journal sequence number of the write
-	Bucket string
-	Key    string
-	Opts   object.PutOptions
-	Copies int // peer copies wanted (bucket Copies - 1)
-	Body   io.Reader
+	Owner   string // this node's ID
+	Seq     uint64 // the owner's journal sequence number of the write
+	Bucket  string
+	Key     string
+	Opts    object.PutOptions
+	ModTime time.Time // the owner's modification time of the object
+	Copies  int       // peer copies wanted (bucket Copies - 1)
+	Body    io.Reader
 }
 
 // Replicator makes peer copies for writeback buckets. The node implements it

@@ -292,7 +292,7 @@ func (p *peers) Replicate(ctx context.Context, req tier.ReplicaPut) ([]string, e
 		return nil, fmt.Errorf("no peer to hold a copy")
 	}
 	_, err := p.tiers[targets[0]].PutReplica(ctx, req.Owner, req.Seq, req.Bucket, req.Key, req.Body,
-		tier.ReplicaOptions{PutOptions: req.Opts})
+		tier.ReplicaOptions{PutOptions: req.Opts, ModTime: req.ModTime})
 	return targets, err
 }
 
@@ -373,6 +373,97 @@ func TestReplicasAndTakeOver(t *testing.T) {
 		}
 		if info, _ := holder.local.Stat(ctx, "wback", "replicated"); info.Dirty {
 			t.Error("holder copy still dirty after destage")
+		}
+	})
+}
+
+// TestReturningOwnerDoesNotRollBack: an owner that dies with a backlog is
+// taken over; the key is rewritten through another node meanwhile. When the
+// owner comes back with its old journal, the backend keeps the newer write,
+// the owner drops its out-of-date copy and uploads nothing twice.
+func TestReturningOwnerDoesNotRollBack(t *testing.T) {
+	kinds(t, func(t *testing.T, kind string) {
+		owner, holder := newEnv(t, kind), newEnv(t, "fs")
+		gate := make(chan struct{})
+		owner.be = &ctl{Backend: owner.raw, gate: gate} // A cannot destage before it dies
+		holder.be = &ctl{Backend: owner.raw}            // same remote bucket
+		p := &peers{tiers: map[string]*tier.Tier{}, order: []string{"A", "B"}}
+		wb2 := map[string]tier.Bucket{"wback": {Mode: tier.ModeWriteback, Copies: 2}}
+		cfg := tier.Config{NodeID: "A", Replicator: p, RetryBackoff: 20 * time.Millisecond}
+		ta := owner.newTier(t, cfg, wb2)
+		tb := holder.newTier(t, tier.Config{NodeID: "B", Replicator: p}, wbBucket)
+		p.tiers["A"], p.tiers["B"] = ta, tb
+		ctx := context.Background()
+		put := func(tr *tier.Tier, key, body string) {
+			t.Helper()
+			if _, err := tr.Put(ctx, "wback", key, bytesReader([]byte(body)), putOpts(len(body))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		put(ta, "rewritten", "v1 written through A")
+		put(ta, "same", "only written through A")
+		put(ta, "deleted", "d1")
+		if err := ta.Delete(ctx, "wback", "deleted"); err != nil {
+			t.Fatal(err)
+		}
+
+		// A dies; B takes over A's backlog, then owns the keys while A is down.
+		ta.Close()
+		if n, err := tb.TakeOver(ctx, "A"); err != nil || n != 3 {
+			t.Fatalf("TakeOver: %d %v", n, err)
+		}
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		if err := tb.WaitDestaged(wctx); err != nil {
+			t.Fatal(err)
+		}
+		put(tb, "rewritten", "v2 written through B")
+		put(tb, "deleted", "d2 written through B after the delete")
+		if err := tb.WaitDestaged(wctx); err != nil {
+			t.Fatal(err)
+		}
+
+		// A comes back with its journal and its old copies.
+		if err := owner.local.Close(); err != nil {
+			t.Fatal(err)
+		}
+		owner.openStore(t)
+		close(gate)
+		puts, deletes := owner.be.puts.Load(), owner.be.deletes.Load()
+		ta2 := owner.newTier(t, cfg, wb2)
+		p.tiers["A"] = ta2
+		if bl := ta2.Backlog(); bl.Objects != 3 {
+			t.Fatalf("replayed backlog %+v", bl)
+		}
+		if err := ta2.WaitDestaged(wctx); err != nil {
+			t.Fatal(err)
+		}
+		for key, want := range map[string]string{
+			"rewritten": "v2 written through B",
+			"same":      "only written through A",
+			"deleted":   "d2 written through B after the delete",
+		} {
+			if got, err := os.ReadFile(owner.remoteFile(key)); err != nil || string(got) != want {
+				t.Errorf("backend %s = %q (%v), want %q", key, got, err, want)
+			}
+		}
+		if n, m := owner.be.puts.Load()-puts, owner.be.deletes.Load()-deletes; n != 0 || m != 0 {
+			t.Errorf("the returning owner sent %d uploads and %d deletes, want none: %v", n, m, owner.be.ops())
+		}
+		if i, err := owner.local.Stat(ctx, "wback", "same"); err != nil || i.Dirty {
+			t.Errorf("A's copy of a version B destaged for it: %+v %v, want clean", i, err)
+		}
+		if _, err := owner.local.Stat(ctx, "wback", "rewritten"); !errors.Is(err, object.ErrNotFound) {
+			t.Errorf("A kept its out-of-date copy: %v", err)
+		}
+		// A cold read through A fetches B's version; the stamp stays internal.
+		r, err := ta2.Get(ctx, "wback", "rewritten", nil)
+		if got := readAll(t, r, err); string(got) != "v2 written through B" {
+			t.Errorf("read through A: %q", got)
+		}
+		i, err := ta2.Stat(ctx, "wback", "rewritten")
+		if err != nil || len(i.UserMeta) != 0 {
+			t.Errorf("user metadata seen by clients: %v %v", i.UserMeta, err)
 		}
 	})
 }

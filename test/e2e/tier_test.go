@@ -269,6 +269,59 @@ func TestWritebackSurvivesOwnerDeath(t *testing.T) {
 	if err != nil || !bytes.Equal(got, body) {
 		t.Fatalf("GET after the owner died: %v", err)
 	}
+
+	// The key is rewritten while the owner is down; then the owner comes
+	// back with its old journal and its old copy. The remote keeps the
+	// newer write and the cluster serves it.
+	waitFor(t, 30*time.Second, "the map to mark "+owner+" down", func() bool {
+		return clusterMap(t, c, 0).Nodes[owner].State == cluster.StateDown
+	})
+	newer := randomBytes(100, 1<<20)
+	if err := putObject(ctx, cl, "wback", key, newer); err != nil {
+		t.Fatalf("PUT while the owner is down: %v", err)
+	}
+	waitFor(t, 60*time.Second, "the newer write to reach the remote", func() bool {
+		got, err := getObject(ctx, direct, "remote", "wback/"+key)
+		return err == nil && bytes.Equal(got, newer)
+	})
+	if err := c.StartNode(nodeIndex(c, owner)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitReady(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, owner+" to work through its old backlog", func() bool {
+		return destageBacklog(t, c, nodeIndex(c, owner)) == 0
+	})
+	if got, err := getObject(ctx, direct, "remote", "wback/"+key); err != nil || !bytes.Equal(got, newer) {
+		t.Fatalf("the returning owner rolled the remote back (%v)", err)
+	}
+	if got, err := getObject(ctx, cl, "wback", key); err != nil || !bytes.Equal(got, newer) {
+		t.Fatalf("GET after the owner returned: %d bytes, %v; want the newer write", len(got), err)
+	}
+}
+
+// destageBacklog is the number of write-back operations node i has not
+// destaged yet, from `slipstream admin status --json` asked of node 0.
+func destageBacklog(t *testing.T, c *localcluster.Cluster, i int) int {
+	t.Helper()
+	var st []struct {
+		Status struct {
+			Node  string
+			Extra struct{ Destage struct{ Objects int } }
+		}
+	}
+	out := admin(t, c, 0, "status", "--json")
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatalf("admin status --json: %v\n%s", err, out)
+	}
+	for _, s := range st {
+		if s.Status.Node == c.Configs[i].ID {
+			return s.Status.Extra.Destage.Objects
+		}
+	}
+	t.Fatalf("node %s missing from admin status:\n%s", c.Configs[i].ID, out)
+	return 0
 }
 
 // TestWritebackJournalSurvivesRestart acknowledges write-back PUTs while
