@@ -195,13 +195,18 @@ func TestBenchNBD(t *testing.T) {
 		r := results[j.name]
 		fmt.Fprintf(&md, "| %s | %.2f | %.2f | %.2f |\n", j.name, r["c1"].iops/r["nbdkit-null"].iops, r["ours-file"].iops/r["nbdkit-null"].iops, r["c2"].iops/r["c1"].iops)
 	}
-	fmt.Fprintf(&md, "\nWrite-size sweep, random writes, copies=1 vs copies=2:\n\n| size | c1 IOPS | c1 p99 µs | c2 IOPS | c2 p99 µs | c2 / c1 |\n|---|---:|---:|---:|---:|---:|\n")
+	// Both nodes write to the one disk here, so copies=2 puts twice c2's
+	// bytes on it: c2 / c1 cannot exceed disk / (2 × c1) in bytes.
+	fmt.Fprintf(&md, "\nWrite-size sweep, random writes, copies=1 vs copies=2 (\"disk allows\": the c2 / c1 at which c2's two copies "+
+		"fill the disk's bandwidth measured in the same run, disk MiB/s / (2 × c1 MiB/s)):\n\n"+
+		"| size | disk MiB/s | c1 IOPS | c1 MiB/s | c1 p99 µs | c2 IOPS | c2 p99 µs | c2 / c1 | disk allows |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, s := range []string{"4k", "32k", "256k"} {
 		r, ok := results[s+"-randwrite"]
 		if !ok {
 			continue
 		}
-		fmt.Fprintf(&md, "| %s | %.0f | %.0f | %.0f | %.0f | %.2f |\n", s, r["c1"].iops, r["c1"].p99, r["c2"].iops, r["c2"].p99, r["c2"].iops/r["c1"].iops)
+		fmt.Fprintf(&md, "| %s | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.2f | %.2f |\n", s, r["disk"].mibs, r["c1"].iops, r["c1"].mibs, r["c1"].p99,
+			r["c2"].iops, r["c2"].p99, r["c2"].iops/r["c1"].iops, min(1, r["disk"].mibs/(2*r["c1"].mibs)))
 	}
 	if len(sweep) > 0 {
 		fmt.Fprintf(&md, "\nThe same sweep with two fio jobs (two workers, as in the PernixData test) and few writes in flight:\n\n"+
