@@ -23,10 +23,13 @@ type op struct {
 	etag    string
 	owner   string
 	holders []string
-	// replayed: read from the journal at start. Only such an operation can
-	// be older than a write that went through another node (while this
-	// one was down), so only it is checked against the backend's stamp.
-	replayed bool
+	// verify: the operation may be older than a write that went through
+	// another node, so it is checked against the backend's stamp first. It
+	// is set for operations read from the journal at start (this node may
+	// have been down and taken over) and for operations taken over from a
+	// dead owner (another holder may have destaged them, or the key may
+	// have been rewritten since); never for writes this process accepted.
+	verify bool
 }
 
 func (o *op) record() Record {
@@ -91,7 +94,7 @@ func openDestager(ctx context.Context, t *Tier) (*destager, error) {
 func (d *destager) replay(recs []Record) {
 	for _, r := range recs {
 		o := &op{kind: r.Kind, seq: r.Seq, time: r.Time, bucket: r.Bucket, key: r.Key, size: r.Size, etag: r.ETag, owner: r.Owner,
-			holders: r.Holders, replayed: true}
+			holders: r.Holders, verify: true}
 		k := okey(r.Bucket, r.Key)
 		switch r.Kind {
 		case KindSeqMark:
@@ -194,7 +197,7 @@ func (d *destager) reconcile(ctx context.Context) error {
 				return nil
 			}
 		}
-		missing = append(missing, &op{kind: KindPut, time: i.ModTime, bucket: i.Bucket, key: i.Key, size: i.Size, etag: i.ETag, replayed: true})
+		missing = append(missing, &op{kind: KindPut, time: i.ModTime, bucket: i.Bucket, key: i.Key, size: i.Size, etag: i.ETag, verify: true})
 		return nil
 	})
 	if err != nil {
@@ -456,7 +459,7 @@ func (d *destager) destage(o *op) error {
 	}
 	switch o.kind {
 	case KindDelete:
-		if o.replayed {
+		if o.verify {
 			cur, err := b.Backend.Stat(ctx, o.key)
 			if err != nil && !errors.Is(err, object.ErrNotFound) {
 				return err
@@ -480,7 +483,7 @@ func (d *destager) destage(o *op) error {
 			return err
 		}
 		info := r.Info()
-		if o.replayed {
+		if o.verify {
 			cur, err := b.Backend.Stat(ctx, o.key)
 			if err != nil && !errors.Is(err, object.ErrNotFound) {
 				r.Close()

@@ -386,7 +386,7 @@ func (t *Tier) TakeOver(ctx context.Context, owner string) (int, error) {
 		if ro.kind == KindReplicaDelete {
 			kind = KindDelete
 		}
-		o := &op{kind: kind, seq: d.seq(), time: ro.time, bucket: ro.bucket, key: ro.key, size: ro.size, etag: ro.etag}
+		o := &op{kind: kind, seq: d.seq(), time: ro.time, bucket: ro.bucket, key: ro.key, size: ro.size, etag: ro.etag, verify: true}
 		// Own record first: a crash in between leaves both, never neither.
 		adopt := func() {
 			d.mu.Lock()

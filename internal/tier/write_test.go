@@ -417,6 +417,32 @@ func TestReturningOwnerDoesNotRollBack(t *testing.T) {
 		if err := tb.WaitDestaged(wctx); err != nil {
 			t.Fatal(err)
 		}
+		// A second holder of the same write (copies=3) takes over after B
+		// destaged it: it finds the write in the backend and uploads nothing.
+		third := newEnv(t, "fs")
+		third.be = &ctl{Backend: owner.raw}
+		tc := third.newTier(t, tier.Config{NodeID: "C"}, wbBucket)
+		si, err := owner.local.Stat(ctx, "wback", "same")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tc.PutReplica(ctx, "A", 2, "wback", "same", bytesReader([]byte("only written through A")),
+			tier.ReplicaOptions{PutOptions: putOpts(int(si.Size)), ModTime: si.ModTime}); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := tc.TakeOver(ctx, "A"); err != nil || n != 1 {
+			t.Fatalf("second TakeOver: %d %v", n, err)
+		}
+		if err := tc.WaitDestaged(wctx); err != nil {
+			t.Fatal(err)
+		}
+		if n := third.be.puts.Load(); n != 0 {
+			t.Errorf("the second holder uploaded %d times what the first had destaged", n)
+		}
+		if i, err := third.local.Stat(ctx, "wback", "same"); err != nil || i.Dirty {
+			t.Errorf("second holder's copy: %+v %v, want clean", i, err)
+		}
+
 		put(tb, "rewritten", "v2 written through B")
 		put(tb, "deleted", "d2 written through B after the delete")
 		if err := tb.WaitDestaged(wctx); err != nil {
