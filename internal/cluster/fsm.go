@@ -53,10 +53,14 @@ func applyCommand(m *Map, c command) (*Map, error) {
 		if c.Node == nil || c.Node.ID == "" {
 			return m, fmt.Errorf("%w: node.put without a node", ErrInvalid)
 		}
-		if old, ok := m.Nodes[c.Node.ID]; ok && nodeEqual(old, *c.Node) {
-			return m, nil
+		nn := c.Node.Clone()
+		if old, ok := m.Nodes[c.Node.ID]; ok {
+			nn.Downs = max(nn.Downs, old.Downs) // the count survives re-announcements
+			if nodeEqual(old, nn) {
+				return m, nil
+			}
 		}
-		mut = func(n *Map) error { n.Nodes[c.Node.ID] = c.Node.Clone(); return nil }
+		mut = func(n *Map) error { n.Nodes[c.Node.ID] = nn; return nil }
 	case opNodeState:
 		old, ok := m.Nodes[c.Name]
 		if !ok {
@@ -68,7 +72,14 @@ func applyCommand(m *Map, c command) (*Map, error) {
 		if old.State == c.State {
 			return m, nil
 		}
-		mut = func(n *Map) error { old.State = c.State; n.Nodes[c.Name] = old; return nil }
+		mut = func(n *Map) error {
+			old.State = c.State
+			if c.State == StateDown {
+				old.Downs++
+			}
+			n.Nodes[c.Name] = old
+			return nil
+		}
 	case opNodeRemove:
 		if _, ok := m.Nodes[c.Name]; !ok {
 			return m, nil
@@ -133,7 +144,7 @@ func applyCommand(m *Map, c command) (*Map, error) {
 }
 
 func nodeEqual(a, b NodeInfo) bool {
-	return a.sameIdentity(b) && a.State == b.State && a.Voter == b.Voter && a.Joined.Equal(b.Joined)
+	return a.sameIdentity(b) && a.State == b.State && a.Voter == b.Voter && a.Joined.Equal(b.Joined) && a.Downs == b.Downs
 }
 
 func bucketEqual(a, b BucketProps) bool {

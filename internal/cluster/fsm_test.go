@@ -89,6 +89,9 @@ func TestApplyCommand(t *testing.T) {
 				if len(m.UpNodeIDs()) != 0 {
 					t.Errorf("up nodes %v", m.UpNodeIDs())
 				}
+				if d := m.Nodes["n1"].Downs; d != 1 {
+					t.Errorf("downs %d, want 1", d)
+				}
 			}},
 		{"node same state", command{Op: opNodeState, Name: "n1", State: StateUp}, nil, false, nil},
 		{"node bad state", command{Op: opNodeState, Name: "n1", State: "sleepy"}, ErrInvalid, false, nil},
@@ -141,6 +144,34 @@ func TestApplyCommand(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestDownsCount: the count of times a node was marked down grows with each
+// down mark, and a node announcing itself again (with a zero count) keeps it.
+func TestDownsCount(t *testing.T) {
+	m := NewMap()
+	n := NodeInfo{ID: "n1", RaftAddr: "127.0.0.1:1", IntraAddrs: []string{"127.0.0.1:2"}, State: StateUp, Joined: t0}
+	steps := []struct {
+		cmd   command
+		downs uint64
+		state NodeState
+	}{
+		{command{Op: opNodePut, Node: &n}, 0, StateUp},
+		{command{Op: opNodeState, Name: "n1", State: StateDown}, 1, StateDown},
+		{command{Op: opNodeState, Name: "n1", State: StateDown}, 1, StateDown},
+		{command{Op: opNodePut, Node: &n}, 1, StateUp}, // re-announced after a restart
+		{command{Op: opNodeState, Name: "n1", State: StateDown}, 2, StateDown},
+		{command{Op: opNodeState, Name: "n1", State: StateUp}, 2, StateUp},
+	}
+	for i, st := range steps {
+		var err error
+		if m, err = applyCommand(m, st.cmd); err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		if got := m.Nodes["n1"]; got.Downs != st.downs || got.State != st.state {
+			t.Fatalf("step %d: %s with downs %d, want %s with %d", i, got.State, got.Downs, st.state, st.downs)
+		}
+	}
+}
 
 func TestFSMApplySnapshotRestore(t *testing.T) {
 	f := &fsm{pub: newPublisher()}

@@ -37,6 +37,10 @@ type NodeInfo struct {
 	State       NodeState `json:"state"`
 	Voter       bool      `json:"voter"`
 	Joined      time.Time `json:"joined"`
+	// Downs counts the times the cluster marked the node down. A node
+	// compares it with the count it last checked its copies at: writes may
+	// have gone to other nodes while it was down.
+	Downs uint64 `json:"downs,omitempty"`
 }
 
 // Clone returns a deep copy of n.

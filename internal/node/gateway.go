@@ -430,8 +430,8 @@ func (g *gateway) DeleteObject(ctx context.Context, bucket, key string) error {
 		}(i, id)
 	}
 	wg.Wait()
-	// The owner's answer decides; a replica that is down misses the delete
-	// and is cleaned when it rejoins.
+	// The owner's answer decides. A replica that is down misses the delete
+	// and keeps its copy (no tombstones yet; see docs/architecture.md).
 	if len(errs) > 0 && errs[0] != nil {
 		return errs[0]
 	}

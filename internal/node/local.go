@@ -24,6 +24,9 @@ type localService struct {
 	// syncTier registers the buckets of the map with the tier now (it
 	// normally follows the map in the background).
 	syncTier func(ctx context.Context, m *cluster.Map)
+	// rejoin checks copies that may be out of date after this node was
+	// away; nil checks nothing.
+	rejoin *rejoin
 }
 
 // withTier runs f, and once more after registering the map's buckets with the
@@ -102,7 +105,15 @@ func (l *localService) Get(ctx context.Context, bucket, key string, rng *object.
 	if tiered(b) {
 		return withTier(ctx, l, func() (object.Reader, error) { return l.tier.Get(ctx, bucket, key, rng) })
 	}
-	return l.store.Get(ctx, bucket, key, rng)
+	rd, err := l.store.Get(ctx, bucket, key, rng)
+	if err != nil {
+		return nil, err
+	}
+	if info := rd.Info(); l.rejoin.suspect(info) && l.rejoin.check(ctx, info) {
+		rd.Close()
+		return nil, fmt.Errorf("%w: %s/%s: this node's copy was out of date", object.ErrNotFound, bucket, key)
+	}
+	return rd, nil
 }
 
 func (l *localService) Stat(ctx context.Context, bucket, key string) (object.Info, error) {

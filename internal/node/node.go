@@ -181,6 +181,8 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 		listBackend:   local.ListBackend,
 	}
 	rep.g = n.gw
+	rj := &rejoin{self: cfg.ID, meta: cl, store: st, at: n.gw.at, log: log, stateFile: filepath.Join(cfg.DataDir, "rejoin-downs")}
+	local.rejoin = rj
 	ts := &tierSync{tier: n.tier, log: log, props: map[string]cluster.BucketProps{}, down: map[string]bool{},
 		takeover: func(ctx context.Context, owner string) {
 			if k, err := n.tier.TakeOver(ctx, owner); err != nil {
@@ -195,6 +197,8 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 	n.bgCancel = bgCancel
 	n.wg.Add(1)
 	go func() { defer n.wg.Done(); ts.run(bgCtx, cl) }()
+	n.wg.Add(1)
+	go func() { defer n.wg.Done(); rj.run(bgCtx) }()
 	n.statusExtras["destage"] = func() any { return n.tier.Backlog() }
 
 	creds := map[string]string{}

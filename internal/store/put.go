@@ -351,13 +351,30 @@ func (s *Store) commit(ctx context.Context, w *work, info object.Info) error {
 
 // Delete removes bucket/key durably. object.ErrNotFound if absent.
 func (s *Store) Delete(ctx context.Context, bucket, key string) error {
+	return s.deleteIf(ctx, bucket, key, nil)
+}
+
+// DeleteVersion removes bucket/key if it is still the version was
+// describes (same ETag and modification time), and fails with ErrChanged if
+// it was rewritten since.
+func (s *Store) DeleteVersion(ctx context.Context, bucket, key string, was object.Info) error {
+	return s.deleteIf(ctx, bucket, key, func(e *entry) error {
+		if e.info.ETag != was.ETag || !e.info.ModTime.Equal(was.ModTime) {
+			return fmt.Errorf("%w: %s/%s", ErrChanged, bucket, key)
+		}
+		return nil
+	})
+}
+
+// deleteIf removes bucket/key durably unless check vetoes it.
+func (s *Store) deleteIf(ctx context.Context, bucket, key string, check func(*entry) error) error {
 	if err := validate(bucket, key); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	dir, err := s.remove(bucket, key, nil)
+	dir, err := s.remove(bucket, key, check)
 	if err != nil {
 		return err
 	}

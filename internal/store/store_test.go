@@ -559,3 +559,31 @@ func TestReaderServeContent(t *testing.T) {
 		}
 	}
 }
+
+func TestDeleteVersion(t *testing.T) {
+	s := openTest(t, Config{})
+	ctx := context.Background()
+	old := put(t, s, "bkt", "k", []byte("first"))
+	cur := put(t, s, "bkt", "k", []byte("second"))
+	for _, tc := range []struct {
+		name string
+		was  object.Info
+		want error
+	}{
+		{"older version", old, ErrChanged},
+		{"same ETag, other time", object.Info{ETag: cur.ETag, ModTime: cur.ModTime.Add(time.Second)}, ErrChanged},
+		{"current version", cur, nil},
+		{"gone", cur, object.ErrNotFound},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := s.DeleteVersion(ctx, "bkt", "k", tc.was)
+			if !errors.Is(err, tc.want) && !(tc.want == nil && err == nil) {
+				t.Fatalf("DeleteVersion = %v, want %v", err, tc.want)
+			}
+			_, serr := s.Stat(ctx, "bkt", "k")
+			if removed := errors.Is(serr, object.ErrNotFound); removed != (tc.want != ErrChanged) {
+				t.Fatalf("after DeleteVersion (%v) Stat = %v", err, serr)
+			}
+		})
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -24,7 +25,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
 
+	"github.com/slipstream-io/slipstream/internal/cluster"
 	"github.com/slipstream-io/slipstream/internal/localcluster"
+	"github.com/slipstream-io/slipstream/internal/placement"
 )
 
 func randomBytes(seed int64, n int) []byte {
@@ -218,6 +221,56 @@ func TestCopiesSurviveNodeLoss(t *testing.T) {
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
+
+	// Most keys are overwritten while node2 is down; then it comes back
+	// with its old copies. It must drop the overwritten ones (and only
+	// those), and no read may return an old version.
+	const overwritten = 30
+	waitFor(t, 30*time.Second, "the map to mark node2 down", func() bool {
+		return clusterMap(t, c, 0).Nodes["node2"].State == cluster.StateDown
+	})
+	for i := 0; i < overwritten; i++ {
+		if err := putObject(ctx, w, "two", fmt.Sprintf("k%02d", i), randomBytes(int64(n+i), 64<<10)); err != nil {
+			t.Fatalf("overwrite with node2 down: %v", err)
+		}
+	}
+	if err := c.StartNode(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitReady(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	m := clusterMap(t, c, 0)
+	kept := 0 // keys node2 held and nobody overwrote
+	for i := overwritten; i < n; i++ {
+		if slices.Contains(placement.Order(m.NodeIDs(), placement.ObjectName("two", fmt.Sprintf("k%02d", i)))[:2], "node2") {
+			kept++
+		}
+	}
+	waitFor(t, 30*time.Second, "node2 to drop its overwritten copies", func() bool {
+		return nodeObjects(t, c, 1) == kept
+	})
+	for _, ep := range []int{1, 0} {
+		r := s3Client(c, c.Endpoint(ep))
+		for i := 0; i < n; i++ {
+			want := randomBytes(int64(i), 64<<10)
+			if i < overwritten {
+				want = randomBytes(int64(n+i), 64<<10)
+			}
+			if got, err := getObject(ctx, r, "two", fmt.Sprintf("k%02d", i)); err != nil || !bytes.Equal(got, want) {
+				t.Fatalf("GET k%02d through %s after node2 came back: %d bytes, %v; want the last write", i, c.Configs[ep].ID, len(got), err)
+			}
+		}
+	}
+}
+
+// nodeObjects is the number of objects node i's store holds.
+func nodeObjects(t *testing.T, c *localcluster.Cluster, i int) int {
+	total := 0
+	for _, mp := range nodeStatus(t, c, i).Mountpaths {
+		total += mp.Objects
+	}
+	return total
 }
 
 // TestKillNineDuringPuts SIGKILLs a node while clients PUT, restarts it,

@@ -5,6 +5,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -92,4 +93,33 @@ func admin(t *testing.T, c *localcluster.Cluster, i int, args ...string) string 
 		t.Fatalf("slipstream admin %v: %v\n%s", args, err, out)
 	}
 	return string(out)
+}
+
+// nodeStatus is node i's entry in `slipstream admin status --json`, asked
+// of node 0 (which reaches every node).
+func nodeStatus(t *testing.T, c *localcluster.Cluster, i int) statusEntry {
+	t.Helper()
+	var st []struct{ Status statusEntry }
+	out := admin(t, c, 0, "status", "--json")
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatalf("admin status --json: %v\n%s", err, out)
+	}
+	for _, s := range st {
+		if s.Status.Node == c.Configs[i].ID {
+			return s.Status
+		}
+	}
+	t.Fatalf("node %s missing from admin status:\n%s", c.Configs[i].ID, out)
+	return statusEntry{}
+}
+
+// statusEntry is the part of a node's admin status the tests read.
+type statusEntry struct {
+	Node       string
+	Mountpaths []struct {
+		Path    string
+		Bytes   int64
+		Objects int
+	}
+	Extra struct{ Destage struct{ Objects int } }
 }

@@ -302,26 +302,9 @@ func TestWritebackSurvivesOwnerDeath(t *testing.T) {
 }
 
 // destageBacklog is the number of write-back operations node i has not
-// destaged yet, from `slipstream admin status --json` asked of node 0.
+// destaged yet.
 func destageBacklog(t *testing.T, c *localcluster.Cluster, i int) int {
-	t.Helper()
-	var st []struct {
-		Status struct {
-			Node  string
-			Extra struct{ Destage struct{ Objects int } }
-		}
-	}
-	out := admin(t, c, 0, "status", "--json")
-	if err := json.Unmarshal([]byte(out), &st); err != nil {
-		t.Fatalf("admin status --json: %v\n%s", err, out)
-	}
-	for _, s := range st {
-		if s.Status.Node == c.Configs[i].ID {
-			return s.Status.Extra.Destage.Objects
-		}
-	}
-	t.Fatalf("node %s missing from admin status:\n%s", c.Configs[i].ID, out)
-	return 0
+	return nodeStatus(t, c, i).Extra.Destage.Objects
 }
 
 // TestWritebackJournalSurvivesRestart acknowledges write-back PUTs while
