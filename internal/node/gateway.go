@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -286,24 +287,26 @@ func (g *gateway) fanOut(ctx context.Context, m *cluster.Map, targets []string, 
 }
 
 // firstError prefers an error a target answered with (the client's fault,
-// such as a bad digest) over the pipe errors it caused in the others.
+// such as a bad digest) over an unreachable target, and that over the pipe
+// errors and cancellations a failed target caused in the others (a dead
+// target must answer 503, which clients retry, not "request canceled").
 func firstError(errs []error, copyErr error) error {
-	var first error
+	var unreachable, caused error
 	for _, e := range errs {
-		if e == nil {
-			continue
-		}
-		if !errors.Is(e, io.ErrClosedPipe) && !errors.Is(e, context.Canceled) && !errors.Is(e, peer.ErrUnreachable) {
+		switch {
+		case e == nil:
+		case errors.Is(e, peer.ErrUnreachable):
+			unreachable = cmp.Or(unreachable, e)
+		case errors.Is(e, io.ErrClosedPipe) || errors.Is(e, context.Canceled):
+			caused = cmp.Or(caused, e)
+		default:
 			return e
-		}
-		if first == nil {
-			first = e
 		}
 	}
 	if copyErr != nil && !errors.Is(copyErr, io.ErrClosedPipe) {
 		return copyErr
 	}
-	return first
+	return cmp.Or(unreachable, caused)
 }
 
 // copyToAll copies r to every writer with one pooled buffer; a writer that

@@ -6,6 +6,7 @@ import (
 	"crypto/md5"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"hash/crc32"
 	"io"
 	"net/http/httptest"
@@ -166,5 +167,32 @@ func TestFanOutHashesOnce(t *testing.T) {
 		if !bytes.Equal(r.got, data) || r.digests != 2 {
 			t.Errorf("%s target: %d of %d bytes, %d of 2 writes with the gateway's digest", name, len(r.got), len(data), r.digests)
 		}
+	}
+}
+
+func TestFirstError(t *testing.T) {
+	bad := fmt.Errorf("%w: content does not match its digest", object.ErrBadDigest)
+	dead := fmt.Errorf("%w: %w: node b", object.ErrUnavailable, peer.ErrUnreachable)
+	canceled := fmt.Errorf("put: %w", context.Canceled)
+	pipe := fmt.Errorf("body: %w", io.ErrClosedPipe)
+	tests := []struct {
+		name    string
+		errs    []error
+		copyErr error
+		want    error
+	}{
+		{"all fine", []error{nil, nil}, nil, nil},
+		{"a target's own answer wins", []error{canceled, bad, dead}, nil, bad},
+		{"dead target, the other canceled", []error{canceled, dead}, pipe, dead},
+		{"dead target first", []error{dead, pipe}, pipe, dead},
+		{"client body failed", []error{pipe, pipe}, io.ErrUnexpectedEOF, io.ErrUnexpectedEOF},
+		{"only cancellations", []error{canceled, canceled}, nil, canceled},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := firstError(tt.errs, tt.copyErr); got != tt.want {
+				t.Errorf("firstError = %v, want %v", got, tt.want)
+			}
+		})
 	}
 }
