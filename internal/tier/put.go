@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/slipstream-io/slipstream/internal/backend"
@@ -56,7 +57,8 @@ func (t *Tier) waitFill(ctx context.Context, bucket, key string) error {
 // tee copies r to two consumers running concurrently. Each consumer has
 // its own queue of chunks (teeDepth × teeChunk bytes), so a consumer busy
 // with its disk does not stall the other. A consumer that returns before the
-// end stops the copy and the other one reads errConsumerDone.
+// end stops the copy and the other one reads errConsumerDone. Chunks are
+// pooled: one goes back to the pool when both consumers have read it.
 func tee(ctx context.Context, r io.Reader, a, b func(io.Reader) error) (errA, errB error) {
 	sa, sb := newTeeStream(), newTeeStream()
 	ca, cb := make(chan error, 1), make(chan error, 1)
@@ -65,17 +67,21 @@ func tee(ctx context.Context, r io.Reader, a, b func(io.Reader) error) (errA, er
 	var end error
 loop:
 	for {
-		buf := make([]byte, teeChunk)
-		n, rerr := io.ReadFull(ctxReader{ctx, r}, buf)
+		c := teePool.Get().(*chunk)
+		n, rerr := io.ReadFull(ctxReader{ctx, r}, c.buf[:cap(c.buf)])
 		if n > 0 {
+			c.buf = c.buf[:n]
+			c.refs.Store(2)
 			for _, s := range []*teeStream{sa, sb} {
 				select {
-				case s.ch <- buf[:n]:
+				case s.ch <- c:
 				case <-s.done:
-					end = errConsumerDone
+					end = errConsumerDone // c is left to the garbage collector
 					break loop
 				}
 			}
+		} else {
+			teePool.Put(c)
 		}
 		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
 			end = io.EOF
@@ -96,16 +102,32 @@ const (
 	teeDepth = 8
 )
 
+// chunk is a piece of a tee'd body, read by both consumers.
+type chunk struct {
+	buf  []byte
+	refs atomic.Int32 // consumers that have not finished reading it
+}
+
+var teePool = sync.Pool{New: func() any { return &chunk{buf: make([]byte, teeChunk)} }}
+
+// release marks c read by one consumer; the last one returns it to the pool.
+func (c *chunk) release() {
+	if c.refs.Add(-1) == 0 {
+		teePool.Put(c)
+	}
+}
+
 type teeStream struct {
-	ch   chan []byte
+	ch   chan *chunk
 	done chan struct{} // closed when the consumer has returned
 	mu   sync.Mutex
 	err  error // why the stream ended (io.EOF when complete)
-	cur  []byte
+	cur  *chunk
+	off  int
 }
 
 func newTeeStream() *teeStream {
-	return &teeStream{ch: make(chan []byte, teeDepth), done: make(chan struct{})}
+	return &teeStream{ch: make(chan *chunk, teeDepth), done: make(chan struct{})}
 }
 
 func (s *teeStream) finish(err error) {
@@ -116,17 +138,21 @@ func (s *teeStream) finish(err error) {
 }
 
 func (s *teeStream) Read(p []byte) (int, error) {
-	for len(s.cur) == 0 {
-		b, ok := <-s.ch
+	for s.cur == nil || s.off == len(s.cur.buf) {
+		if s.cur != nil {
+			s.cur.release()
+			s.cur = nil
+		}
+		c, ok := <-s.ch
 		if !ok {
 			s.mu.Lock()
 			defer s.mu.Unlock()
 			return 0, s.err
 		}
-		s.cur = b
+		s.cur, s.off = c, 0
 	}
-	n := copy(p, s.cur)
-	s.cur = s.cur[n:]
+	n := copy(p, s.cur.buf[s.off:])
+	s.off += n
 	return n, nil
 }
 
