@@ -415,6 +415,7 @@ func (g *gateway) DeleteObject(ctx context.Context, bucket, key string) error {
 	if err != nil {
 		return err
 	}
+	at := g.now().UTC()
 	targets, _ := g.readTargets(m, b, key)
 	if b.Mode == cluster.ModeWriteback && len(targets) > 1 {
 		// The owner's tier journals the delete and tells its replica
@@ -433,12 +434,46 @@ func (g *gateway) DeleteObject(ctx context.Context, bucket, key string) error {
 		}(i, id)
 	}
 	wg.Wait()
-	// The owner's answer decides. A replica that is down misses the delete
-	// and keeps its copy (no tombstones yet; see docs/architecture.md).
+	// The owner's answer decides. A holder that is down or unreachable
+	// misses the delete: the nodes that took it remember it, and the holder
+	// asks them when it comes back (rejoin).
 	if len(errs) > 0 && errs[0] != nil {
 		return errs[0]
 	}
+	if b.Mode == cluster.ModeLocal && missedHolder(m, b, key, errs) {
+		g.tombstone(ctx, m, targets, errs, bucket, key, at)
+	}
 	return nil
+}
+
+// missedHolder reports whether a node that may hold a copy of bucket/key
+// (the first copies+readFallback in HRW order) did not take its delete.
+func missedHolder(m *cluster.Map, b cluster.BucketProps, key string, errs []error) bool {
+	order := placement.Order(m.NodeIDs(), placement.ObjectName(b.Name, key))
+	for _, id := range order[:min(len(order), b.Copies+readFallback)] {
+		if n, _ := m.Node(id); n.State != cluster.StateUp {
+			return true
+		}
+	}
+	for _, err := range errs {
+		if err != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// tombstone asks the targets that took a delete to remember it.
+func (g *gateway) tombstone(ctx context.Context, m *cluster.Map, targets []string, errs []error, bucket, key string, at time.Time) {
+	op := peer.ReplicaOp{Op: peer.ReplicaTombstone, Bucket: bucket, Key: key, Time: at}
+	for i, id := range targets {
+		if errs[i] != nil {
+			continue
+		}
+		if err := g.at(m, id).Replica(ctx, op); err != nil {
+			g.log.Warn("a node could not record a delete that a holder missed", "node", id, "bucket", bucket, "key", key, "err", err)
+		}
+	}
 }
 
 // CopyObject implements s3api.Objects by streaming the source through the

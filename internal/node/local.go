@@ -27,6 +27,8 @@ type localService struct {
 	// rejoin checks copies that may be out of date after this node was
 	// away; nil checks nothing.
 	rejoin *rejoin
+	// tombs remembers deletes of local-bucket objects that a holder missed.
+	tombs *tombstones
 }
 
 // withTier runs f, and once more after registering the map's buckets with the
@@ -124,7 +126,13 @@ func (l *localService) Stat(ctx context.Context, bucket, key string) (object.Inf
 	if tiered(b) {
 		return withTier(ctx, l, func() (object.Info, error) { return l.tier.Stat(ctx, bucket, key) })
 	}
-	return l.store.Stat(ctx, bucket, key)
+	info, err := l.store.Stat(ctx, bucket, key)
+	if errors.Is(err, object.ErrNotFound) {
+		if at, ok := l.tombs.get(bucket, key); ok {
+			return object.Info{}, &peer.DeletedError{At: at}
+		}
+	}
+	return info, err
 }
 
 func (l *localService) Delete(ctx context.Context, bucket, key string) error {
@@ -207,6 +215,14 @@ func (l *localService) Replica(ctx context.Context, op peer.ReplicaOp) error {
 		return l.tier.DeleteReplica(ctx, op.Owner, op.Seq, op.Bucket, op.Key)
 	case peer.ReplicaDestaged:
 		return l.tier.ReplicaDestaged(ctx, op.Owner, op.Seq, op.Bucket, op.Key)
+	case peer.ReplicaTombstone:
+		if l.tombs == nil {
+			return fmt.Errorf("%w: this node keeps no tombstones", object.ErrInvalidArgument)
+		}
+		if err := object.ValidateKey(op.Key); err != nil {
+			return err
+		}
+		return l.tombs.add(op.Bucket, op.Key, op.Time)
 	}
 	return fmt.Errorf("%w: replica operation %q", object.ErrInvalidArgument, op.Op)
 }

@@ -60,6 +60,7 @@ type Node struct {
 	transport *netx.Transport
 	tier      *tier.Tier
 	local     *localService
+	tombs     *tombstones
 	vols      *volumes
 	bgCancel  context.CancelFunc
 	gw        *gateway
@@ -167,7 +168,12 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node %s: %w", cfg.ID, err)
 	}
-	local := &localService{meta: cl, store: st, tier: n.tier}
+	tombs, err := openTombstones(filepath.Join(cfg.DataDir, "tombstones"), tombstoneRetention, time.Now)
+	if err != nil {
+		return nil, fmt.Errorf("node %s: %w", cfg.ID, err)
+	}
+	n.tombs = tombs
+	local := &localService{meta: cl, store: st, tier: n.tier, tombs: tombs}
 	n.local = local
 	n.gw = &gateway{
 		self:          cfg.ID,
@@ -351,6 +357,9 @@ func (n *Node) Close(ctx context.Context) error {
 		}
 		if n.store != nil {
 			errs = append(errs, n.store.Close())
+		}
+		if n.tombs != nil {
+			errs = append(errs, n.tombs.close())
 		}
 		n.closeErr = errors.Join(errs...)
 	})

@@ -27,14 +27,14 @@ import (
 // moment is suspect until checked: the copy is compared with the same key on
 // the next up nodes in HRW order (as many as the bucket's copies: those that
 // took the writes while this node was away), and dropped if one of them has
-// a newer one. A background pass checks every suspect copy; until it is
+// a newer one, or remembers deleting the key after the copy was written
+// (tombstones). A background pass checks every suspect copy; until it is
 // through, a read of a suspect copy checks that copy first. Objects written
 // through this node since are not suspect.
 //
 // Tiered buckets are not checked here: dirty copies are checked by the
 // tier's destager against the backend, clean ones by the bucket's
-// validation policy. Deletes a node missed are not repaired (no
-// tombstones).
+// validation policy.
 type rejoin struct {
 	self      string
 	meta      mapView
@@ -204,7 +204,15 @@ func (r *rejoin) check(ctx context.Context, info object.Info) bool {
 		cctx, cancel := context.WithTimeout(ctx, rejoinTimeout)
 		other, err := r.at(m, id).Stat(cctx, info.Bucket, info.Key)
 		cancel()
-		if err != nil || !other.ModTime.After(info.ModTime) {
+		var deleted *peer.DeletedError
+		var why string
+		var when time.Time
+		switch {
+		case err == nil && other.ModTime.After(info.ModTime):
+			why, when = "overwritten", other.ModTime
+		case errors.As(err, &deleted) && deleted.At.After(info.ModTime):
+			why, when = "deleted", deleted.At
+		default:
 			continue
 		}
 		err = r.store.DeleteVersion(ctx, info.Bucket, info.Key, info)
@@ -212,8 +220,8 @@ func (r *rejoin) check(ctx context.Context, info object.Info) bool {
 			r.log.Debug("out-of-date copy not dropped", "bucket", info.Bucket, "key", info.Key, "err", err)
 			return false
 		}
-		r.log.Warn("dropped a copy overwritten through other nodes while this one was away",
-			"bucket", info.Bucket, "key", info.Key, "local", info.ModTime, "newer", other.ModTime, "on", id)
+		r.log.Warn("dropped a copy "+why+" through other nodes while this one was away",
+			"bucket", info.Bucket, "key", info.Key, "local", info.ModTime, why, when, "on", id)
 		return true
 	}
 	return false

@@ -27,11 +27,13 @@ func (f fixedMap) Watch(ctx context.Context) <-chan *cluster.Map {
 	return ch
 }
 
-// statPeer answers Stat from a table; nothing else is called.
+// statPeer answers Stat from a table (and remembers deletes); nothing else
+// is called.
 type statPeer struct {
 	peer.Local
-	infos map[string]object.Info
-	err   error
+	infos   map[string]object.Info
+	deleted map[string]time.Time
+	err     error
 }
 
 func (p statPeer) Stat(_ context.Context, _, key string) (object.Info, error) {
@@ -40,6 +42,9 @@ func (p statPeer) Stat(_ context.Context, _, key string) (object.Info, error) {
 	}
 	i, ok := p.infos[key]
 	if !ok {
+		if at, ok := p.deleted[key]; ok {
+			return object.Info{}, &peer.DeletedError{At: at}
+		}
 		return object.Info{}, object.ErrNotFound
 	}
 	return i, nil
@@ -77,6 +82,8 @@ func TestRejoinDropsOnlyOutOfDateCopies(t *testing.T) {
 		{"loc", "same", true, 0},
 		{"loc", "older-elsewhere", true, -time.Second},
 		{"loc", "only-here", false, 0},
+		{"loc", "deleted", false, 0},
+		{"loc", "deleted-then-written-here", false, 0},
 		{"wback", "tiered", true, time.Second}, // the tier's destager checks these
 	} {
 		put(tc.bucket, tc.key, t0)
@@ -84,7 +91,10 @@ func TestRejoinDropsOnlyOutOfDateCopies(t *testing.T) {
 			newer[tc.key] = object.Info{Bucket: tc.bucket, Key: tc.key, ModTime: t0.Add(tc.newer)}
 		}
 	}
-	bPeer := statPeer{infos: newer}
+	bPeer := statPeer{infos: newer, deleted: map[string]time.Time{
+		"deleted":                   t0.Add(time.Second),  // deleted after this copy was written
+		"deleted-then-written-here": t0.Add(-time.Second), // this copy is newer than the delete
+	}}
 	r := &rejoin{self: "a", meta: fixedMap{m}, store: st, log: slog.New(slog.DiscardHandler),
 		at: func(_ *cluster.Map, id string) peer.Local { return bPeer }}
 
@@ -116,7 +126,8 @@ func TestRejoinDropsOnlyOutOfDateCopies(t *testing.T) {
 	r.stateFile = filepath.Join(t.TempDir(), "rejoin-downs")
 	r.begin(ctx, 3)
 	r.wg.Wait()
-	for key, gone := range map[string]bool{"overwritten": true, "same": false, "older-elsewhere": false, "only-here": false} {
+	for key, gone := range map[string]bool{"overwritten": true, "same": false, "older-elsewhere": false, "only-here": false,
+		"deleted": true, "deleted-then-written-here": false} {
 		if _, err := st.Stat(ctx, "loc", key); errors.Is(err, object.ErrNotFound) != gone {
 			t.Errorf("%s: Stat %v, want dropped=%v", key, err, gone)
 		}

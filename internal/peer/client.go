@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"time"
 
 	"github.com/slipstream-io/slipstream/internal/object"
 )
@@ -116,6 +117,9 @@ func (r *remote) do(ctx context.Context, method, path string, q url.Values, hdr 
 		msg, _ := url.QueryUnescape(resp.Header.Get(hdrErrMsg))
 		if code == "" {
 			return nil, fmt.Errorf("%w: %s %s on %s: HTTP %d", ErrProtocol, method, path, r.t.ID, resp.StatusCode)
+		}
+		if at, err := time.Parse(time.RFC3339Nano, resp.Header.Get(hdrDeleted)); err == nil && code == "NotFound" {
+			return nil, &DeletedError{At: at}
 		}
 		return nil, codeError(code, msg)
 	}

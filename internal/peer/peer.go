@@ -50,16 +50,34 @@ type PutOptions struct {
 const (
 	ReplicaDelete   = "delete"   // the owner deleted the object
 	ReplicaDestaged = "destaged" // the owner's write reached the backend
+	// ReplicaTombstone asks a node that deleted an object to remember the
+	// delete (Time): a holder of a copy was down or unreachable and missed
+	// it, and will ask when it comes back.
+	ReplicaTombstone = "tombstone"
 )
 
 // ReplicaOp is one replica operation.
 type ReplicaOp struct {
-	Op     string `json:"op"`
-	Owner  string `json:"owner"`
-	Seq    uint64 `json:"seq"`
-	Bucket string `json:"bucket"`
-	Key    string `json:"key"`
+	Op     string    `json:"op"`
+	Owner  string    `json:"owner"`
+	Seq    uint64    `json:"seq"`
+	Bucket string    `json:"bucket"`
+	Key    string    `json:"key"`
+	Time   time.Time `json:"time,omitzero"`
 }
+
+// DeletedError is a "not found" answer from a node that remembers deleting
+// the object, and when.
+type DeletedError struct {
+	At time.Time
+}
+
+func (e *DeletedError) Error() string {
+	return "object deleted at " + e.At.UTC().Format(time.RFC3339Nano)
+}
+
+// Unwrap makes a DeletedError an object.ErrNotFound.
+func (e *DeletedError) Unwrap() error { return object.ErrNotFound }
 
 // Local is what a node serves to its peers: the objects on its own
 // mountpaths (and, for cache buckets, its fills from the backend).

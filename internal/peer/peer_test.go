@@ -14,19 +14,21 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/slipstream-io/slipstream/internal/object"
 )
 
 // memLocal is an in-memory Local for protocol tests.
 type memLocal struct {
-	mu   sync.Mutex
-	objs map[string][]byte
-	info map[string]object.Info
+	mu    sync.Mutex
+	objs  map[string][]byte
+	info  map[string]object.Info
+	tombs map[string]time.Time
 }
 
 func newMem() *memLocal {
-	return &memLocal{objs: map[string][]byte{}, info: map[string]object.Info{}}
+	return &memLocal{objs: map[string][]byte{}, info: map[string]object.Info{}, tombs: map[string]time.Time{}}
 }
 
 func (m *memLocal) Put(ctx context.Context, bucket, key string, r io.Reader, opts PutOptions) (object.Info, error) {
@@ -88,6 +90,9 @@ func (m *memLocal) Stat(ctx context.Context, bucket, key string) (object.Info, e
 	defer m.mu.Unlock()
 	i, ok := m.info[bucket+"/"+key]
 	if !ok {
+		if at, ok := m.tombs[bucket+"/"+key]; ok {
+			return object.Info{}, &DeletedError{At: at}
+		}
 		return object.Info{}, object.ErrNotFound
 	}
 	return i, nil
@@ -134,10 +139,16 @@ func (m *memLocal) ListUploads(ctx context.Context, bucket, prefix string) ([]ob
 	return []object.UploadInfo{{Bucket: bucket, Key: "k", UploadID: "u1"}}, nil
 }
 func (m *memLocal) Replica(ctx context.Context, op ReplicaOp) error {
-	if op.Op != ReplicaDelete && op.Op != ReplicaDestaged {
-		return object.ErrInvalidArgument
+	switch op.Op {
+	case ReplicaDelete, ReplicaDestaged:
+		return nil
+	case ReplicaTombstone:
+		m.mu.Lock()
+		m.tombs[op.Bucket+"/"+op.Key] = op.Time
+		m.mu.Unlock()
+		return nil
 	}
-	return nil
+	return object.ErrInvalidArgument
 }
 func (m *memLocal) Fill(ctx context.Context, bucket, key string) (object.Info, bool, error) {
 	i, err := m.Stat(ctx, bucket, key)
@@ -223,6 +234,26 @@ func TestErrorsMapToSentinels(t *testing.T) {
 		if errors.Is(tt.err, ErrUnreachable) {
 			t.Errorf("%s: an answered error counted as unreachable", tt.name)
 		}
+	}
+}
+
+// TestTombstone: a node that remembers a delete says when, through the
+// "not found" answer to a Stat; other misses stay plain not-found errors.
+func TestTombstone(t *testing.T) {
+	ctx := context.Background()
+	rem, _ := setup(t)
+	at := time.Date(2026, 11, 22, 8, 30, 0, 123456789, time.UTC)
+	if err := rem.Replica(ctx, ReplicaOp{Op: ReplicaTombstone, Bucket: "b", Key: "gone/k", Time: at}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := rem.Stat(ctx, "b", "gone/k")
+	var de *DeletedError
+	if !errors.As(err, &de) || !de.At.Equal(at) || !errors.Is(err, object.ErrNotFound) {
+		t.Fatalf("Stat of a remembered delete: %v", err)
+	}
+	_, err = rem.Stat(ctx, "b", "never")
+	if errors.As(err, &de) || !errors.Is(err, object.ErrNotFound) {
+		t.Fatalf("Stat of an unknown key: %v", err)
 	}
 }
 

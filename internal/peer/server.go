@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"strconv"
+	"time"
 
 	"github.com/slipstream-io/slipstream/internal/object"
 )
@@ -21,6 +22,7 @@ const (
 	hdrRange    = "X-Slipstream-Range"
 	hdrErr      = "X-Slipstream-Error"
 	hdrErrMsg   = "X-Slipstream-Error-Message"
+	hdrDeleted  = "X-Slipstream-Deleted-At" // with NotFound: the node's tombstone
 	contentJSON = "application/json"
 )
 
@@ -279,5 +281,8 @@ func writeErr(w http.ResponseWriter, err error) {
 	}
 	w.Header().Set(hdrErr, code)
 	w.Header().Set(hdrErrMsg, url.QueryEscape(err.Error()))
+	if de := (*DeletedError)(nil); errors.As(err, &de) {
+		w.Header().Set(hdrDeleted, de.At.UTC().Format(time.RFC3339Nano))
+	}
 	w.WriteHeader(status)
 }

@@ -222,16 +222,22 @@ func TestCopiesSurviveNodeLoss(t *testing.T) {
 		time.Sleep(300 * time.Millisecond)
 	}
 
-	// Most keys are overwritten while node2 is down; then it comes back
-	// with its old copies. It must drop the overwritten ones (and only
-	// those), and no read may return an old version.
-	const overwritten = 30
+	// Most keys are overwritten, and a few deleted, while node2 is down;
+	// then it comes back with its old copies. It must drop the overwritten
+	// and deleted ones (and only those), and no read may return an old
+	// version or a deleted object.
+	const overwritten, deleted = 30, 35
 	waitFor(t, 30*time.Second, "the map to mark node2 down", func() bool {
 		return clusterMap(t, c, 0).Nodes["node2"].State == cluster.StateDown
 	})
 	for i := 0; i < overwritten; i++ {
 		if err := putObject(ctx, w, "two", fmt.Sprintf("k%02d", i), randomBytes(int64(n+i), 64<<10)); err != nil {
 			t.Fatalf("overwrite with node2 down: %v", err)
+		}
+	}
+	for i := overwritten; i < deleted; i++ {
+		if _, err := w.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String("two"), Key: aws.String(fmt.Sprintf("k%02d", i))}); err != nil {
+			t.Fatalf("DELETE with node2 down: %v", err)
 		}
 	}
 	if err := c.StartNode(1); err != nil {
@@ -241,13 +247,13 @@ func TestCopiesSurviveNodeLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := clusterMap(t, c, 0)
-	kept := 0 // keys node2 held and nobody overwrote
-	for i := overwritten; i < n; i++ {
+	kept := 0 // keys node2 held and nobody overwrote or deleted
+	for i := deleted; i < n; i++ {
 		if slices.Contains(placement.Order(m.NodeIDs(), placement.ObjectName("two", fmt.Sprintf("k%02d", i)))[:2], "node2") {
 			kept++
 		}
 	}
-	waitFor(t, 30*time.Second, "node2 to drop its overwritten copies", func() bool {
+	waitFor(t, 30*time.Second, "node2 to drop its overwritten and deleted copies", func() bool {
 		return nodeObjects(t, c, 1) == kept
 	})
 	for _, ep := range []int{1, 0} {
@@ -256,6 +262,12 @@ func TestCopiesSurviveNodeLoss(t *testing.T) {
 			want := randomBytes(int64(i), 64<<10)
 			if i < overwritten {
 				want = randomBytes(int64(n+i), 64<<10)
+			}
+			if i >= overwritten && i < deleted {
+				if _, err := getObject(ctx, r, "two", fmt.Sprintf("k%02d", i)); apiCode(err) != "NoSuchKey" {
+					t.Fatalf("GET of deleted k%02d through %s after node2 came back: %v", i, c.Configs[ep].ID, err)
+				}
+				continue
 			}
 			if got, err := getObject(ctx, r, "two", fmt.Sprintf("k%02d", i)); err != nil || !bytes.Equal(got, want) {
 				t.Fatalf("GET k%02d through %s after node2 came back: %d bytes, %v; want the last write", i, c.Configs[ep].ID, len(got), err)
