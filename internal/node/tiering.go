@@ -126,23 +126,23 @@ func (r *replicator) Replicate(ctx context.Context, req tier.ReplicaPut) ([]stri
 const replicaOpTimeout = 30 * time.Second
 
 func (r *replicator) ReplicateDelete(ctx context.Context, owner string, seq uint64, bucket, key string, copies int) ([]string, error) {
-	ctx, cancel := context.WithTimeout(ctx, replicaOpTimeout)
-	defer cancel()
-	m := r.g.meta.Map()
-	peers, err := r.peersFor(m, bucket, key, copies)
+	peers, err := r.peersFor(r.g.meta.Map(), bucket, key, copies)
 	if err != nil {
 		return nil, err
 	}
-	var errs []error
-	for _, id := range peers {
-		if err := r.g.at(m, id).Replica(ctx, peer.ReplicaOp{Op: peer.ReplicaDelete, Owner: owner, Seq: seq, Bucket: bucket, Key: key}); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", id, err))
-		}
-	}
-	return peers, errors.Join(errs...)
+	return peers, r.Deleted(ctx, owner, seq, bucket, key, peers)
 }
 
 func (r *replicator) Destaged(ctx context.Context, owner string, seq uint64, bucket, key string, holders []string) error {
+	return r.tell(ctx, peer.ReplicaOp{Op: peer.ReplicaDestaged, Owner: owner, Seq: seq, Bucket: bucket, Key: key}, holders)
+}
+
+func (r *replicator) Deleted(ctx context.Context, owner string, seq uint64, bucket, key string, holders []string) error {
+	return r.tell(ctx, peer.ReplicaOp{Op: peer.ReplicaDelete, Owner: owner, Seq: seq, Bucket: bucket, Key: key}, holders)
+}
+
+// tell sends op to holders (nodes no longer in the cluster are skipped).
+func (r *replicator) tell(ctx context.Context, op peer.ReplicaOp, holders []string) error {
 	ctx, cancel := context.WithTimeout(ctx, replicaOpTimeout)
 	defer cancel()
 	m := r.g.meta.Map()
@@ -151,7 +151,7 @@ func (r *replicator) Destaged(ctx context.Context, owner string, seq uint64, buc
 		if _, ok := m.Node(id); !ok {
 			continue
 		}
-		if err := r.g.at(m, id).Replica(ctx, peer.ReplicaOp{Op: peer.ReplicaDestaged, Owner: owner, Seq: seq, Bucket: bucket, Key: key}); err != nil {
+		if err := r.g.at(m, id).Replica(ctx, op); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", id, err))
 		}
 	}

@@ -48,7 +48,8 @@ type keyState struct {
 	pending  *op // latest operation not started yet
 	running  *op // operation being destaged
 	queued   bool
-	attempts int // consecutive failures
+	attempts int      // consecutive failures
+	notify   []string // holders of superseded operations, to tell when one is done
 }
 
 // destager owns the journal, the backlog and the upload workers.
@@ -68,6 +69,8 @@ type destager struct {
 	destaged int64
 	failures int64
 	lastErr  string
+
+	undelivered map[string]notice // notices to replica holders that failed, retried; by holder and key
 
 	wg sync.WaitGroup
 }
@@ -145,6 +148,7 @@ func (d *destager) setPending(k string, o *op) {
 			return
 		}
 		d.dirty -= ks.pending.bytes() // superseded before it was destaged
+		ks.supersede(ks.pending)
 	}
 	ks.pending = o
 	d.dirty += o.bytes()
@@ -252,6 +256,8 @@ func (d *destager) start() {
 		d.wg.Add(1)
 		go d.worker()
 	}
+	d.wg.Add(1)
+	go d.redeliver(d.t.ctx, d.t.cfg.RetryBackoff)
 }
 
 func (d *destager) kick() {
@@ -400,6 +406,7 @@ func (d *destager) finish(k string, o *op, err error) {
 			ks.pending = o // retry it
 		} else {
 			d.dirty -= o.bytes() // a newer operation replaces it
+			ks.supersede(o)
 		}
 		delay := d.backoff(ks.attempts)
 		d.note.broadcast()
@@ -411,6 +418,7 @@ func (d *destager) finish(k string, o *op, err error) {
 	d.destaged++
 	d.dirty -= o.bytes()
 	if ks.pending != nil {
+		ks.supersede(o) // its holders learn of the next operation too (a delete)
 		if !ks.queued {
 			ks.queued = true
 			d.queue = append(d.queue, k)
@@ -512,11 +520,7 @@ func (d *destager) destage(o *op) error {
 			return err
 		}
 	}
-	if t.cfg.Replicator != nil && len(o.holders) > 0 {
-		if err := t.cfg.Replicator.Destaged(ctx, t.cfg.NodeID, o.seq, o.bucket, o.key, o.holders); err != nil {
-			t.log.Warn("tier: could not tell replica holders about a destage", "bucket", o.bucket, "key", o.key, "err", err)
-		}
-	}
+	d.tell(o)
 	return nil
 }
 

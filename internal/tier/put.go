@@ -355,6 +355,12 @@ func (t *Tier) DeleteReplica(ctx context.Context, owner string, seq uint64, buck
 		return err
 	}
 	defer end()
+	t.d.mu.Lock()
+	newer := t.d.replicas[owner][okey(bucket, key)]
+	t.d.mu.Unlock()
+	if newer != nil && newer.seq > seq {
+		return nil // a late notice: the owner wrote the key again since
+	}
 	if err := t.local.Delete(ctx, bucket, key); err != nil && !errors.Is(err, object.ErrNotFound) {
 		return err
 	}

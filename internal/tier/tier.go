@@ -142,6 +142,10 @@ type Replicator interface {
 	// Destaged tells holders that operation seq of bucket/key reached the
 	// backend, so their replicas may become clean.
 	Destaged(ctx context.Context, owner string, seq uint64, bucket, key string, holders []string) error
+	// Deleted tells holders that the owner deleted bucket/key as operation
+	// seq, so that they drop their copies (sent to holders of earlier
+	// writes that missed the delete).
+	Deleted(ctx context.Context, owner string, seq uint64, bucket, key string, holders []string) error
 }
 
 // Config configures a Tier.

@@ -276,6 +276,13 @@ type peers struct {
 	mu    sync.Mutex
 	tiers map[string]*tier.Tier
 	order []string
+	down  map[string]bool // holders that miss notices
+}
+
+func (p *peers) isDown(id string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.down[id]
 }
 
 func (p *peers) Replicate(ctx context.Context, req tier.ReplicaPut) ([]string, error) {
@@ -299,18 +306,30 @@ func (p *peers) Replicate(ctx context.Context, req tier.ReplicaPut) ([]string, e
 func (p *peers) ReplicateDelete(ctx context.Context, owner string, seq uint64, bucket, key string, copies int) ([]string, error) {
 	var holders []string
 	for _, id := range p.order {
-		if id != owner {
-			if err := p.tiers[id].DeleteReplica(ctx, owner, seq, bucket, key); err != nil {
-				return holders, err
-			}
+		if id != owner && !p.isDown(id) {
 			holders = append(holders, id)
 		}
 	}
-	return holders, nil
+	return holders, p.Deleted(ctx, owner, seq, bucket, key, holders)
+}
+
+func (p *peers) Deleted(ctx context.Context, owner string, seq uint64, bucket, key string, holders []string) error {
+	for _, h := range holders {
+		if p.isDown(h) {
+			return fmt.Errorf("%s: %w", h, errInjected)
+		}
+		if err := p.tiers[h].DeleteReplica(ctx, owner, seq, bucket, key); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (p *peers) Destaged(ctx context.Context, owner string, seq uint64, bucket, key string, holders []string) error {
 	for _, h := range holders {
+		if p.isDown(h) {
+			return fmt.Errorf("%s: %w", h, errInjected)
+		}
 		if err := p.tiers[h].ReplicaDestaged(ctx, owner, seq, bucket, key); err != nil {
 			return err
 		}
@@ -492,6 +511,93 @@ func TestReturningOwnerDoesNotRollBack(t *testing.T) {
 			t.Errorf("user metadata seen by clients: %v %v", i.UserMeta, err)
 		}
 	})
+}
+
+// TestMissedNoticesAreSentAgain: a replica holder that is down when the
+// owner destages a write, or deletes a key it held a replica of, gets the
+// notice once it is back: its replica is cleared (and for the delete, its
+// copy dropped), so a later takeover has nothing to upload again.
+func TestMissedNoticesAreSentAgain(t *testing.T) {
+	owner, holder := newEnv(t, "fs"), newEnv(t, "fs")
+	holder.be = owner.be
+	gate := make(chan struct{})
+	owner.be.set(func(c *ctl) { c.gate = gate })
+	p := &peers{tiers: map[string]*tier.Tier{}, order: []string{"A", "B"}, down: map[string]bool{}}
+	wb2 := map[string]tier.Bucket{"wback": {Mode: tier.ModeWriteback, Copies: 2}}
+	ta := owner.newTier(t, tier.Config{NodeID: "A", Replicator: p, RetryBackoff: 20 * time.Millisecond}, wb2)
+	tb := holder.newTier(t, tier.Config{NodeID: "B", Replicator: p}, wb2)
+	p.tiers["A"], p.tiers["B"] = ta, tb
+	ctx := context.Background()
+	for _, k := range []string{"kept", "deleted"} {
+		if _, err := ta.Put(ctx, "wback", k, bytesReader([]byte(k)), putOpts(len(k))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if bl := tb.Backlog(); bl.ReplicaObjects != 2 {
+		t.Fatalf("holder backlog %+v", bl)
+	}
+	// B goes down; A deletes one key (B misses it) and destages everything.
+	p.mu.Lock()
+	p.down["B"] = true
+	p.mu.Unlock()
+	if err := ta.Delete(ctx, "wback", "deleted"); err != nil {
+		t.Fatal(err)
+	}
+	close(gate)
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if err := ta.WaitDestaged(wctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // retries while B is down change nothing
+	if bl := tb.Backlog(); bl.ReplicaObjects != 2 {
+		t.Fatalf("holder backlog while it is down %+v", bl)
+	}
+	// B is back: the notices arrive.
+	p.mu.Lock()
+	p.down["B"] = false
+	p.mu.Unlock()
+	eventually(t, "the holder's replicas to be cleared", func() bool { return tb.Backlog().ReplicaObjects == 0 })
+	if i, err := holder.local.Stat(ctx, "wback", "kept"); err != nil || i.Dirty {
+		t.Errorf("holder's copy of a destaged write: %+v %v, want clean", i, err)
+	}
+	if _, err := holder.local.Stat(ctx, "wback", "deleted"); !errors.Is(err, object.ErrNotFound) {
+		t.Errorf("holder kept its copy of a deleted key: %v", err)
+	}
+	// A dies now: B has nothing left to take over.
+	ta.Close()
+	if n, err := tb.TakeOver(ctx, "A"); err != nil || n != 0 {
+		t.Fatalf("TakeOver after the notices: %d %v", n, err)
+	}
+}
+
+// TestLateDeleteNoticeKeepsNewerReplica: a delete notice that arrives
+// after the holder took a replica of a later write of the key (a retried
+// notice) leaves that replica alone.
+func TestLateDeleteNoticeKeepsNewerReplica(t *testing.T) {
+	e := newEnv(t, "fs")
+	tb := e.newTier(t, tier.Config{NodeID: "B"}, map[string]tier.Bucket{"wback": {Mode: tier.ModeWriteback, Copies: 2}})
+	ctx := context.Background()
+	body := []byte("written after the delete")
+	if _, err := tb.PutReplica(ctx, "A", 7, "wback", "k", bytesReader(body),
+		tier.ReplicaOptions{PutOptions: putOpts(len(body)), ModTime: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.DeleteReplica(ctx, "A", 5, "wback", "k"); err != nil {
+		t.Fatal(err)
+	}
+	if i, err := e.local.Stat(ctx, "wback", "k"); err != nil || !i.Dirty {
+		t.Fatalf("replica after a late delete notice: %+v %v, want it kept dirty", i, err)
+	}
+	if bl := tb.Backlog(); bl.ReplicaObjects != 1 {
+		t.Fatalf("holder backlog %+v, want the replica", bl)
+	}
+	if err := tb.DeleteReplica(ctx, "A", 8, "wback", "k"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.local.Stat(ctx, "wback", "k"); !errors.Is(err, object.ErrNotFound) {
+		t.Fatalf("replica after a newer delete: %v", err)
+	}
 }
 
 func TestReplicaCleanAfterOwnerDestage(t *testing.T) {
