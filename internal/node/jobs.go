@@ -93,6 +93,7 @@ type tierCollector struct {
 	t                                   *tier.Tier
 	warm, cold                          *prometheus.Desc
 	objects, bytes, oldest, replicaObjs *prometheus.Desc
+	notices                             *prometheus.Desc
 	destaged, failures                  *prometheus.Desc
 }
 
@@ -106,13 +107,14 @@ func newTierCollector(t *tier.Tier) *tierCollector {
 		bytes:       d("slipstream_destage_backlog_bytes", "Dirty bytes not yet in the backend."),
 		oldest:      d("slipstream_destage_backlog_oldest_seconds", "Age of the oldest operation not yet destaged."),
 		replicaObjs: d("slipstream_destage_replica_objects", "Replicas held for other owners, not yet destaged by them."),
+		notices:     d("slipstream_destage_undelivered_notices", "Notices replica holders missed, to be sent again."),
 		destaged:    d("slipstream_destaged_total", "Operations destaged since start."),
 		failures:    d("slipstream_destage_failures_total", "Failed destage attempts since start."),
 	}
 }
 
 func (c *tierCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.warm, c.cold, c.objects, c.bytes, c.oldest, c.replicaObjs, c.destaged, c.failures} {
+	for _, d := range []*prometheus.Desc{c.warm, c.cold, c.objects, c.bytes, c.oldest, c.replicaObjs, c.notices, c.destaged, c.failures} {
 		ch <- d
 	}
 }
@@ -126,6 +128,7 @@ func (c *tierCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.GaugeValue, float64(b.Bytes))
 	ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, b.Oldest.Seconds())
 	ch <- prometheus.MustNewConstMetric(c.replicaObjs, prometheus.GaugeValue, float64(b.ReplicaObjects))
+	ch <- prometheus.MustNewConstMetric(c.notices, prometheus.GaugeValue, float64(b.Notices))
 	ch <- prometheus.MustNewConstMetric(c.destaged, prometheus.CounterValue, float64(b.Destaged))
 	ch <- prometheus.MustNewConstMetric(c.failures, prometheus.CounterValue, float64(b.Failures))
 }

@@ -70,7 +70,7 @@ type destager struct {
 	failures int64
 	lastErr  string
 
-	undelivered map[string]notice // notices to replica holders that failed, retried; by holder and key
+	undelivered map[string]notice // notices replica holders missed, by holder and key (journaled)
 
 	wg sync.WaitGroup
 }
@@ -80,7 +80,8 @@ func openDestager(ctx context.Context, t *Tier) (*destager, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &destager{t: t, j: j, keys: make(map[string]*keyState), replicas: make(map[string]map[string]*op), nextSeq: 1}
+	d := &destager{t: t, j: j, keys: make(map[string]*keyState), replicas: make(map[string]map[string]*op),
+		undelivered: make(map[string]notice), nextSeq: 1}
 	d.replay(recs)
 	if err := d.reconcile(ctx); err != nil {
 		j.close()
@@ -112,8 +113,14 @@ func (d *destager) replay(recs []Record) {
 			d.setReplica(o)
 		case KindReplicaDone:
 			d.replicaDone(r.Owner, k, r.Seq)
+		case KindNotice, KindNoticeDelete:
+			d.keep(notice{holder: r.Owner, deleted: r.Kind == KindNoticeDelete, seq: r.Seq, bucket: r.Bucket, key: r.Key, first: r.Time})
+		case KindNoticeDone:
+			if n := (notice{holder: r.Owner, bucket: r.Bucket, key: r.Key}); d.undelivered[n.id()].seq <= r.Seq {
+				delete(d.undelivered, n.id())
+			}
 		}
-		if r.Seq >= d.nextSeq && r.Owner == "" {
+		if r.Seq >= d.nextSeq && r.Owner == "" { // owned records
 			d.nextSeq = r.Seq + 1
 		}
 	}
@@ -235,6 +242,9 @@ func (d *destager) compact() error {
 			for _, o := range m {
 				recs = append(recs, o.record())
 			}
+		}
+		for _, n := range d.undelivered {
+			recs = append(recs, n.record())
 		}
 		d.mu.Unlock()
 		sort.SliceStable(recs[1:], func(i, j int) bool { return recs[1+i].Seq < recs[1+j].Seq })
@@ -579,6 +589,7 @@ type Backlog struct {
 	Running        int           // being destaged now
 	ReplicaObjects int           // replicas held for other owners, not yet destaged by them
 	ReplicaBytes   int64
+	Notices        int   // notices to replica holders that missed them, waiting to be sent again
 	Destaged       int64 // operations destaged since start
 	Failures       int64 // failed attempts since start
 	LastError      string
@@ -593,7 +604,7 @@ func (t *Tier) Backlog() Backlog {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	bl := Backlog{Bytes: d.dirty, ReplicaBytes: d.replicaB, Destaged: d.destaged, Failures: d.failures, LastError: d.lastErr}
+	bl := Backlog{Bytes: d.dirty, ReplicaBytes: d.replicaB, Notices: len(d.undelivered), Destaged: d.destaged, Failures: d.failures, LastError: d.lastErr}
 	var oldest time.Time
 	for _, ks := range d.keys {
 		for _, o := range []*op{ks.running, ks.pending} {

@@ -29,13 +29,16 @@ type Kind uint8
 
 // Journal record kinds.
 const (
-	KindPut           Kind = 1 // an owned write to destage
-	KindDelete        Kind = 2 // an owned delete to destage
-	KindDone          Kind = 3 // the owned operation Seq of Bucket/Key reached the backend
-	KindReplicaPut    Kind = 4 // this node holds a replica of Owner's write Seq
-	KindReplicaDelete Kind = 5 // Owner deleted Bucket/Key (Seq); the replica is gone
-	KindReplicaDone   Kind = 6 // Owner destaged Seq: the replica record is finished
-	KindSeqMark       Kind = 7 // the next owned sequence number is at least Seq
+	KindPut           Kind = 1  // an owned write to destage
+	KindDelete        Kind = 2  // an owned delete to destage
+	KindDone          Kind = 3  // the owned operation Seq of Bucket/Key reached the backend
+	KindReplicaPut    Kind = 4  // this node holds a replica of Owner's write Seq
+	KindReplicaDelete Kind = 5  // Owner deleted Bucket/Key (Seq); the replica is gone
+	KindReplicaDone   Kind = 6  // Owner destaged Seq: the replica record is finished
+	KindSeqMark       Kind = 7  // the next owned sequence number is at least Seq
+	KindNotice        Kind = 8  // holder Owner missed the notice that Seq of Bucket/Key was destaged
+	KindNoticeDelete  Kind = 9  // holder Owner missed the notice that Seq deleted Bucket/Key
+	KindNoticeDone    Kind = 10 // the notices of Seq and before reached holder Owner (or expired)
 )
 
 // Limits the decoder enforces.
@@ -59,7 +62,7 @@ type Record struct {
 	Key     string
 	Size    int64
 	ETag    string
-	Owner   string   // replica records: the owner node
+	Owner   string   // replica records: the owner node; notice records: the holder
 	Holders []string // owned writes: nodes holding replicas
 }
 
@@ -160,7 +163,7 @@ func DecodeRecord(b []byte) (Record, int, error) {
 	}
 	var r Record
 	r.Kind = Kind(payload[0])
-	if r.Kind < KindPut || r.Kind > KindSeqMark {
+	if r.Kind < KindPut || r.Kind > KindNoticeDone {
 		return Record{}, 0, fmt.Errorf("%w: kind %d", ErrCorrupt, r.Kind)
 	}
 	d := decoder{b: payload[1:]}

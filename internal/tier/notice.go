@@ -2,6 +2,7 @@ package tier
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"time"
 )
@@ -11,8 +12,8 @@ import (
 // drops its copy too. A holder that is down misses it, and a replica nobody
 // clears stays dirty and journaled on the holder, to be taken over and
 // uploaded again (a deleted object brought back) if the owner dies. So a
-// notice that fails is kept and sent again until it arrives or is
-// noticeTTL old.
+// notice that fails is journaled and sent again until it arrives or is
+// noticeTTL old, across restarts of the owner.
 type notice struct {
 	holder      string
 	deleted     bool
@@ -21,9 +22,18 @@ type notice struct {
 	first       time.Time
 }
 
-// noticeTTL bounds how long an undelivered notice is retried (and kept in
-// memory; they are not journaled, so an owner restart forgets them).
+// noticeTTL bounds how long an undelivered notice is retried.
 const noticeTTL = 24 * time.Hour
+
+func (n notice) id() string { return n.holder + "\x00" + okey(n.bucket, n.key) }
+
+func (n notice) record() Record {
+	k := KindNotice
+	if n.deleted {
+		k = KindNoticeDelete
+	}
+	return Record{Kind: k, Seq: n.seq, Time: n.first, Bucket: n.bucket, Key: n.key, Owner: n.holder}
+}
 
 // tell sends the notices of o, just destaged, to its holders and to the
 // holders of the operations of the key that o superseded before they were
@@ -49,46 +59,54 @@ func (d *destager) tell(o *op) {
 	}
 }
 
-// send delivers n, or keeps it for the retry loop (one per holder and
-// key: a newer notice covers an older one).
+// send delivers n, or journals it for the retry loop.
 func (d *destager) send(n notice) {
-	if d.deliver(n) {
+	err := d.deliver(n)
+	if err == nil {
 		return
 	}
-	d.mu.Lock()
-	d.keep(n)
-	d.mu.Unlock()
+	d.t.log.Warn("tier: a replica holder missed a notice; it will be sent again", "holder", n.holder, "bucket", n.bucket, "key", n.key, "delete", n.deleted, "err", err)
+	if err := d.j.append(false, func() { d.mu.Lock(); d.keep(n); d.mu.Unlock() }, n.record()); err != nil {
+		d.t.log.Error("tier: could not journal an undelivered notice", "holder", n.holder, "bucket", n.bucket, "key", n.key, "err", err)
+	}
 }
 
-// keep records n as undelivered (d.mu held).
+// keep records n as undelivered: one per holder and key, the newest (whose
+// seq covers the older ones). d.mu held.
 func (d *destager) keep(n notice) {
-	k := n.holder + "\x00" + okey(n.bucket, n.key)
-	if u, ok := d.undelivered[k]; ok {
+	if u, ok := d.undelivered[n.id()]; ok {
 		if u.seq > n.seq {
 			return
 		}
 		n.first = u.first
 	}
-	if d.undelivered == nil {
-		d.undelivered = make(map[string]notice)
-	}
-	d.undelivered[k] = n
+	d.undelivered[n.id()] = n
 }
 
-func (d *destager) deliver(n notice) bool {
+// forget drops n once delivered or expired, unless a newer notice
+// replaced it meanwhile.
+func (d *destager) forget(n notice) {
+	err := d.j.append(false, func() {
+		d.mu.Lock()
+		if u, ok := d.undelivered[n.id()]; ok && u.seq <= n.seq {
+			delete(d.undelivered, n.id())
+		}
+		d.mu.Unlock()
+	}, Record{Kind: KindNoticeDone, Seq: n.seq, Time: time.Now(), Bucket: n.bucket, Key: n.key, Owner: n.holder})
+	if err != nil {
+		d.t.log.Warn("tier: could not journal a delivered notice", "holder", n.holder, "err", err)
+	}
+}
+
+func (d *destager) deliver(n notice) error {
 	t := d.t
 	ctx, r := t.ctx, t.cfg.Replicator
 	if n.deleted {
 		if err := r.Deleted(ctx, t.cfg.NodeID, n.seq, n.bucket, n.key, []string{n.holder}); err != nil {
-			t.log.Warn("tier: a replica holder missed a delete; will tell it again", "holder", n.holder, "bucket", n.bucket, "key", n.key, "err", err)
-			return false
+			return err
 		}
 	}
-	if err := r.Destaged(ctx, t.cfg.NodeID, n.seq, n.bucket, n.key, []string{n.holder}); err != nil {
-		t.log.Warn("tier: a replica holder missed a destage notice; will tell it again", "holder", n.holder, "bucket", n.bucket, "key", n.key, "err", err)
-		return false
-	}
-	return true
+	return r.Destaged(ctx, t.cfg.NodeID, n.seq, n.bucket, n.key, []string{n.holder})
 }
 
 // redeliver sends the undelivered notices again every interval until ctx
@@ -104,25 +122,19 @@ func (d *destager) redeliver(ctx context.Context, interval time.Duration) {
 		case <-tick.C:
 		}
 		d.mu.Lock()
-		ns := d.undelivered
-		d.undelivered = nil
+		ns := slices.Collect(maps.Values(d.undelivered))
 		d.mu.Unlock()
-		var failed []notice
 		for _, n := range ns {
-			switch {
-			case ctx.Err() != nil:
-				failed = append(failed, n)
-			case time.Since(n.first) > noticeTTL:
-				d.t.log.Error("tier: gave up telling a replica holder; its replica stays dirty", "holder", n.holder, "bucket", n.bucket, "key", n.key)
-			case !d.deliver(n):
-				failed = append(failed, n)
+			if ctx.Err() != nil {
+				return
 			}
+			if time.Since(n.first) > noticeTTL {
+				d.t.log.Error("tier: gave up telling a replica holder; its replica stays dirty", "holder", n.holder, "bucket", n.bucket, "key", n.key)
+			} else if d.deliver(n) != nil {
+				continue
+			}
+			d.forget(n)
 		}
-		d.mu.Lock()
-		for _, n := range failed {
-			d.keep(n)
-		}
-		d.mu.Unlock()
 	}
 }
 

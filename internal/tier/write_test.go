@@ -553,11 +553,30 @@ func TestMissedNoticesAreSentAgain(t *testing.T) {
 	if bl := tb.Backlog(); bl.ReplicaObjects != 2 {
 		t.Fatalf("holder backlog while it is down %+v", bl)
 	}
+	if bl := ta.Backlog(); bl.Notices != 2 {
+		t.Fatalf("owner backlog %+v, want a notice per key for B", bl)
+	}
+	// A restarts while B is still down: the notices are in its journal.
+	cfgA := tier.Config{NodeID: "A", Replicator: p, RetryBackoff: 20 * time.Millisecond}
+	ta.Close()
+	ta = owner.newTier(t, cfgA, wb2)
+	p.mu.Lock()
+	p.tiers["A"] = ta
+	p.mu.Unlock()
+	if bl := ta.Backlog(); bl.Notices != 2 {
+		t.Fatalf("owner backlog after a restart %+v, want the 2 notices back", bl)
+	}
 	// B is back: the notices arrive.
 	p.mu.Lock()
 	p.down["B"] = false
 	p.mu.Unlock()
 	eventually(t, "the holder's replicas to be cleared", func() bool { return tb.Backlog().ReplicaObjects == 0 })
+	eventually(t, "the owner to forget the notices", func() bool { return ta.Backlog().Notices == 0 })
+	ta.Close()
+	ta = owner.newTier(t, cfgA, wb2)
+	if bl := ta.Backlog(); bl.Notices != 0 {
+		t.Fatalf("owner backlog after the notices arrived and a restart %+v", bl)
+	}
 	if i, err := holder.local.Stat(ctx, "wback", "kept"); err != nil || i.Dirty {
 		t.Errorf("holder's copy of a destaged write: %+v %v, want clean", i, err)
 	}
