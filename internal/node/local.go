@@ -132,6 +132,9 @@ func (l *localService) Stat(ctx context.Context, bucket, key string) (object.Inf
 			return object.Info{}, &peer.DeletedError{At: at}
 		}
 	}
+	if err == nil && !peer.IsAsIs(ctx) && l.rejoin.suspect(info) && l.rejoin.check(ctx, info) {
+		return object.Info{}, fmt.Errorf("%w: %s/%s: this node's copy was out of date", object.ErrNotFound, bucket, key)
+	}
 	return info, err
 }
 

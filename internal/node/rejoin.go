@@ -202,7 +202,7 @@ func (r *rejoin) check(ctx context.Context, info object.Info) bool {
 		}
 		asked++
 		cctx, cancel := context.WithTimeout(ctx, rejoinTimeout)
-		other, err := r.at(m, id).Stat(cctx, info.Bucket, info.Key)
+		other, err := r.at(m, id).Stat(peer.AsIs(cctx), info.Bucket, info.Key)
 		cancel()
 		var deleted *peer.DeletedError
 		var why string

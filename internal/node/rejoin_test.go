@@ -36,7 +36,10 @@ type statPeer struct {
 	err     error
 }
 
-func (p statPeer) Stat(_ context.Context, _, key string) (object.Info, error) {
+func (p statPeer) Stat(ctx context.Context, _, key string) (object.Info, error) {
+	if !peer.IsAsIs(ctx) {
+		return object.Info{}, errors.New("a check must ask for the copy as is")
+	}
 	if p.err != nil {
 		return object.Info{}, p.err
 	}
@@ -112,6 +115,17 @@ func TestRejoinDropsOnlyOutOfDateCopies(t *testing.T) {
 		t.Fatalf("read %q", b)
 	}
 	rd.Close()
+	// So are HEADs, except another node's check (as is).
+	if _, err := l.Stat(peer.AsIs(ctx), "loc", "deleted"); err != nil {
+		t.Fatalf("as-is Stat of a suspect copy: %v", err)
+	}
+	if _, err := l.Stat(ctx, "loc", "deleted"); !errors.Is(err, object.ErrNotFound) {
+		t.Fatalf("Stat of a copy deleted elsewhere: %v, want not found", err)
+	}
+	if _, err := l.Stat(ctx, "loc", "same"); err != nil {
+		t.Fatalf("Stat of a current copy: %v", err)
+	}
+	put("loc", "deleted", t0)
 
 	// A holder that cannot be asked proves nothing.
 	put("loc", "overwritten", t0)

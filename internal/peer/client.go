@@ -251,7 +251,11 @@ func (r *remoteReader) Info() object.Info     { return r.info }
 func (r *remoteReader) Range() (off, n int64) { return r.off, r.n }
 
 func (r *remote) Stat(ctx context.Context, bucket, key string) (object.Info, error) {
-	resp, err := r.do(ctx, http.MethodHead, "object", bk(bucket, key), nil, nil, -1)
+	var hdr http.Header
+	if IsAsIs(ctx) {
+		hdr = http.Header{hdrAsIs: {"1"}}
+	}
+	resp, err := r.do(ctx, http.MethodHead, "object", bk(bucket, key), hdr, nil, -1)
 	if err != nil {
 		return object.Info{}, err
 	}

@@ -79,6 +79,17 @@ func (e *DeletedError) Error() string {
 // Unwrap makes a DeletedError an object.ErrNotFound.
 func (e *DeletedError) Unwrap() error { return object.ErrNotFound }
 
+type asIsKey struct{}
+
+// AsIs marks ctx so that a Stat through it answers from the node's copy
+// as it is, without the check a node that came back after a down mark
+// makes of a copy it may have missed writes to. The checks themselves ask
+// this way, so that two returning nodes never wait on each other.
+func AsIs(ctx context.Context) context.Context { return context.WithValue(ctx, asIsKey{}, true) }
+
+// IsAsIs reports whether ctx was marked by AsIs.
+func IsAsIs(ctx context.Context) bool { v, _ := ctx.Value(asIsKey{}).(bool); return v }
+
 // Local is what a node serves to its peers: the objects on its own
 // mountpaths (and, for cache buckets, its fills from the backend).
 type Local interface {

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -25,6 +26,7 @@ type memLocal struct {
 	objs  map[string][]byte
 	info  map[string]object.Info
 	tombs map[string]time.Time
+	asIs  []bool // IsAsIs of each Stat's context
 }
 
 func newMem() *memLocal {
@@ -88,6 +90,7 @@ func (m *memLocal) Get(ctx context.Context, bucket, key string, rng *object.Rang
 func (m *memLocal) Stat(ctx context.Context, bucket, key string) (object.Info, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.asIs = append(m.asIs, IsAsIs(ctx))
 	i, ok := m.info[bucket+"/"+key]
 	if !ok {
 		if at, ok := m.tombs[bucket+"/"+key]; ok {
@@ -172,7 +175,7 @@ func setup(t *testing.T) (Local, *memLocal) {
 
 func TestRoundTrip(t *testing.T) {
 	ctx := context.Background()
-	rem, _ := setup(t)
+	rem, mem := setup(t)
 	body := []byte("hello, peer protocol")
 	info, err := rem.Put(ctx, "b", "dir/k 1", bytes.NewReader(body), PutOptions{PutOptions: object.PutOptions{Size: int64(len(body))}, Dirty: true})
 	if err != nil {
@@ -197,6 +200,14 @@ func TestRoundTrip(t *testing.T) {
 	if err != nil || st.ETag != info.ETag {
 		t.Fatalf("stat %+v %v", st, err)
 	}
+	if _, err := rem.Stat(AsIs(ctx), "b", "dir/k 1"); err != nil {
+		t.Fatal(err)
+	}
+	mem.mu.Lock()
+	if !slices.Equal(mem.asIs, []bool{false, true}) {
+		t.Errorf("as-is marks the node saw: %v, want [false true]", mem.asIs)
+	}
+	mem.mu.Unlock()
 	res, err := rem.List(ctx, "b", object.ListOptions{Prefix: "dir/"})
 	if err != nil || len(res.Objects) != 1 || res.Objects[0].Key != "dir/k 1" {
 		t.Fatalf("list %+v %v", res, err)

@@ -23,6 +23,7 @@ const (
 	hdrErr      = "X-Slipstream-Error"
 	hdrErrMsg   = "X-Slipstream-Error-Message"
 	hdrDeleted  = "X-Slipstream-Deleted-At" // with NotFound: the node's tombstone
+	hdrAsIs     = "X-Slipstream-As-Is"      // a Stat from a context marked by AsIs
 	contentJSON = "application/json"
 )
 
@@ -96,6 +97,9 @@ func (s *server) object(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK)
 		_, _ = copyBody(w, rd, n)
 	case http.MethodHead:
+		if r.Header.Get(hdrAsIs) != "" {
+			ctx = AsIs(ctx)
+		}
 		info, err := s.local.Stat(ctx, bucket, key)
 		if err != nil {
 			writeErr(w, err)

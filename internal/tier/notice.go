@@ -124,13 +124,17 @@ func (d *destager) redeliver(ctx context.Context, interval time.Duration) {
 		d.mu.Lock()
 		ns := slices.Collect(maps.Values(d.undelivered))
 		d.mu.Unlock()
+		unreachable := map[string]bool{} // one failure per holder and round
 		for _, n := range ns {
 			if ctx.Err() != nil {
 				return
 			}
 			if time.Since(n.first) > noticeTTL {
 				d.t.log.Error("tier: gave up telling a replica holder; its replica stays dirty", "holder", n.holder, "bucket", n.bucket, "key", n.key)
+			} else if unreachable[n.holder] {
+				continue
 			} else if d.deliver(n) != nil {
+				unreachable[n.holder] = true
 				continue
 			}
 			d.forget(n)
