@@ -498,7 +498,7 @@ func (g *gateway) ListObjects(ctx context.Context, bucket string, opts object.Li
 	if err != nil {
 		return object.ListResult{}, err
 	}
-	if b.Mode != cluster.ModeLocal && g.listBackend != nil {
+	if b.Mode != cluster.ModeLocal {
 		return g.listAll(ctx, m, bucket, opts, g.listBackend)
 	}
 	return g.listAll(ctx, m, bucket, opts, nil)
@@ -538,32 +538,41 @@ func (g *gateway) listAll(ctx context.Context, m *cluster.Map, bucket string, op
 			return object.ListResult{}, fmt.Errorf("listing %s on %s: %w", bucket, ids[i], err)
 		}
 	}
-	return mergePages(pages, opts.MaxKeys), nil
+	ranked := 0
+	if b, ok := m.Buckets[bucket]; ok && b.Mode == cluster.ModeLocal {
+		ranked = len(pages)
+	}
+	return mergePages(pages, ranked, opts.MaxKeys), nil
 }
 
-// mergePages merges sorted pages from several nodes into one page of at
-// most max entries (objects and common prefixes together), dropping the
-// duplicates that replicas produce.
-func mergePages(pages []object.ListResult, max int) object.ListResult {
+// mergePages merges sorted pages into one page of at most max entries
+// (objects and common prefixes together), dropping the duplicates that
+// replicas produce. Among the first ranked pages, the copy of a key
+// modified last is listed (a local bucket's copy on a node that missed an
+// overwrite is older); other pages only add keys not listed before (a
+// tiered copy's time may be a backend upload's, not the write's).
+func mergePages(pages []object.ListResult, ranked, max int) object.ListResult {
 	type entry struct {
 		key    string
 		prefix bool
 		info   object.Info
 	}
-	seen := map[string]bool{}
+	seen := map[string]int{} // key -> index in all
 	var all []entry
 	truncated := false
-	for _, p := range pages {
+	for n, p := range pages {
 		truncated = truncated || p.IsTruncated
 		for _, o := range p.Objects {
-			if !seen[o.Key] {
-				seen[o.Key] = true
+			if i, ok := seen[o.Key]; !ok {
+				seen[o.Key] = len(all)
 				all = append(all, entry{key: o.Key, info: o})
+			} else if n < ranked && !all[i].prefix && o.ModTime.After(all[i].info.ModTime) {
+				all[i].info = o
 			}
 		}
 		for _, cp := range p.CommonPrefixes {
-			if !seen[cp] {
-				seen[cp] = true
+			if _, ok := seen[cp]; !ok {
+				seen[cp] = len(all)
 				all = append(all, entry{key: cp, prefix: true})
 			}
 		}

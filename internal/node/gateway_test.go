@@ -13,6 +13,7 @@ import (
 	"reflect"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/slipstream-io/slipstream/internal/cluster"
 	"github.com/slipstream-io/slipstream/internal/object"
@@ -54,9 +55,24 @@ func TestMergePages(t *testing.T) {
 			[]string{"a", "e"}, []string{"dir/"}, true, "e"},
 		{"empty", nil, 10, nil, nil, false, ""},
 	}
+	t.Run("the newest copy is listed", func(t *testing.T) {
+		t0 := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+		old := object.ListResult{Objects: []object.Info{{Key: "k", ETag: "old", ModTime: t0}}}
+		cur := object.ListResult{Objects: []object.Info{{Key: "k", ETag: "new", ModTime: t0.Add(time.Second)}}}
+		for _, pages := range [][]object.ListResult{{old, cur}, {cur, old}} {
+			if r := mergePages(pages, 2, 10); len(r.Objects) != 1 || r.Objects[0].ETag != "new" {
+				t.Errorf("merged %+v, want the newer copy only", r.Objects)
+			}
+		}
+		// A backend's page (after the nodes') only fills gaps: its
+		// LastModified is the upload's, not the write's.
+		if r := mergePages([]object.ListResult{old, cur}, 1, 10); len(r.Objects) != 1 || r.Objects[0].ETag != "old" {
+			t.Errorf("merged %+v, want the node's copy", r.Objects)
+		}
+	})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := mergePages(tt.pages, tt.max)
+			r := mergePages(tt.pages, len(tt.pages), tt.max)
 			objs, pfx := keys(r)
 			if !reflect.DeepEqual(objs, tt.objs) || !reflect.DeepEqual(pfx, tt.pfx) || r.IsTruncated != tt.truncated || r.NextMarker != tt.next {
 				t.Fatalf("got objs %v prefixes %v truncated %v next %q", objs, pfx, r.IsTruncated, r.NextMarker)
