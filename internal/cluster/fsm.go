@@ -121,17 +121,25 @@ func applyCommand(m *Map, c command) (*Map, error) {
 		}
 		nv := *c.Volume
 		if old, ok := m.Volumes[nv.Name]; ok {
-			nv.Created = old.Created
+			nv.Created, nv.ID = old.Created, old.ID
 			if old.equal(nv) {
 				return m, nil
 			}
 		}
 		mut = func(n *Map) error { n.Volumes[nv.Name] = nv; return nil }
 	case opVolumeDelete:
-		if _, ok := m.Volumes[c.Name]; !ok {
+		old, ok := m.Volumes[c.Name]
+		if !ok {
 			return m, fmt.Errorf("%w: %q", ErrVolumeNotFound, c.Name)
 		}
-		mut = func(n *Map) error { delete(n.Volumes, c.Name); return nil }
+		mut = func(n *Map) error {
+			delete(n.Volumes, c.Name)
+			n.DeletedVolumes = append(n.DeletedVolumes, old.Key())
+			if extra := len(n.DeletedVolumes) - maxDeletedVolumes; extra > 0 {
+				n.DeletedVolumes = n.DeletedVolumes[extra:]
+			}
+			return nil
+		}
 	default:
 		return m, fmt.Errorf("%w: unknown operation %q", ErrInvalid, c.Op)
 	}

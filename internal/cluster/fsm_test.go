@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -26,7 +27,7 @@ func TestApplyCommand(t *testing.T) {
 	base.Version = 7
 	base.Nodes["n1"] = NodeInfo{ID: "n1", RaftAddr: "127.0.0.1:1", IntraAddrs: []string{"127.0.0.1:2"}, State: StateUp, Voter: true, Joined: t0}
 	base.Buckets["old"] = *bucket("old")
-	base.Volumes["v1"] = VolumeSpec{Name: "v1", Size: 1 << 20, ChunkSize: 1 << 16, Copies: 1, Created: t0}
+	base.Volumes["v1"] = VolumeSpec{Name: "v1", Size: 1 << 20, ChunkSize: 1 << 16, Copies: 1, Created: t0, ID: "7f"}
 
 	n2 := NodeInfo{ID: "n2", RaftAddr: "127.0.0.1:3", IntraAddrs: []string{"127.0.0.1:4"}, State: StateUp, Joined: t0}
 	n1Moved := base.Nodes["n1"].Clone()
@@ -106,12 +107,17 @@ func TestApplyCommand(t *testing.T) {
 		{"resize volume", command{Op: opVolumePut, Volume: &bigger}, nil, true,
 			func(t *testing.T, m *Map) {
 				v := m.Volumes["v1"]
-				if v.Size != 2<<20 || !v.Created.Equal(t0) {
+				if v.Size != 2<<20 || !v.Created.Equal(t0) || v.ID != "7f" {
 					t.Errorf("volume %+v", v)
 				}
 			}},
 		{"volume unchanged", command{Op: opVolumePut, Volume: ptr(base.Volumes["v1"])}, nil, false, nil},
-		{"delete volume", command{Op: opVolumeDelete, Name: "v1"}, nil, true, nil},
+		{"delete volume", command{Op: opVolumeDelete, Name: "v1"}, nil, true,
+			func(t *testing.T, m *Map) {
+				if _, ok := m.Volumes["v1"]; ok || !slices.Equal(m.DeletedVolumes, []string{"v1@7f"}) {
+					t.Errorf("volumes %v, deleted %v", m.Volumes, m.DeletedVolumes)
+				}
+			}},
 		{"delete missing volume", command{Op: opVolumeDelete, Name: "v9"}, ErrVolumeNotFound, false, nil},
 		{"unknown op", command{Op: "explode"}, ErrInvalid, false, nil},
 	}
@@ -294,6 +300,9 @@ func TestVolumeSpecCheck(t *testing.T) {
 		{VolumeSpec{Name: "v", Size: 1, ChunkSize: 5000}, false},
 		{VolumeSpec{Name: "v", Size: 1, ChunkSize: 2048}, false},
 		{VolumeSpec{Name: "v", Size: 1, Copies: 17}, false},
+		{VolumeSpec{Name: "v", Size: 1, ID: "0123456789abcdef"}, true},
+		{VolumeSpec{Name: "v", Size: 1, ID: "../x"}, false},
+		{VolumeSpec{Name: "v", Size: 1, ID: "ABC"}, false},
 	}
 	for _, tt := range tests {
 		err := tt.v.WithDefaults().Check()

@@ -196,6 +196,8 @@ type VolumeSpec struct {
 	ChunkSize int64     `json:"chunkSize"`
 	Copies    int       `json:"copies"`
 	Created   time.Time `json:"created"`
+	// ID tells this volume from earlier ones of the same name (see Key).
+	ID string `json:"id,omitempty"`
 	// Nodes are the members chunks are placed on, fixed when the volume
 	// is created so that later membership changes do not move chunks.
 	Nodes []string `json:"nodes,omitempty"`
@@ -204,7 +206,16 @@ type VolumeSpec struct {
 // equal reports whether v and o describe the same volume.
 func (v VolumeSpec) equal(o VolumeSpec) bool {
 	return v.Name == o.Name && v.Size == o.Size && v.ChunkSize == o.ChunkSize && v.Copies == o.Copies &&
-		v.Created.Equal(o.Created) && slices.Equal(v.Nodes, o.Nodes)
+		v.Created.Equal(o.Created) && v.ID == o.ID && slices.Equal(v.Nodes, o.Nodes)
+}
+
+// Key is the name the volume's chunks are stored under on the nodes: the
+// name, and the ID if it has one (volume.Spec.Key).
+func (v VolumeSpec) Key() string {
+	if v.ID == "" {
+		return v.Name
+	}
+	return v.Name + "@" + v.ID
 }
 
 // WithDefaults returns v with a default chunk size and one copy if unset.
@@ -238,6 +249,9 @@ func (v VolumeSpec) Check() error {
 	if v.Copies < 1 || v.Copies > 16 {
 		return fmt.Errorf("%w: volume %q: copies must be 1..16, got %d", object.ErrInvalidArgument, v.Name, v.Copies)
 	}
+	if len(v.ID) > 32 || strings.IndexFunc(v.ID, func(r rune) bool { return !(r >= 'a' && r <= 'f' || r >= '0' && r <= '9') }) >= 0 {
+		return fmt.Errorf("%w: volume %q: ID must be up to 32 lower-case hex digits, got %q", object.ErrInvalidArgument, v.Name, v.ID)
+	}
 	if len(v.Nodes) > 0 && len(v.Nodes) < v.Copies {
 		return fmt.Errorf("%w: volume %q: %d copies need as many nodes, %d given", object.ErrInvalidArgument, v.Name, v.Copies, len(v.Nodes))
 	}
@@ -251,7 +265,14 @@ type Map struct {
 	Nodes   map[string]NodeInfo    `json:"nodes"`
 	Buckets map[string]BucketProps `json:"buckets"`
 	Volumes map[string]VolumeSpec  `json:"volumes"`
+	// DeletedVolumes lists the storage keys (VolumeSpec.Key) of deleted
+	// volumes, oldest first, the last maxDeletedVolumes: a node that was
+	// away for a delete removes the chunks it still has.
+	DeletedVolumes []string `json:"deletedVolumes,omitempty"`
 }
+
+// maxDeletedVolumes bounds Map.DeletedVolumes.
+const maxDeletedVolumes = 4096
 
 // NewMap returns an empty map at version 0.
 func NewMap() *Map {
@@ -275,6 +296,7 @@ func (m *Map) Clone() *Map {
 	for k, v := range m.Volumes {
 		c.Volumes[k] = v
 	}
+	c.DeletedVolumes = slices.Clone(m.DeletedVolumes)
 	return c
 }
 

@@ -241,6 +241,8 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 		log: log, open: map[string]openVolume{}, clients: map[string]*volume.Client{},
 	}
 	n.registerVolumeAdmin()
+	n.wg.Add(1)
+	go func() { defer n.wg.Done(); n.vols.collect(bgCtx) }()
 	n.statusExtras["volumes"] = func() any { return n.vols.states() }
 
 	intra := http.NewServeMux()

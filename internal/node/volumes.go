@@ -2,6 +2,8 @@ package node
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -46,7 +49,7 @@ type openVolume struct {
 
 // toVolumeSpec converts the cluster's volume record.
 func toVolumeSpec(v cluster.VolumeSpec) volume.Spec {
-	return volume.Spec{Name: v.Name, Size: v.Size, ChunkSize: v.ChunkSize, Copies: v.Copies}
+	return volume.Spec{Name: v.Name, Size: v.Size, ChunkSize: v.ChunkSize, Copies: v.Copies, ID: v.ID}
 }
 
 // replica returns the chunk replica of node id.
@@ -86,7 +89,7 @@ func (vs *volumes) Lookup(ctx context.Context, name string) (nbd.Device, error) 
 	}
 	vs.mu.Lock()
 	defer vs.mu.Unlock()
-	if ov, ok := vs.open[spec.Name]; ok && ov.spec.Size == spec.Size {
+	if ov, ok := vs.open[spec.Name]; ok && ov.spec.ID == spec.ID && ov.spec.Size == spec.Size {
 		return ov.vol, nil
 	}
 	nodes := spec.Nodes
@@ -99,14 +102,16 @@ func (vs *volumes) Lookup(ctx context.Context, name string) (nbd.Device, error) 
 	}
 	v, err := volume.Open(context.Background(), volume.Config{
 		Spec: toVolumeSpec(spec), Nodes: nodes, Self: vs.self, Replicas: reps,
-		StateDir: filepath.Join(vs.stateDir, spec.Name), Logger: vs.log.With("volume", spec.Name),
+		StateDir: filepath.Join(vs.stateDir, spec.Key()), Logger: vs.log.With("volume", spec.Name),
 	})
 	if err != nil {
 		return nil, err
 	}
-	if old, ok := vs.open[spec.Name]; ok {
+	if old, ok := vs.open[spec.Name]; ok && old.spec.ID == spec.ID {
 		// A resize: connections on the old size keep it until they close.
 		go func() { time.Sleep(time.Minute); old.vol.Close() }()
+	} else if ok {
+		old.vol.Close() // a deleted volume of the same name
 	}
 	vs.open[spec.Name] = openVolume{spec: spec, vol: v}
 	return v, nil
@@ -172,6 +177,59 @@ func (vs *volumes) close() error {
 		errs = append(errs, vs.handler.Close())
 	}
 	return errors.Join(errs...)
+}
+
+// newVolumeID returns a random ID that tells a volume from earlier ones
+// of the same name.
+func newVolumeID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// collect follows the map until ctx ends and removes what this node still
+// keeps of deleted volumes (it was away for the delete, or the delete's
+// call to it failed): their chunks, stale maps and open handles.
+func (vs *volumes) collect(ctx context.Context) {
+	for m := range vs.meta.Watch(ctx) {
+		if len(m.DeletedVolumes) == 0 {
+			continue
+		}
+		deleted := map[string]bool{}
+		for _, k := range m.DeletedVolumes {
+			deleted[k] = true
+		}
+		vs.mu.Lock()
+		for name, ov := range vs.open {
+			if deleted[ov.spec.Key()] {
+				ov.vol.Close()
+				delete(vs.open, name)
+			}
+		}
+		vs.mu.Unlock()
+		keys, err := vs.local.Keys()
+		if err != nil {
+			vs.log.Warn("listing volume chunks", "err", err)
+		}
+		if ents, err := os.ReadDir(vs.stateDir); err == nil {
+			for _, e := range ents {
+				if !slices.Contains(keys, e.Name()) {
+					keys = append(keys, e.Name())
+				}
+			}
+		}
+		for _, k := range keys {
+			if !deleted[k] {
+				continue
+			}
+			err := errors.Join(vs.local.Delete(ctx, k), os.RemoveAll(filepath.Join(vs.stateDir, k)))
+			if err != nil {
+				vs.log.Warn("removing a deleted volume's chunks", "volume", k, "err", err)
+				continue
+			}
+			vs.log.Info("removed the chunks of a volume deleted while this node was away", "volume", k)
+		}
+	}
 }
 
 // VolumeState is what an open volume on this node knows of its mirrors.
@@ -285,6 +343,7 @@ func (n *Node) registerVolumeAdmin() {
 			}
 			v.Nodes = m.NodeIDs()
 			v.Created = time.Now().UTC()
+			v.ID = newVolumeID()
 		}
 		if err := volume.ValidName(v.Name); err != nil {
 			writeAdmin(w, nil, fmt.Errorf("%w: %v", object.ErrInvalidArgument, err))
@@ -317,14 +376,17 @@ func (n *Node) registerVolumeAdmin() {
 		}
 		reps := map[string]volume.Replica{}
 		for _, id := range nodes {
-			reps[id] = n.vols.replica(m, id)
+			if ni, ok := m.Node(id); ok && ni.State == cluster.StateUp {
+				reps[id] = n.vols.replica(m, id) // the others remove theirs when they return (collect)
+			}
 		}
 		n.vols.mu.Unlock()
 		for id, rep := range reps {
-			if err := rep.Delete(r.Context(), name); err != nil {
+			if err := rep.Delete(r.Context(), v.Key()); err != nil {
 				errs = append(errs, fmt.Errorf("%s: %w", id, err))
 			}
 		}
+		errs = append(errs, os.RemoveAll(filepath.Join(n.vols.stateDir, v.Key())))
 		writeAdmin(w, struct{}{}, errors.Join(errs...))
 	})
 }

@@ -195,6 +195,10 @@ func TestSpecValidate(t *testing.T) {
 		{volume.Spec{Name: "v", Size: 0}, false},
 		{volume.Spec{Name: "_v", Size: 1}, false},
 		{volume.Spec{Name: "v", Size: 1, Copies: 9}, false},
+		{volume.Spec{Name: "v", Size: 1, ID: "0af3"}, true},
+		{volume.Spec{Name: "v@0af3", Size: 1}, false},
+		{volume.Spec{Name: "v", Size: 1, ID: "a/b"}, false},
+		{volume.Spec{Name: "v", Size: 1, ID: "a@b"}, false},
 	} {
 		err := tt.spec.WithDefaults().Validate()
 		if (err == nil) != tt.ok {
@@ -363,4 +367,44 @@ func TestHungMirror(t *testing.T) {
 	b.hang.Store(false)
 	waitInSync(t, v, 10*time.Second)
 	compareMirrors(t, v, a, b)
+}
+
+// TestSameNameNewVolume: a volume created under the name of a deleted one
+// (a new ID) reads zeros even from a node that kept the old one's chunks
+// (it was down for the delete), and deleting the old key spares the new.
+func TestSameNameNewVolume(t *testing.T) {
+	ctx := context.Background()
+	a, b := startNode(t, "a"), startNode(t, "b")
+	old := volume.Spec{Name: "v", Size: 8 << 20, ChunkSize: 1 << 20, Copies: 2, ID: "1"}
+	v1 := openVolume(t, old, t.TempDir(), a, b)
+	data := []byte("the old volume's data")
+	if err := v1.WriteAt(ctx, data, 4096, true); err != nil {
+		t.Fatal(err)
+	}
+	v1.Close()
+
+	cur := old
+	cur.ID = "2"
+	v2 := openVolume(t, cur, t.TempDir(), a, b)
+	got := make([]byte, len(data))
+	if err := v2.ReadAt(ctx, got, 4096); err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != string(make([]byte, len(data))) {
+		t.Fatalf("a new volume of the same name reads %q, want zeros", got)
+	}
+	if err := v2.WriteAt(ctx, []byte("new"), 0, true); err != nil {
+		t.Fatal(err)
+	}
+	// b missed the delete; removing the old key later keeps the new one.
+	if err := b.local.Delete(ctx, old.Key()); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.local.ReadAt(ctx, cur.Key(), 0, got[:3], 0); err != nil || string(got[:3]) != "new" {
+		t.Fatalf("new volume on b after the old one's delete: %q %v", got[:3], err)
+	}
+	keys, err := b.local.Keys()
+	if err != nil || len(keys) != 1 || keys[0] != cur.Key() {
+		t.Fatalf("keys on b: %v %v, want [%s]", keys, err, cur.Key())
+	}
 }

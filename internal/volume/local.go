@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -107,7 +108,7 @@ func (l *Local) path(vol string, chunk int64) string {
 // open returns the chunk file, opening (and with create, creating) it;
 // (nil, nil) when it does not exist and create is false.
 func (l *Local) open(vol string, chunk int64, create bool) (*openFile, error) {
-	if err := ValidName(vol); err != nil {
+	if err := ValidKey(vol); err != nil {
 		return nil, err
 	}
 	if chunk < 0 {
@@ -272,7 +273,7 @@ func (l *Local) Sync(_ context.Context, vol string, chunks []int64) error {
 
 // Delete implements Replica.
 func (l *Local) Delete(_ context.Context, vol string) error {
-	if err := ValidName(vol); err != nil {
+	if err := ValidKey(vol); err != nil {
 		return err
 	}
 	l.mu.Lock()
@@ -289,6 +290,27 @@ func (l *Local) Delete(_ context.Context, vol string) error {
 		}
 	}
 	return nil
+}
+
+// Keys lists the storage keys of the volumes with chunks here, sorted.
+func (l *Local) Keys() ([]string, error) {
+	var keys []string
+	for _, mp := range l.cfg.Mountpaths {
+		ents, err := os.ReadDir(filepath.Join(mp, "volumes"))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range ents {
+			if e.IsDir() && ValidKey(e.Name()) == nil && !slices.Contains(keys, e.Name()) {
+				keys = append(keys, e.Name())
+			}
+		}
+	}
+	slices.Sort(keys)
+	return keys, nil
 }
 
 // Ping implements Replica.

@@ -41,6 +41,7 @@ type Config struct {
 type Volume struct {
 	cfg    Config
 	spec   Spec
+	key    string // spec.Key(): what replicas store the chunks under
 	chunks int64
 	shift  uint
 	nodes  map[string]*mirror
@@ -104,6 +105,7 @@ func Open(ctx context.Context, cfg Config) (*Volume, error) {
 	v := &Volume{
 		cfg:      cfg,
 		spec:     cfg.Spec,
+		key:      cfg.Spec.Key(),
 		chunks:   cfg.Spec.Chunks(),
 		nodes:    map[string]*mirror{},
 		unsynced: map[int64]struct{}{},
@@ -120,7 +122,7 @@ func Open(ctx context.Context, cfg Config) (*Volume, error) {
 		}
 		v.nodes[id] = &mirror{id: id, r: r, local: id == cfg.Self}
 	}
-	st, err := openStaleStore(cfg.StateDir, cfg.Spec.Name, v.chunks)
+	st, err := openStaleStore(cfg.StateDir, v.key, v.chunks)
 	if err != nil {
 		return nil, err
 	}
@@ -241,7 +243,7 @@ func (v *Volume) readChunk(ctx context.Context, chunk int64, p []byte, off int64
 		}
 		tried |= 1 << indexOf(owners, best)
 		best.inflight.Add(1)
-		err := best.r.ReadAt(ctx, v.spec.Name, chunk, p, off)
+		err := best.r.ReadAt(ctx, v.key, chunk, p, off)
 		best.inflight.Add(-1)
 		if err == nil {
 			return nil
@@ -356,9 +358,9 @@ func (v *Volume) WriteAt(ctx context.Context, p []byte, off int64, fua bool) err
 	return v.segments(off, int64(len(p)), func(s segment) error {
 		b := p[s.pos : s.pos+s.n]
 		err := v.mutate(ctx, s.chunk, func(ctx context.Context, m *mirror) error {
-			return m.r.WriteAt(ctx, v.spec.Name, s.chunk, b, s.off, fua)
+			return m.r.WriteAt(ctx, v.key, s.chunk, b, s.off, fua)
 		}, func(ctx context.Context, a asyncReplica) func() error {
-			return a.writeAsync(ctx, v.spec.Name, s.chunk, b, s.off, fua)
+			return a.writeAsync(ctx, v.key, s.chunk, b, s.off, fua)
 		})
 		if err == nil && !fua {
 			v.noteUnsynced(s.chunk)
@@ -380,11 +382,11 @@ func (v *Volume) WriteZeroes(ctx context.Context, off, n int64, fua, noHole bool
 func (v *Volume) zero(ctx context.Context, off, n int64, fua, punch bool) error {
 	return v.segments(off, n, func(s segment) error {
 		err := v.mutate(ctx, s.chunk, func(ctx context.Context, m *mirror) error {
-			if err := m.r.Zero(ctx, v.spec.Name, s.chunk, s.off, s.n, punch); err != nil {
+			if err := m.r.Zero(ctx, v.key, s.chunk, s.off, s.n, punch); err != nil {
 				return err
 			}
 			if fua {
-				return m.r.Sync(ctx, v.spec.Name, []int64{s.chunk})
+				return m.r.Sync(ctx, v.key, []int64{s.chunk})
 			}
 			return nil
 		}, nil)
@@ -422,7 +424,7 @@ func (v *Volume) Flush(ctx context.Context) error {
 			defer wg.Done()
 			octx, cancel := v.opCtx(ctx)
 			defer cancel()
-			if err := m.r.Sync(octx, v.spec.Name, cs); err != nil {
+			if err := m.r.Sync(octx, v.key, cs); err != nil {
 				v.fail(m, err)
 				mu.Lock()
 				failed[m] = true
@@ -538,7 +540,7 @@ func (v *Volume) resyncChunk(ctx context.Context, dst *mirror, c int64, buf []by
 	for off := int64(0); off < size; off += int64(len(buf)) {
 		b := buf[:min(int64(len(buf)), size-off)]
 		octx, cancel := v.opCtx(ctx)
-		err := src.r.ReadAt(octx, v.spec.Name, c, b, off)
+		err := src.r.ReadAt(octx, v.key, c, b, off)
 		cancel()
 		if err != nil {
 			v.fail(src, err)
@@ -546,9 +548,9 @@ func (v *Volume) resyncChunk(ctx context.Context, dst *mirror, c int64, buf []by
 		}
 		octx, cancel = v.opCtx(ctx)
 		if allZero(b) {
-			err = dst.r.Zero(octx, v.spec.Name, c, off, int64(len(b)), true)
+			err = dst.r.Zero(octx, v.key, c, off, int64(len(b)), true)
 		} else {
-			err = dst.r.WriteAt(octx, v.spec.Name, c, b, off, false)
+			err = dst.r.WriteAt(octx, v.key, c, b, off, false)
 		}
 		cancel()
 		if err != nil {
@@ -557,7 +559,7 @@ func (v *Volume) resyncChunk(ctx context.Context, dst *mirror, c int64, buf []by
 	}
 	octx, cancel := v.opCtx(ctx)
 	defer cancel()
-	if err := dst.r.Sync(octx, v.spec.Name, []int64{c}); err != nil {
+	if err := dst.r.Sync(octx, v.key, []int64{c}); err != nil {
 		return err
 	}
 	v.stale.clear(dst.id, c)

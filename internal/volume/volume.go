@@ -37,6 +37,19 @@ type Spec struct {
 	Size      int64  `json:"size"`
 	ChunkSize int64  `json:"chunkSize"`
 	Copies    int    `json:"copies"`
+	// ID tells apart volumes of the same name, one created after the other
+	// was deleted: chunks are stored under Key, so that a node that missed
+	// the delete never serves the old volume's data as the new one's.
+	ID string `json:"id,omitempty"`
+}
+
+// Key is the name the volume's chunks and state are stored under: Name,
+// or Name@ID.
+func (s Spec) Key() string {
+	if s.ID == "" {
+		return s.Name
+	}
+	return s.Name + "@" + s.ID
 }
 
 // WithDefaults returns s with zero fields set to their defaults.
@@ -53,6 +66,9 @@ func (s Spec) WithDefaults() Spec {
 // Validate checks the spec.
 func (s Spec) Validate() error {
 	if err := ValidName(s.Name); err != nil {
+		return err
+	}
+	if err := ValidKey(s.Key()); err != nil {
 		return err
 	}
 	if s.Size <= 0 || s.ChunkSize < 4096 || s.ChunkSize&(s.ChunkSize-1) != 0 || s.Copies < 1 || s.Copies > 8 {
@@ -81,8 +97,23 @@ func ValidName(name string) error {
 	return nil
 }
 
-// Replica is one node's store of volume chunks. Offsets are within the
-// chunk. Unwritten areas read as zeros.
+// ValidKey checks a storage key (see Spec.Key): a valid name, optionally
+// followed by '@' and an ID of 1–64 letters and digits.
+func ValidKey(key string) error {
+	name, id, ok := strings.Cut(key, "@")
+	if err := ValidName(name); err != nil {
+		return err
+	}
+	if ok && (id == "" || len(id) > 64 || strings.IndexFunc(id, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9')
+	}) >= 0) {
+		return fmt.Errorf("%w: %q", ErrInvalidName, key)
+	}
+	return nil
+}
+
+// Replica is one node's store of volume chunks, by storage key (Spec.Key).
+// Offsets are within the chunk. Unwritten areas read as zeros.
 type Replica interface {
 	// ReadAt fills p from chunk at off.
 	ReadAt(ctx context.Context, vol string, chunk int64, p []byte, off int64) error

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slipstream-io/slipstream/internal/cluster"
 	"github.com/slipstream-io/slipstream/internal/localcluster"
 )
 
@@ -133,15 +134,46 @@ func TestVolumeNBD(t *testing.T) {
 	if err := c.WaitReady(t.Context(), 3); err != nil {
 		t.Fatal(err)
 	}
-	volumeCmd(t, c, 0, "delete", "vol1") // every node removes its chunk files
-	for _, cfg := range c.Configs {
-		for _, mp := range cfg.Mountpaths {
-			if files, _ := filepath.Glob(filepath.Join(mp, "volumes", "vol1", "*")); len(files) > 0 {
-				t.Errorf("chunk files left on %s after delete: %d", mp, len(files))
-			}
+	// node3 is down when vol1 is deleted and a new vol1 created: when it
+	// returns it serves the new volume (zeros), not the old one's chunks
+	// it still has, and then removes those.
+	c.Kill(2)
+	waitFor(t, 30*time.Second, "the map to mark node3 down", func() bool {
+		return clusterMap(t, c, 0).Nodes["node3"].State == cluster.StateDown
+	})
+	volumeCmd(t, c, 0, "delete", "vol1") // the nodes that are up remove their chunk files
+	chunkFiles := func(i int) int {
+		n := 0
+		for _, mp := range c.Configs[i].Mountpaths {
+			files, _ := filepath.Glob(filepath.Join(mp, "volumes", "vol1*", "*"))
+			n += len(files)
+		}
+		return n
+	}
+	for i := range 2 {
+		if n := chunkFiles(i); n > 0 {
+			t.Errorf("chunk files left on node%d after delete: %d", i+1, n)
 		}
 	}
 	if out := volumeCmd(t, c, 0, "list"); strings.Contains(out, "vol1") {
 		t.Fatalf("volume listed after delete: %s", out)
 	}
+	volumeCmd(t, c, 0, "create", "vol1", "--size", "16MiB", "--copies", "2", "--chunk", "1MiB")
+	if err := c.StartNode(2); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitReady(t.Context(), 3); err != nil {
+		t.Fatal(err)
+	}
+	uri3 := fmt.Sprintf("nbd://%s/vol1", c.Configs[2].NBD[0])
+	waitFor(t, 30*time.Second, "node3 to export the new vol1", func() bool {
+		out, err := exec.Command("nbdinfo", "--size", uri3).Output()
+		return err == nil && strings.TrimSpace(string(out)) == "16777216"
+	})
+	runTool(t, "nbdcopy", uri3, dump)
+	if got, err := os.ReadFile(dump); err != nil || !bytes.Equal(got, make([]byte, 16<<20)) {
+		t.Fatalf("a new volume named like a deleted one does not read as zeros through the node that missed the delete (%v)", err)
+	}
+	waitFor(t, 30*time.Second, "node3 to remove the deleted volume's chunks", func() bool { return chunkFiles(2) == 0 })
+	volumeCmd(t, c, 0, "delete", "vol1")
 }

@@ -1,0 +1,80 @@
+package node
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/slipstream-io/slipstream/internal/cluster"
+	"github.com/slipstream-io/slipstream/internal/volume"
+)
+
+// TestCollectDeletedVolumes: a node that was away when volumes were
+// deleted removes their chunks and stale maps once it sees the map, and
+// keeps those of the live volumes (including a new one of a deleted one's
+// name).
+func TestCollectDeletedVolumes(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	vl, err := volume.NewLocal(volume.LocalConfig{Mountpaths: []string{filepath.Join(root, "mp1"), filepath.Join(root, "mp2")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vl.Close()
+	stateDir := filepath.Join(root, "state")
+	for _, k := range []string{"v@01", "v@02", "w", "keep"} {
+		for c := int64(0); c < 4; c++ {
+			if err := vl.WriteAt(ctx, k, c, []byte("data"), 0, false); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.MkdirAll(filepath.Join(stateDir, k), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := cluster.NewMap()
+	m.Volumes["v"] = cluster.VolumeSpec{Name: "v", Size: 1 << 20, ChunkSize: 4096, Copies: 1, ID: "02"}
+	m.Volumes["keep"] = cluster.VolumeSpec{Name: "keep", Size: 1 << 20, ChunkSize: 4096, Copies: 1}
+	m.DeletedVolumes = []string{"v@01", "w", "never-here"}
+	vs := &volumes{self: "a", meta: fixedMap{m}, local: vl, stateDir: stateDir, log: slog.New(slog.DiscardHandler),
+		open: map[string]openVolume{}, clients: map[string]*volume.Client{}}
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); vs.collect(cctx) }()
+	want := []string{"keep", "v@02"}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		keys, err := vl.Keys()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.Equal(keys, want) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("volume keys %v, want %v", keys, want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	ents, err := os.ReadDir(stateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var states []string
+	for _, e := range ents {
+		states = append(states, e.Name())
+	}
+	if !slices.Equal(states, want) {
+		t.Errorf("state dirs %v, want %v", states, want)
+	}
+	got := make([]byte, 4)
+	if err := vl.ReadAt(ctx, "v@02", 3, got, 0); err != nil || string(got) != "data" {
+		t.Errorf("live volume's chunk: %q %v", got, err)
+	}
+}
