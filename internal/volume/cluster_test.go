@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/slipstream-io/slipstream/internal/volume"
+	"github.com/slipstream-io/slipstream/internal/volume/nbd"
 )
 
 // testNode is an in-process node: a local replica served over HTTP on a
@@ -406,5 +408,48 @@ func TestSameNameNewVolume(t *testing.T) {
 	keys, err := b.local.Keys()
 	if err != nil || len(keys) != 1 || keys[0] != cur.Key() {
 		t.Fatalf("keys on b: %v %v, want [%s]", keys, err, cur.Key())
+	}
+}
+
+// TestVolumeExtents: a volume reports holes from the local mirror of a
+// chunk, and plain data where it has no in-sync local mirror.
+func TestVolumeExtents(t *testing.T) {
+	ctx := context.Background()
+	a, b := startNode(t, "a"), startNode(t, "b")
+	const chunk = 1 << 20
+	spec := volume.Spec{Name: "sparse", Size: 16 * chunk, ChunkSize: chunk, Copies: 1, ID: "5"}
+	v := openVolume(t, spec, t.TempDir(), a, b)
+	local, remote := int64(-1), int64(-1)
+	for i := int64(0); i < 16 && (local < 0 || remote < 0); i++ {
+		if o := v.Owners(i); o[0] == "a" && local < 0 {
+			local = i
+		} else if o[0] == "b" && remote < 0 {
+			remote = i
+		}
+	}
+	if local < 0 || remote < 0 {
+		t.Fatal("placement put every chunk on one node")
+	}
+	if err := v.WriteAt(ctx, make([]byte, 4096), local*chunk+8192, true); err != nil {
+		t.Fatal(err)
+	}
+	type ext = nbd.Extent
+	hole := func(n int64) ext { return ext{Length: n, Hole: true, Zero: true} }
+	for _, tt := range []struct {
+		name   string
+		off, n int64
+		want   []ext
+	}{
+		{"local chunk", local * chunk, chunk, []ext{hole(8192), {Length: 4096}, hole(chunk - 12288)}},
+		{"remote chunk is data", remote * chunk, chunk, []ext{{Length: chunk}}},
+		{"part of a local chunk", local*chunk + 4096, 8192, []ext{hole(4096), {Length: 4096}}},
+	} {
+		got, err := v.Extents(ctx, tt.off, tt.n)
+		if err != nil || !slices.Equal(got, tt.want) {
+			t.Errorf("%s: %+v %v, want %+v", tt.name, got, err, tt.want)
+		}
+	}
+	if _, err := v.Extents(ctx, spec.Size-4096, 8192); !errors.Is(err, volume.ErrOutOfRange) {
+		t.Errorf("extents past the end: %v", err)
 	}
 }

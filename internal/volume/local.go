@@ -14,6 +14,7 @@ import (
 
 	"github.com/slipstream-io/slipstream/internal/placement"
 	"github.com/slipstream-io/slipstream/internal/volume/filedev"
+	"github.com/slipstream-io/slipstream/internal/volume/nbd"
 )
 
 // LocalConfig configures a Local replica.
@@ -205,6 +206,23 @@ func (l *Local) ReadAt(_ context.Context, vol string, chunk int64, p []byte, off
 		direct = of.directFile()
 	}
 	return filedev.ReadAt(of.f, direct, l.ring, p, off)
+}
+
+// Extents describes [off, off+n) of a chunk as holes and data (a chunk
+// never written is one hole).
+func (l *Local) Extents(_ context.Context, vol string, chunk, off, n int64) ([]nbd.Extent, error) {
+	if err := l.check(off, n); err != nil {
+		return nil, err
+	}
+	of, err := l.open(vol, chunk, false)
+	if err != nil {
+		return nil, err
+	}
+	if of == nil {
+		return []nbd.Extent{{Length: n, Hole: true, Zero: true}}, nil
+	}
+	defer l.release(of)
+	return filedev.Extents(of.f, off, n)
 }
 
 // WriteAt implements Replica.

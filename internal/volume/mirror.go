@@ -78,6 +78,7 @@ type mirror struct {
 var (
 	_ nbd.Device          = (*Volume)(nil)
 	_ nbd.MultiConnDevice = (*Volume)(nil)
+	_ nbd.ExtentsDevice   = (*Volume)(nil)
 )
 
 // Open validates cfg, loads the persisted stale map and starts the
@@ -253,6 +254,37 @@ func (v *Volume) readChunk(ctx context.Context, chunk int64, p []byte, off int64
 		}
 		v.fail(best, err)
 	}
+}
+
+// extentsReplica is a replica that can tell holes from data (Local).
+type extentsReplica interface {
+	Extents(ctx context.Context, vol string, chunk, off, n int64) ([]nbd.Extent, error)
+}
+
+// Extents implements nbd.ExtentsDevice from the local mirror of each chunk
+// when it is in sync (mirrors write, trim and punch the same ranges);
+// chunks without one are reported as data, which is always correct.
+func (v *Volume) Extents(ctx context.Context, off, n int64) ([]nbd.Extent, error) {
+	var es []nbd.Extent
+	err := v.segments(off, n, func(s segment) error {
+		got := []nbd.Extent{{Length: s.n}}
+		for _, m := range v.ownersOf(s.chunk) {
+			er, ok := m.r.(extentsReplica)
+			if !ok || !m.local || m.down.Load() || v.stale.isStale(m.id, s.chunk) {
+				continue
+			}
+			var err error
+			if got, err = er.Extents(ctx, v.key, s.chunk, s.off, s.n); err != nil {
+				return err
+			}
+			break
+		}
+		for _, e := range got {
+			es = nbd.AppendExtent(es, e)
+		}
+		return nil
+	})
+	return es, err
 }
 
 func indexOf(ms []*mirror, m *mirror) int {

@@ -170,6 +170,22 @@ func TestVolumeNBD(t *testing.T) {
 		out, err := exec.Command("nbdinfo", "--size", uri3).Output()
 		return err == nil && strings.TrimSpace(string(out)) == "16777216"
 	})
+	// The new volume is all holes: nbdinfo --map (BLOCK_STATUS) reports
+	// them for the chunks node3 holds, data for the others.
+	var extents []struct{ Length, Type int64 }
+	if err := json.Unmarshal([]byte(runTool(t, "nbdinfo", "--map", "--json", uri3)), &extents); err != nil {
+		t.Fatal(err)
+	}
+	var total, holes int64
+	for _, e := range extents {
+		total += e.Length
+		if e.Type&1 != 0 {
+			holes += e.Length
+		}
+	}
+	if total != 16<<20 || holes < 4<<20 {
+		t.Errorf("nbdinfo --map of a new volume: %d bytes mapped, %d of them holes", total, holes)
+	}
 	runTool(t, "nbdcopy", uri3, dump)
 	if got, err := os.ReadFile(dump); err != nil || !bytes.Equal(got, make([]byte, 16<<20)) {
 		t.Fatalf("a new volume named like a deleted one does not read as zeros through the node that missed the delete (%v)", err)

@@ -6,6 +6,7 @@ package filedev
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"unsafe"
@@ -30,6 +31,7 @@ type Device struct {
 var (
 	_ nbd.Device          = (*Device)(nil)
 	_ nbd.MultiConnDevice = (*Device)(nil)
+	_ nbd.ExtentsDevice   = (*Device)(nil)
 )
 
 // Open opens (creating if needed) path as a device of size bytes; the file
@@ -173,4 +175,44 @@ func writeZeroes(f *os.File, off, n int64) error {
 		n -= k
 	}
 	return nil
+}
+
+// Extents implements nbd.ExtentsDevice.
+func (d *Device) Extents(_ context.Context, off, n int64) ([]nbd.Extent, error) {
+	return Extents(d.f, off, n)
+}
+
+// Extents describes [off, off+n) of f as holes and data, found with
+// SEEK_DATA and SEEK_HOLE; what lies past the end of the file is a hole.
+// It only seeks (the file offset changes; preads and pwrites do not use
+// it).
+func Extents(f *os.File, off, n int64) ([]nbd.Extent, error) {
+	var es []nbd.Extent
+	fd := int(f.Fd())
+	for end := off + n; off < end; {
+		data, err := unix.Seek(fd, off, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) { // no data from off to the end of the file
+			return nbd.AppendExtent(es, nbd.Extent{Length: end - off, Hole: true, Zero: true}), nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("filedev: SEEK_DATA: %w", err)
+		}
+		if data > off {
+			k := min(data, end) - off
+			es = nbd.AppendExtent(es, nbd.Extent{Length: k, Hole: true, Zero: true})
+			off += k
+			continue
+		}
+		hole, err := unix.Seek(fd, off, unix.SEEK_HOLE)
+		if err != nil {
+			return nil, fmt.Errorf("filedev: SEEK_HOLE: %w", err)
+		}
+		k := min(hole, end) - off
+		if k <= 0 { // the file changed under us: call the rest data
+			k = end - off
+		}
+		es = nbd.AppendExtent(es, nbd.Extent{Length: k})
+		off += k
+	}
+	return es, nil
 }

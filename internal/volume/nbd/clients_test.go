@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -144,4 +145,52 @@ func TestQemuImgAndNbdcopy(t *testing.T) {
 		t.Errorf("qemu-img bench output:\n%s", out)
 	}
 	run(t, "qemu-img", "bench", "-w", "-f", "raw", "-d", "16", "-s", "64k", "-c", "500", uri)
+}
+
+// TestMapWithRealClients: nbdinfo --map and qemu-img map read the holes
+// and data of a sparse file export through BLOCK_STATUS.
+func TestMapWithRealClients(t *testing.T) {
+	needTool(t, "nbdinfo")
+	needTool(t, "qemu-img")
+	d, _ := fileExport(t, 8<<20)
+	data := make([]byte, 8192)
+	rand.Read(data)
+	if err := d.WriteAt(t.Context(), data, 1<<20, true); err != nil {
+		t.Fatal(err)
+	}
+	uri := "nbd+unix:///disk?socket=" + serveUnix(t, nbd.Map{"disk": d})
+	var extents []struct {
+		Offset int64 `json:"offset"`
+		Length int64 `json:"length"`
+		Type   int   `json:"type"`
+	}
+	out := run(t, "nbdinfo", "--map", "--json", uri)
+	if err := json.Unmarshal([]byte(out), &extents); err != nil {
+		t.Fatalf("nbdinfo --map: %v\n%s", err, out)
+	}
+	type ext struct {
+		off, n int64
+		typ    int
+	}
+	var got []ext
+	for _, e := range extents {
+		got = append(got, ext{e.Offset, e.Length, e.Type})
+	}
+	want := []ext{{0, 1 << 20, 3}, {1 << 20, 8192, 0}, {1<<20 + 8192, 7<<20 - 8192, 3}}
+	if !slices.Equal(got, want) {
+		t.Errorf("nbdinfo --map: %v, want %v", got, want)
+	}
+	var qmap []struct {
+		Start  int64 `json:"start"`
+		Length int64 `json:"length"`
+		Data   bool  `json:"data"`
+		Zero   bool  `json:"zero"`
+	}
+	out = run(t, "qemu-img", "map", "--output=json", "-f", "raw", uri)
+	if err := json.Unmarshal([]byte(out), &qmap); err != nil {
+		t.Fatalf("qemu-img map: %v\n%s", err, out)
+	}
+	if len(qmap) != 3 || qmap[1].Start != 1<<20 || qmap[1].Length != 8192 || !qmap[1].Data || qmap[0].Data || !qmap[2].Zero {
+		t.Errorf("qemu-img map: %+v", qmap)
+	}
 }

@@ -33,6 +33,35 @@ type MultiConnDevice interface {
 	MultiConn() bool
 }
 
+// Extent is a run of a device's bytes in one allocation state, as
+// NBD_CMD_BLOCK_STATUS reports it in the base:allocation context.
+type Extent struct {
+	Length int64
+	Hole   bool // unallocated: takes no space
+	Zero   bool // reads as zeros
+}
+
+// ExtentsDevice is implemented by devices that know where their holes
+// are. Extents describes [off, off+n), or a prefix of it at least one byte
+// long, as consecutive extents from off. A device without it reports
+// everything as allocated data, which is always correct.
+type ExtentsDevice interface {
+	Extents(ctx context.Context, off, n int64) ([]Extent, error)
+}
+
+// AppendExtent appends e to es, merging it into the last extent when both
+// are in the same state.
+func AppendExtent(es []Extent, e Extent) []Extent {
+	if e.Length <= 0 {
+		return es
+	}
+	if k := len(es) - 1; k >= 0 && es[k].Hole == e.Hole && es[k].Zero == e.Zero {
+		es[k].Length += e.Length
+		return es
+	}
+	return append(es, e)
+}
+
 // Exports resolves export names to devices.
 type Exports interface {
 	// Lookup returns the device exported as name, or an error wrapping

@@ -26,6 +26,21 @@ func FuzzParseRequest(f *testing.F) {
 	})
 }
 
+func FuzzParseMetaContextRequest(f *testing.F) {
+	f.Add(nbd.AppendMetaContextRequest(nil, nbd.MetaContextRequest{Name: "disk", Queries: []string{"base:allocation", "qemu:dirty-bitmap:x"}}))
+	f.Add(nbd.AppendMetaContextRequest(nil, nbd.MetaContextRequest{}))
+	f.Add([]byte{0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := nbd.ParseMetaContextRequest(b)
+		if err != nil {
+			return
+		}
+		if enc := nbd.AppendMetaContextRequest(nil, r); !bytes.Equal(enc, b) {
+			t.Fatalf("round trip: %x -> %+v -> %x", b, r, enc)
+		}
+	})
+}
+
 func FuzzParseInfoRequest(f *testing.F) {
 	f.Add(nbd.AppendInfoRequest(nil, nbd.InfoRequest{Name: "disk", Infos: []uint16{1, 3}}))
 	f.Add([]byte{0, 0, 0, 1})

@@ -1,9 +1,10 @@
 // Package nbd implements the server side of the Network Block Device
 // protocol (https://github.com/NetworkBlockDevice/nbd/blob/master/doc/proto.md):
 // the fixed newstyle handshake with its options (export name, GO, INFO,
-// LIST, ABORT, structured replies, block size constraints) and the
-// transmission phase (READ, WRITE, FLUSH, TRIM, WRITE_ZEROES, CACHE, DISC,
-// the FUA flag), with many requests in flight per connection answered out of
+// LIST, ABORT, structured replies, block size constraints, the
+// base:allocation metadata context) and the transmission phase (READ,
+// WRITE, FLUSH, TRIM, WRITE_ZEROES, CACHE, BLOCK_STATUS, DISC, the FUA
+// flag), with many requests in flight per connection answered out of
 // order and several connections per export. Exports are block devices found
 // by name through the Exports interface; the package does no storage itself.
 package nbd
@@ -46,6 +47,7 @@ const (
 	repAck            = 1
 	repServer         = 2
 	repInfo           = 3
+	repMetaContext    = 4
 	repFlagError      = 1 << 31
 	repErrUnsup       = repFlagError | 1
 	repErrPolicy      = repFlagError | 2
@@ -92,6 +94,15 @@ const (
 	CmdFlagFUA    = 1 << 0
 	CmdFlagNoHole = 1 << 1
 	CmdFlagDF     = 1 << 2
+	CmdFlagReqOne = 1 << 3
+)
+
+// The one metadata context the server offers, and its ID on a connection.
+const (
+	MetaBaseAllocation = "base:allocation"
+	metaAllocID        = 1
+	stateHole          = 1 << 0
+	stateZero          = 1 << 1
 )
 
 // Request and reply magics.
@@ -102,6 +113,7 @@ const (
 	replyFlagDone         = 1 << 0
 	replyTypeNone         = 0
 	replyTypeOffsetData   = 1
+	replyTypeBlockStatus  = 5
 	replyTypeError        = 1<<15 | 1
 	requestHeaderLen      = 28
 	simpleReplyHeaderLen  = 16
@@ -265,6 +277,62 @@ func AppendInfoRequest(b []byte, r InfoRequest) []byte {
 	b = binary.BigEndian.AppendUint16(b, uint16(len(r.Infos)))
 	for _, t := range r.Infos {
 		b = binary.BigEndian.AppendUint16(b, t)
+	}
+	return b
+}
+
+// MetaContextRequest is the payload of NBD_OPT_LIST_META_CONTEXT and
+// NBD_OPT_SET_META_CONTEXT.
+type MetaContextRequest struct {
+	Name    string
+	Queries []string
+}
+
+// ParseMetaContextRequest decodes the payload of the meta context options.
+func ParseMetaContextRequest(d []byte) (MetaContextRequest, error) {
+	str := func() (string, bool) {
+		if len(d) < 4 {
+			return "", false
+		}
+		n := binary.BigEndian.Uint32(d[0:4])
+		if n > maxExportNameLen || uint64(n) > uint64(len(d)-4) {
+			return "", false
+		}
+		s := string(d[4 : 4+n])
+		d = d[4+n:]
+		return s, true
+	}
+	var r MetaContextRequest
+	var ok bool
+	if r.Name, ok = str(); !ok || len(d) < 4 {
+		return MetaContextRequest{}, fmt.Errorf("%w: meta context request: export name", ErrBadOption)
+	}
+	k := binary.BigEndian.Uint32(d[0:4])
+	d = d[4:]
+	if uint64(k)*4 > uint64(len(d)) {
+		return MetaContextRequest{}, fmt.Errorf("%w: %d meta context queries in %d bytes", ErrBadOption, k, len(d))
+	}
+	for range k {
+		q, ok := str()
+		if !ok {
+			return MetaContextRequest{}, fmt.Errorf("%w: meta context query", ErrBadOption)
+		}
+		r.Queries = append(r.Queries, q)
+	}
+	if len(d) != 0 {
+		return MetaContextRequest{}, fmt.Errorf("%w: %d bytes after the meta context queries", ErrBadOption, len(d))
+	}
+	return r, nil
+}
+
+// AppendMetaContextRequest encodes the payload of the meta context options.
+func AppendMetaContextRequest(b []byte, r MetaContextRequest) []byte {
+	b = binary.BigEndian.AppendUint32(b, uint32(len(r.Name)))
+	b = append(b, r.Name...)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(r.Queries)))
+	for _, q := range r.Queries {
+		b = binary.BigEndian.AppendUint32(b, uint32(len(q)))
+		b = append(b, q...)
 	}
 	return b
 }

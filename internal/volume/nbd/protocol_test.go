@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"io"
 	"net"
+	"slices"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ const (
 	repAck        = 1
 	repServer     = 2
 	repInfo       = 3
+	repMetaCtx    = 4
 	repErrUnsup   = 1<<31 | 1
 	repErrInvalid = 1<<31 | 3
 	repErrUnknown = 1<<31 | 6
@@ -347,4 +349,139 @@ func TestServerCloseEndsConnections(t *testing.T) {
 	if _, err := r.c.Read(make([]byte, 1)); err == nil {
 		t.Error("connection survived Close")
 	}
+}
+
+// metaContext sends a LIST or SET_META_CONTEXT option and returns the
+// contexts replied (id and name) and the final reply type.
+func (r *rawClient) metaContext(code uint32, name string, queries ...string) (ids []uint32, names []string, final uint32) {
+	r.t.Helper()
+	r.write(nbd.AppendOption(nil, code, nbd.AppendMetaContextRequest(nil, nbd.MetaContextRequest{Name: name, Queries: queries})))
+	for {
+		_, typ, d := r.optReply()
+		if typ != repMetaCtx {
+			return ids, names, typ
+		}
+		ids = append(ids, binary.BigEndian.Uint32(d[0:4]))
+		names = append(names, string(d[4:]))
+	}
+}
+
+// structuredReply reads one structured reply chunk: (flags, type, cookie, payload).
+func (r *rawClient) structuredReply() (uint16, uint16, uint64, []byte) {
+	r.t.Helper()
+	h := r.read(20)
+	if binary.BigEndian.Uint32(h[0:4]) != 0x668e33ef {
+		r.t.Fatalf("bad structured reply magic %x", h)
+	}
+	return binary.BigEndian.Uint16(h[4:6]), binary.BigEndian.Uint16(h[6:8]), binary.BigEndian.Uint64(h[8:16]),
+		r.read(int(binary.BigEndian.Uint32(h[16:20])))
+}
+
+func TestMetaContextAndBlockStatus(t *testing.T) {
+	d := newExtentsMem(1<<20, []nbd.Extent{{Length: 4096}, {Length: 1<<20 - 4096, Hole: true, Zero: true}})
+	addr := serveTCP(t, nbd.Map{"a": d, "plain": newMem(1 << 20)})
+
+	r := dialRaw(t, addr)
+	// SET before structured replies is invalid; LIST is fine.
+	if _, _, final := r.metaContext(nbd.OptSetMetaContext, "a", nbd.MetaBaseAllocation); final != repErrInvalid {
+		t.Errorf("SET_META_CONTEXT without structured replies: %#x, want ERR_INVALID", final)
+	}
+	for _, queries := range [][]string{nil, {"base:"}, {nbd.MetaBaseAllocation}} {
+		ids, names, final := r.metaContext(nbd.OptListMetaContext, "a", queries...)
+		if final != repAck || len(names) != 1 || names[0] != nbd.MetaBaseAllocation || ids[0] != 0 {
+			t.Errorf("LIST_META_CONTEXT %q: %v %v %#x", queries, ids, names, final)
+		}
+	}
+	if _, names, final := r.metaContext(nbd.OptListMetaContext, "a", "qemu:dirty-bitmap:x"); final != repAck || len(names) != 0 {
+		t.Errorf("LIST of an unknown context: %v %#x", names, final)
+	}
+	if _, _, final := r.metaContext(nbd.OptListMetaContext, "nope"); final != repErrUnknown {
+		t.Errorf("LIST for an unknown export: %#x", final)
+	}
+	r.write(nbd.AppendOption(nil, nbd.OptListMetaContext, []byte{0, 0, 0, 9}))
+	if _, typ, _ := r.optReply(); typ != repErrInvalid {
+		t.Errorf("malformed meta context request: %#x", typ)
+	}
+	r.write(nbd.AppendOption(nil, nbd.OptStructuredReply, nil))
+	if _, typ, _ := r.optReply(); typ != repAck {
+		t.Fatalf("structured reply: %#x", typ)
+	}
+	ids, names, final := r.metaContext(nbd.OptSetMetaContext, "a", "qemu:dirty-bitmap:x", nbd.MetaBaseAllocation)
+	if final != repAck || len(ids) != 1 || ids[0] == 0 || names[0] != nbd.MetaBaseAllocation {
+		t.Fatalf("SET_META_CONTEXT: %v %v %#x", ids, names, final)
+	}
+	r.goExport("a", false)
+
+	status := func(cookie uint64, flags uint16, off uint64, n uint32) (uint16, []uint32) {
+		t.Helper()
+		r.write(nbd.AppendRequest(nil, nbd.Request{Type: nbd.CmdBlockStatus, Flags: flags, Cookie: cookie, Offset: off, Length: n}))
+		rf, typ, c, p := r.structuredReply()
+		if c != cookie || rf&1 == 0 {
+			t.Fatalf("block status reply: cookie %d flags %#x", c, rf)
+		}
+		if typ != 5 {
+			return typ, nil
+		}
+		if binary.BigEndian.Uint32(p[0:4]) != ids[0] || (len(p)-4)%8 != 0 {
+			t.Fatalf("block status payload %x", p)
+		}
+		var desc []uint32
+		for p = p[4:]; len(p) > 0; p = p[8:] {
+			desc = append(desc, binary.BigEndian.Uint32(p[0:4]), binary.BigEndian.Uint32(p[4:8]))
+		}
+		return typ, desc
+	}
+	for _, tt := range []struct {
+		name  string
+		flags uint16
+		off   uint64
+		n     uint32
+		want  []uint32 // length, status pairs
+	}{
+		{"whole device", 0, 0, 1 << 20, []uint32{4096, 0, 1<<20 - 4096, 3}},
+		{"clipped to the request", 0, 0, 8192, []uint32{4096, 0, 4096, 3}},
+		{"req one", nbd.CmdFlagReqOne, 0, 1 << 20, []uint32{4096, 0}},
+		{"from the middle", 0, 2048, 4096, []uint32{2048, 0, 2048, 3}},
+	} {
+		if typ, got := status(7, tt.flags, tt.off, tt.n); typ != 5 || !slices.Equal(got, tt.want) {
+			t.Errorf("%s: type %d descriptors %v, want %v", tt.name, typ, got, tt.want)
+		}
+	}
+	for _, bad := range []nbd.Request{{Offset: 1 << 20, Length: 1}, {Offset: 0, Length: 0}} {
+		if typ, _ := status(8, 0, bad.Offset, bad.Length); typ != 1<<15|1 {
+			t.Errorf("block status %+v: reply type %d, want an error chunk", bad, typ)
+		}
+	}
+
+	// SET for one export then GO to another: no context on this connection.
+	r2 := dialRaw(t, addr)
+	r2.write(nbd.AppendOption(nil, nbd.OptStructuredReply, nil))
+	r2.optReply()
+	r2.metaContext(nbd.OptSetMetaContext, "a", nbd.MetaBaseAllocation)
+	r2.goExport("plain", false)
+	r2.write(nbd.AppendRequest(nil, nbd.Request{Type: nbd.CmdBlockStatus, Cookie: 9, Length: 4096}))
+	if e, c := r2.simpleReply(); e != nbd.EINVAL || c != 9 {
+		t.Errorf("block status without a context for the export: errno %d cookie %d", e, c)
+	}
+}
+
+// extentsMem is a memory device that reports fixed extents.
+type extentsMem struct {
+	*memDevice
+	es []nbd.Extent
+}
+
+func newExtentsMem(size int, es []nbd.Extent) *extentsMem { return &extentsMem{newMem(size), es} }
+
+func (d *extentsMem) Extents(_ context.Context, off, n int64) ([]nbd.Extent, error) {
+	var out []nbd.Extent
+	pos := int64(0)
+	for _, e := range d.es {
+		lo, hi := max(pos, off), min(pos+e.Length, off+n)
+		if lo < hi {
+			out = nbd.AppendExtent(out, nbd.Extent{Length: hi - lo, Hole: e.Hole, Zero: e.Zero})
+		}
+		pos += e.Length
+	}
+	return out, nil
 }

@@ -148,7 +148,7 @@ var errAbort = errors.New("nbd: client aborted the handshake")
 func (s *Server) ServeConn(ctx context.Context, c net.Conn) error {
 	defer c.Close()
 	br := bufio.NewReaderSize(c, 256<<10)
-	dev, structured, err := s.handshake(ctx, c, br)
+	dev, neg, err := s.handshake(ctx, c, br)
 	if err != nil {
 		if errors.Is(err, errAbort) {
 			return nil
@@ -161,7 +161,8 @@ func (s *Server) ServeConn(ctx context.Context, c net.Conn) error {
 		br:         br,
 		dev:        dev,
 		size:       dev.Size(),
-		structured: structured,
+		structured: neg.structured,
+		alloc:      neg.alloc,
 	}
 	tc.out.Flush = tc.writeReplies
 	return tc.serve(ctx)
@@ -175,44 +176,51 @@ func (s *Server) transmissionFlags(dev Device) uint16 {
 	return f
 }
 
+// negotiated is what the handshake settled besides the device.
+type negotiated struct {
+	structured bool // structured replies
+	alloc      bool // the base:allocation context (BLOCK_STATUS)
+}
+
 // handshake runs the fixed newstyle negotiation and returns the chosen
-// device and whether structured replies were negotiated.
-func (s *Server) handshake(ctx context.Context, c net.Conn, br *bufio.Reader) (Device, bool, error) {
+// device and what was negotiated.
+func (s *Server) handshake(ctx context.Context, c net.Conn, br *bufio.Reader) (Device, negotiated, error) {
 	var b []byte
 	b = binary.BigEndian.AppendUint64(b, nbdMagic)
 	b = binary.BigEndian.AppendUint64(b, optMagic)
 	b = binary.BigEndian.AppendUint16(b, flagFixedNewstyle|flagNoZeroes)
 	if _, err := c.Write(b); err != nil {
-		return nil, false, err
+		return nil, negotiated{}, err
 	}
 	var hdr [16]byte
 	if _, err := io.ReadFull(br, hdr[:4]); err != nil {
-		return nil, false, err
+		return nil, negotiated{}, err
 	}
 	cflags := binary.BigEndian.Uint32(hdr[:4])
 	if cflags&^uint32(clientFlagFixedNewstyle|clientFlagNoZeroes) != 0 {
-		return nil, false, fmt.Errorf("nbd: unknown client flags %#x", cflags)
+		return nil, negotiated{}, fmt.Errorf("nbd: unknown client flags %#x", cflags)
 	}
 	noZeroes := cflags&clientFlagNoZeroes != 0
 	structured := false
+	metaName, metaAlloc := "", false // the last SET_META_CONTEXT
 	const maxOptions = 4096
 	for i := 0; i < maxOptions; i++ {
 		opt, err := readOption(br, hdr[:])
 		if errors.Is(err, ErrOptionTooBig) {
 			if err := s.optReply(c, opt.Code, repErrTooBig, nil); err != nil {
-				return nil, false, err
+				return nil, negotiated{}, err
 			}
 			continue
 		}
 		if err != nil {
-			return nil, false, err
+			return nil, negotiated{}, err
 		}
 		switch opt.Code {
 		case OptExportName:
 			dev, err := s.cfg.Exports.Lookup(ctx, string(opt.Data))
 			if err != nil {
 				// The protocol has no way to refuse this option but to hang up.
-				return nil, false, err
+				return nil, negotiated{}, err
 			}
 			var out []byte
 			out = binary.BigEndian.AppendUint64(out, uint64(dev.Size()))
@@ -221,10 +229,10 @@ func (s *Server) handshake(ctx context.Context, c net.Conn, br *bufio.Reader) (D
 				out = append(out, make([]byte, 124)...)
 			}
 			_, err = c.Write(out)
-			return dev, false, err
+			return dev, negotiated{}, err
 		case OptAbort:
 			_ = s.optReply(c, opt.Code, repAck, nil)
-			return nil, false, errAbort
+			return nil, negotiated{}, errAbort
 		case OptList:
 			if len(opt.Data) != 0 {
 				err = s.optReply(c, opt.Code, repErrInvalid, nil)
@@ -279,19 +287,48 @@ func (s *Server) handshake(ctx context.Context, c net.Conn, br *bufio.Reader) (D
 			out = appendOptReply(out, opt.Code, repInfo, d)
 			out = appendOptReply(out, opt.Code, repAck, nil)
 			if _, err := c.Write(out); err != nil {
-				return nil, false, err
+				return nil, negotiated{}, err
 			}
 			if opt.Code == OptGo {
-				return dev, structured, nil
+				return dev, negotiated{structured: structured, alloc: metaAlloc && metaName == req.Name}, nil
 			}
+		case OptListMetaContext, OptSetMetaContext:
+			set := opt.Code == OptSetMetaContext
+			if set {
+				metaName, metaAlloc = "", false
+			}
+			req, perr := ParseMetaContextRequest(opt.Data)
+			if perr != nil || set && !structured {
+				err = s.optReply(c, opt.Code, repErrInvalid, nil)
+				break
+			}
+			if _, lerr := s.cfg.Exports.Lookup(ctx, req.Name); lerr != nil {
+				err = s.optReply(c, opt.Code, repErrUnknown, []byte(lerr.Error()))
+				break
+			}
+			match := len(req.Queries) == 0 && !set
+			for _, q := range req.Queries {
+				match = match || q == MetaBaseAllocation || !set && q == "base:"
+			}
+			var out []byte
+			if match {
+				id := uint32(0) // LIST: reserved
+				if set {
+					id, metaName, metaAlloc = metaAllocID, req.Name, true
+				}
+				d := binary.BigEndian.AppendUint32(nil, id)
+				out = appendOptReply(out, opt.Code, repMetaContext, append(d, MetaBaseAllocation...))
+			}
+			out = appendOptReply(out, opt.Code, repAck, nil)
+			_, err = c.Write(out)
 		default:
 			err = s.optReply(c, opt.Code, repErrUnsup, nil)
 		}
 		if err != nil {
-			return nil, false, err
+			return nil, negotiated{}, err
 		}
 	}
-	return nil, false, errors.New("nbd: too many options")
+	return nil, negotiated{}, errors.New("nbd: too many options")
 }
 
 func (s *Server) optReply(c net.Conn, opt, typ uint32, data []byte) error {

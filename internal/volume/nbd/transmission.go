@@ -23,6 +23,7 @@ type conn struct {
 	dev        Device
 	size       int64
 	structured bool
+	alloc      bool // base:allocation negotiated: BLOCK_STATUS allowed
 	work       chan work
 	workers    int
 	wg         sync.WaitGroup
@@ -170,6 +171,12 @@ func (c *conn) handle(ctx context.Context, req Request, payload *[]byte) {
 			return
 		}
 		c.done(req, nil)
+	case CmdBlockStatus:
+		if !c.alloc || !inRange || n == 0 {
+			c.sendError(req, EINVAL)
+			return
+		}
+		c.blockStatus(ctx, req, off, n)
 	default:
 		c.sendError(req, EINVAL)
 	}
@@ -188,7 +195,7 @@ func (c *conn) done(req Request, err error) {
 
 func (c *conn) sendError(req Request, errno uint32) {
 	var r reply
-	if c.structured && req.Type == CmdRead {
+	if c.structured && (req.Type == CmdRead || req.Type == CmdBlockStatus && c.alloc) {
 		putStructuredHeader(r.hdr[:], replyFlagDone, replyTypeError, req.Cookie, 6)
 		binary.BigEndian.PutUint32(r.hdr[20:24], errno)
 		binary.BigEndian.PutUint16(r.hdr[24:26], 0)
@@ -197,6 +204,50 @@ func (c *conn) sendError(req Request, errno uint32) {
 		putSimpleReply(r.hdr[:], errno, req.Cookie)
 		r.n = simpleReplyHeaderLen
 	}
+	c.send(r)
+}
+
+// blockStatus answers NBD_CMD_BLOCK_STATUS in the base:allocation
+// context with the device's extents, or one allocated extent for devices
+// that do not know theirs.
+func (c *conn) blockStatus(ctx context.Context, req Request, off, n int64) {
+	es := []Extent{{Length: n}}
+	if d, ok := c.dev.(ExtentsDevice); ok {
+		got, err := d.Extents(ctx, off, n)
+		if err != nil {
+			c.sendError(req, errnoOf(err))
+			return
+		}
+		es = got
+	}
+	data := binary.BigEndian.AppendUint32(make([]byte, 0, 4+8*len(es)), metaAllocID)
+	total := int64(0)
+	for _, e := range es {
+		if e.Length <= 0 || total >= n {
+			break
+		}
+		l := min(e.Length, n-total)
+		var st uint32
+		if e.Hole {
+			st |= stateHole
+		}
+		if e.Zero {
+			st |= stateZero
+		}
+		data = binary.BigEndian.AppendUint32(data, uint32(l))
+		data = binary.BigEndian.AppendUint32(data, st)
+		total += l
+		if req.Flags&CmdFlagReqOne != 0 {
+			break
+		}
+	}
+	if total == 0 { // a device that described nothing: data, the safe answer
+		data = binary.BigEndian.AppendUint32(data, uint32(n))
+		data = binary.BigEndian.AppendUint32(data, 0)
+	}
+	r := reply{data: data}
+	putStructuredHeader(r.hdr[:], replyFlagDone, replyTypeBlockStatus, req.Cookie, uint32(len(data)))
+	r.n = structuredHeaderLen
 	c.send(r)
 }
 
