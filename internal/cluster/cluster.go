@@ -469,6 +469,17 @@ func (c *Cluster) PutVolume(ctx context.Context, v VolumeSpec) error {
 	return c.propose(ctx, command{Op: opVolumePut, Volume: &v})
 }
 
+// SetVolumeStale records whether mirror node of volume name missed writes
+// not yet resynchronised (VolumeSpec.Stale). It fails with
+// ErrVolumeNotFound.
+func (c *Cluster) SetVolumeStale(ctx context.Context, name, node string, stale bool) error {
+	st := StateUp
+	if stale {
+		st = StateDown
+	}
+	return c.propose(ctx, command{Op: opVolumeStale, Name: name, Node: &NodeInfo{ID: node}, State: st})
+}
+
 // DeleteVolume removes a volume. It fails with ErrVolumeNotFound.
 func (c *Cluster) DeleteVolume(ctx context.Context, name string) error {
 	return c.propose(ctx, command{Op: opVolumeDelete, Name: name})

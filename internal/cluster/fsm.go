@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 
 	"github.com/hashicorp/raft"
@@ -21,6 +22,7 @@ const (
 	opBucketDelete = "bucket.delete"
 	opVolumePut    = "volume.put"
 	opVolumeDelete = "volume.delete"
+	opVolumeStale  = "volume.stale" // Name: the volume; Node.ID: the mirror; State: up (in sync) or down (stale)
 )
 
 // command is one entry of the raft log, JSON-encoded. Everything that must be
@@ -121,12 +123,34 @@ func applyCommand(m *Map, c command) (*Map, error) {
 		}
 		nv := *c.Volume
 		if old, ok := m.Volumes[nv.Name]; ok {
-			nv.Created, nv.ID = old.Created, old.ID
+			nv.Created, nv.ID, nv.Stale = old.Created, old.ID, old.Stale
 			if old.equal(nv) {
 				return m, nil
 			}
 		}
 		mut = func(n *Map) error { n.Volumes[nv.Name] = nv; return nil }
+	case opVolumeStale:
+		v, ok := m.Volumes[c.Name]
+		if !ok {
+			return m, fmt.Errorf("%w: %q", ErrVolumeNotFound, c.Name)
+		}
+		if c.Node == nil || c.Node.ID == "" || c.State != StateUp && c.State != StateDown {
+			return m, fmt.Errorf("%w: volume.stale needs a node and up or down", ErrInvalid)
+		}
+		id, stale := c.Node.ID, c.State == StateDown
+		if slices.Contains(v.Stale, id) == stale {
+			return m, nil
+		}
+		mut = func(n *Map) error {
+			if stale {
+				v.Stale = append(slices.Clone(v.Stale), id)
+				slices.Sort(v.Stale)
+			} else {
+				v.Stale = slices.DeleteFunc(slices.Clone(v.Stale), func(s string) bool { return s == id })
+			}
+			n.Volumes[c.Name] = v
+			return nil
+		}
 	case opVolumeDelete:
 		old, ok := m.Volumes[c.Name]
 		if !ok {

@@ -119,6 +119,15 @@ func TestApplyCommand(t *testing.T) {
 				}
 			}},
 		{"delete missing volume", command{Op: opVolumeDelete, Name: "v9"}, ErrVolumeNotFound, false, nil},
+		{"mirror stale", command{Op: opVolumeStale, Name: "v1", Node: &NodeInfo{ID: "n2"}, State: StateDown}, nil, true,
+			func(t *testing.T, m *Map) {
+				if got := m.Volumes["v1"].Stale; !slices.Equal(got, []string{"n2"}) {
+					t.Errorf("stale %v", got)
+				}
+			}},
+		{"mirror in sync already", command{Op: opVolumeStale, Name: "v1", Node: &NodeInfo{ID: "n2"}, State: StateUp}, nil, false, nil},
+		{"stale of a missing volume", command{Op: opVolumeStale, Name: "v9", Node: &NodeInfo{ID: "n2"}, State: StateDown}, ErrVolumeNotFound, false, nil},
+		{"stale without a node", command{Op: opVolumeStale, Name: "v1", State: StateDown}, ErrInvalid, false, nil},
 		{"unknown op", command{Op: "explode"}, ErrInvalid, false, nil},
 	}
 	for _, tt := range tests {
@@ -423,5 +432,40 @@ func TestMapJSONRoundTrip(t *testing.T) {
 	c.Nodes["n1"].Mountpaths[0] = "/changed"
 	if m.Nodes["n1"].Mountpaths[0] != "/d1" {
 		t.Error("Clone shares slices")
+	}
+}
+
+func TestVolumeStaleMarks(t *testing.T) {
+	m := NewMap()
+	m.Volumes["v"] = VolumeSpec{Name: "v", Size: 1 << 20, ChunkSize: 4096, Copies: 2}
+	var err error
+	for _, step := range []struct {
+		node  string
+		state NodeState
+		want  []string
+	}{
+		{"c", StateDown, []string{"c"}},
+		{"a", StateDown, []string{"a", "c"}},
+		{"c", StateUp, []string{"a"}},
+		{"a", StateUp, nil},
+	} {
+		before := slices.Clone(m.Volumes["v"].Stale)
+		prev := m
+		if m, err = applyCommand(m, command{Op: opVolumeStale, Name: "v", Node: &NodeInfo{ID: step.node}, State: step.state}); err != nil {
+			t.Fatal(err)
+		}
+		if got := m.Volumes["v"].Stale; !slices.Equal(got, step.want) {
+			t.Fatalf("%s %s: stale %v, want %v", step.node, step.state, got, step.want)
+		}
+		if !slices.Equal(prev.Volumes["v"].Stale, before) {
+			t.Fatal("applyCommand changed the previous map's stale list")
+		}
+	}
+	// A resize keeps the marks.
+	m, _ = applyCommand(m, command{Op: opVolumeStale, Name: "v", Node: &NodeInfo{ID: "b"}, State: StateDown})
+	bigger := m.Volumes["v"]
+	bigger.Size, bigger.Stale = 2<<20, nil
+	if m, err = applyCommand(m, command{Op: opVolumePut, Volume: &bigger}); err != nil || !slices.Equal(m.Volumes["v"].Stale, []string{"b"}) {
+		t.Fatalf("resize: %v, stale %v", err, m.Volumes["v"].Stale)
 	}
 }

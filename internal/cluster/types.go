@@ -198,6 +198,11 @@ type VolumeSpec struct {
 	Created   time.Time `json:"created"`
 	// ID tells this volume from earlier ones of the same name (see Key).
 	ID string `json:"id,omitempty"`
+	// Stale lists the mirrors that missed writes and are not resynchronised
+	// yet. The writing node knows which chunks; a node that opens the
+	// volume after it (the writer died) treats every chunk of these
+	// mirrors as stale.
+	Stale []string `json:"stale,omitempty"`
 	// Nodes are the members chunks are placed on, fixed when the volume
 	// is created so that later membership changes do not move chunks.
 	Nodes []string `json:"nodes,omitempty"`
@@ -206,7 +211,7 @@ type VolumeSpec struct {
 // equal reports whether v and o describe the same volume.
 func (v VolumeSpec) equal(o VolumeSpec) bool {
 	return v.Name == o.Name && v.Size == o.Size && v.ChunkSize == o.ChunkSize && v.Copies == o.Copies &&
-		v.Created.Equal(o.Created) && v.ID == o.ID && slices.Equal(v.Nodes, o.Nodes)
+		v.Created.Equal(o.Created) && v.ID == o.ID && slices.Equal(v.Nodes, o.Nodes) && slices.Equal(v.Stale, o.Stale)
 }
 
 // Key is the name the volume's chunks are stored under on the nodes: the

@@ -237,7 +237,7 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 		return nil, fmt.Errorf("node %s: volumes: %w", cfg.ID, err)
 	}
 	n.vols = &volumes{
-		self: cfg.ID, meta: cl, local: vl, handler: volume.NewHandler(vl), stateDir: filepath.Join(cfg.DataDir, "volumes"),
+		self: cfg.ID, meta: cl, marks: cl, local: vl, handler: volume.NewHandler(vl), stateDir: filepath.Join(cfg.DataDir, "volumes"),
 		log: log, open: map[string]openVolume{}, clients: map[string]*volume.Client{},
 	}
 	n.registerVolumeAdmin()

@@ -31,6 +31,7 @@ import (
 type volumes struct {
 	self     string
 	meta     mapView
+	marks    volumeMarker // records mirrors that missed writes in the map
 	local    *volume.Local
 	handler  *volume.Handler
 	stateDir string
@@ -90,6 +91,7 @@ func (vs *volumes) Lookup(ctx context.Context, name string) (nbd.Device, error) 
 	vs.mu.Lock()
 	defer vs.mu.Unlock()
 	if ov, ok := vs.open[spec.Name]; ok && ov.spec.ID == spec.ID && ov.spec.Size == spec.Size {
+		ov.vol.NoteStale(spec.Stale)
 		return ov.vol, nil
 	}
 	nodes := spec.Nodes
@@ -100,10 +102,15 @@ func (vs *volumes) Lookup(ctx context.Context, name string) (nbd.Device, error) 
 	for _, id := range nodes {
 		reps[id] = vs.replica(m, id)
 	}
-	v, err := volume.Open(context.Background(), volume.Config{
+	cfg := volume.Config{
 		Spec: toVolumeSpec(spec), Nodes: nodes, Self: vs.self, Replicas: reps,
 		StateDir: filepath.Join(vs.stateDir, spec.Key()), Logger: vs.log.With("volume", spec.Name),
-	})
+		Stale: spec.Stale,
+	}
+	if vs.marks != nil {
+		cfg.Marks = staleMarks{vs.marks, spec.Name}
+	}
+	v, err := volume.Open(context.Background(), cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -179,6 +186,22 @@ func (vs *volumes) close() error {
 	return errors.Join(errs...)
 }
 
+// volumeMarker records in the cluster map which mirrors of a volume missed
+// writes (the cluster implements it).
+type volumeMarker interface {
+	SetVolumeStale(ctx context.Context, name, node string, stale bool) error
+}
+
+// staleMarks is one volume's volume.StaleMarks.
+type staleMarks struct {
+	m    volumeMarker
+	name string
+}
+
+func (s staleMarks) SetStale(ctx context.Context, node string, stale bool) error {
+	return s.m.SetVolumeStale(ctx, s.name, node, stale)
+}
+
 // newVolumeID returns a random ID that tells a volume from earlier ones
 // of the same name.
 func newVolumeID() string {
@@ -187,11 +210,13 @@ func newVolumeID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// collect follows the map until ctx ends and removes what this node still
-// keeps of deleted volumes (it was away for the delete, or the delete's
-// call to it failed): their chunks, stale maps and open handles.
+// collect follows the map until ctx ends: it tells the open volumes which
+// mirrors the map marks stale, and removes what this node still keeps of
+// deleted volumes (it was away for the delete, or the delete's call to it
+// failed): their chunks, stale maps and open handles.
 func (vs *volumes) collect(ctx context.Context) {
 	for m := range vs.meta.Watch(ctx) {
+		vs.noteStale(m)
 		if len(m.DeletedVolumes) == 0 {
 			continue
 		}
@@ -228,6 +253,17 @@ func (vs *volumes) collect(ctx context.Context) {
 				continue
 			}
 			vs.log.Info("removed the chunks of a volume deleted while this node was away", "volume", k)
+		}
+	}
+}
+
+// noteStale passes the map's stale mirrors to the open volumes.
+func (vs *volumes) noteStale(m *cluster.Map) {
+	vs.mu.Lock()
+	defer vs.mu.Unlock()
+	for name, ov := range vs.open {
+		if spec, ok := m.Volume(name); ok && spec.ID == ov.spec.ID {
+			ov.vol.NoteStale(spec.Stale)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package volume_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -129,6 +130,11 @@ func (n *testNode) nodeID() string { return n.id }
 // over self and the other nodes.
 func openVolume[N remoteNode](t *testing.T, spec volume.Spec, stateDir string, self *testNode, others ...N) *volume.Volume {
 	t.Helper()
+	return openConfig(t, volumeConfig(t, spec, stateDir, self, others...))
+}
+
+func volumeConfig[N remoteNode](t *testing.T, spec volume.Spec, stateDir string, self *testNode, others ...N) volume.Config {
+	t.Helper()
 	cfg := volume.Config{Spec: spec, Self: self.id, StateDir: stateDir, Replicas: map[string]volume.Replica{self.id: self.local},
 		Nodes: []string{self.id}, OpTimeout: 2 * time.Second, ProbeInterval: 50 * time.Millisecond}
 	for _, n := range others {
@@ -140,6 +146,11 @@ func openVolume[N remoteNode](t *testing.T, spec volume.Spec, stateDir string, s
 		t.Cleanup(func() { c.Close() })
 		cfg.Replicas[n.nodeID()] = c
 	}
+	return cfg
+}
+
+func openConfig(t *testing.T, cfg volume.Config) *volume.Volume {
+	t.Helper()
 	v, err := volume.Open(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -151,14 +162,19 @@ func openVolume[N remoteNode](t *testing.T, spec volume.Spec, stateDir string, s
 // waitInSync waits until no mirror of v is stale or down.
 func waitInSync(t *testing.T, v *volume.Volume, d time.Duration) {
 	t.Helper()
+	waitFor(t, d, "the volume in sync", func() bool { return len(v.StaleChunks()) == 0 && len(v.Down()) == 0 })
+}
+
+// waitFor polls cond until it holds or d passes.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
 	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		if len(v.StaleChunks()) == 0 && len(v.Down()) == 0 {
-			return
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %v for %s", d, what)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	t.Fatalf("volume not in sync after %v: stale %v, down %v", d, v.StaleChunks(), v.Down())
 }
 
 // compareMirrors checks that every chunk reads the same on every owner.
@@ -451,5 +467,111 @@ func TestVolumeExtents(t *testing.T) {
 	}
 	if _, err := v.Extents(ctx, spec.Size-4096, 8192); !errors.Is(err, volume.ErrOutOfRange) {
 		t.Errorf("extents past the end: %v", err)
+	}
+}
+
+// marks is an in-memory StaleMarks (the cluster map's role).
+type marks struct {
+	mu    sync.Mutex
+	nodes []string
+}
+
+func (m *marks) SetStale(_ context.Context, node string, stale bool) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.nodes = slices.DeleteFunc(m.nodes, func(n string) bool { return n == node })
+	if stale {
+		m.nodes = append(m.nodes, node)
+		slices.Sort(m.nodes)
+	}
+	return nil
+}
+
+func (m *marks) list() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.nodes)
+}
+
+// TestWriterDiesWhileAMirrorIsStale: the writing node dies while a mirror
+// it was marking stale is down; another node that opens the volume must
+// not read that mirror as current (its chunks whose other copy was on the
+// dead writer fail instead), resynchronises it once it writes, and the
+// mark clears when every chunk has caught up.
+func TestWriterDiesWhileAMirrorIsStale(t *testing.T) {
+	ctx := context.Background()
+	a, b, c := startNode(t, "a"), startNode(t, "b"), startNode(t, "c")
+	const chunk = 1 << 20
+	spec := volume.Spec{Name: "vol", Size: 12 * chunk, ChunkSize: chunk, Copies: 2, ID: "9"}
+	mk := &marks{}
+	cfg := volumeConfig(t, spec, t.TempDir(), a, b, c)
+	cfg.Marks = mk
+	v1 := openConfig(t, cfg)
+	fill := func(v *volume.Volume, seed byte) {
+		t.Helper()
+		for i := range int64(12) {
+			if err := v.WriteAt(ctx, bytes.Repeat([]byte{seed + byte(i)}, 4096), i*chunk, false); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	fill(v1, 10)
+	c.kill()
+	fill(v1, 50) // c misses these
+	if got := mk.list(); !slices.Equal(got, []string{"c"}) {
+		t.Fatalf("marks after writes missed by c: %v", got)
+	}
+	v1.Close()
+	a.kill() // the writer dies; c returns
+	c.start()
+
+	cfg = volumeConfig(t, spec, t.TempDir(), b, a, c)
+	cfg.Marks, cfg.Stale = mk, mk.list()
+	v2 := openConfig(t, cfg)
+	got := make([]byte, 4096)
+	var withA []int64
+	onB := int64(-1)
+	for i := range int64(12) {
+		owners := v2.Owners(i)
+		err := v2.ReadAt(ctx, got, i*chunk)
+		switch {
+		case slices.Contains(owners, "b"):
+			onB = i
+			if err != nil || got[0] != 50+byte(i) {
+				t.Errorf("chunk %d on %v: %v, first byte %d, want %d", i, owners, err, got[0], 50+i)
+			}
+		default: // a and c: a is dead, c missed the last write
+			withA = append(withA, i)
+			if !errors.Is(err, volume.ErrNoMirror) {
+				t.Errorf("chunk %d on %v: %v (first byte %d), want ErrNoMirror rather than c's old copy", i, owners, err, got[0])
+			}
+		}
+	}
+	if len(withA) == 0 {
+		t.Fatal("placement put no chunk on a and c only")
+	}
+	time.Sleep(200 * time.Millisecond) // a reader does not resynchronise
+	if got := v2.StaleChunks()["c"]; got != 12 {
+		t.Errorf("c's stale chunks before v2 writes: %d, want all 12", got)
+	}
+	// v2 writes: it is the writer now and resynchronises c from b where
+	// it can; the chunks whose good copy is on a wait for a.
+	if err := v2.WriteAt(ctx, []byte{50 + byte(onB)}, onB*chunk+4096, false); err != nil {
+		t.Fatal(err)
+	}
+	// A write no mirror takes (a down, c stale) fails and marks nothing.
+	if err := v2.WriteAt(ctx, []byte("x"), withA[0]*chunk, false); !errors.Is(err, volume.ErrNoMirror) {
+		t.Fatalf("write to a chunk without a live in-sync mirror: %v", err)
+	}
+	waitFor(t, 10*time.Second, "c resynchronised from b", func() bool { return v2.StaleChunks()["c"] == len(withA) })
+	if got := mk.list(); !slices.Equal(got, []string{"c"}) {
+		t.Fatalf("marks while a is down: %v", got)
+	}
+	a.start()
+	waitFor(t, 10*time.Second, "the mark to clear", func() bool { return len(mk.list()) == 0 })
+	for _, i := range withA {
+		if err := v2.ReadAt(ctx, got, i*chunk); err != nil || got[0] != 50+byte(i) {
+			t.Errorf("chunk %d after a returned: %v, first byte %d", i, err, got[0])
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,7 +36,24 @@ type Config struct {
 	ProbeInterval time.Duration
 	// Logger; default discard.
 	Logger *slog.Logger
+	// Marks, if set, records outside this node which mirrors missed
+	// writes (see StaleMarks); Stale is what it holds at Open.
+	Marks StaleMarks
+	Stale []string
 }
+
+// StaleMarks records, outside the node that writes a volume, which of its
+// mirrors missed writes and are not resynchronised yet (the cluster map
+// does: VolumeSpec.Stale), so that a node that opens the volume after the
+// writer died does not read those mirrors as current.
+type StaleMarks interface {
+	SetStale(ctx context.Context, node string, stale bool) error
+}
+
+// marksTimeout bounds one StaleMarks call. A mark that cannot be recorded
+// does not fail the write (the cluster may have lost its quorum while the
+// mirrors still work); the resync loop tries again.
+const marksTimeout = 5 * time.Second
 
 // Volume is a mirrored block volume. It implements nbd.Device.
 type Volume struct {
@@ -45,6 +63,7 @@ type Volume struct {
 	chunks int64
 	shift  uint
 	nodes  map[string]*mirror
+	wrote  atomic.Bool                 // this volume has written: it is the writer
 	owners []atomic.Pointer[[]*mirror] // per chunk, computed lazily
 	locks  [256]sync.RWMutex           // chunk stripes: I/O shares, resync excludes
 
@@ -73,6 +92,10 @@ type mirror struct {
 	down     atomic.Bool
 	failedAt atomic.Int64 // unix ns of the last failure
 	inflight atomic.Int64
+
+	markMu sync.Mutex  // serialises StaleMarks calls for the mirror
+	shared atomic.Bool // marked stale in StaleMarks
+	noted  atomic.Bool // its stale bits came from StaleMarks, not from this volume's writes
 }
 
 var (
@@ -128,6 +151,7 @@ func Open(ctx context.Context, cfg Config) (*Volume, error) {
 		return nil, err
 	}
 	v.stale = st
+	v.NoteStale(cfg.Stale)
 	ctx, v.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	v.wg.Add(1)
 	go v.resyncLoop(ctx)
@@ -310,6 +334,9 @@ func (v *Volume) fail(m *mirror, err error) {
 // can send asynchronously (aop) are started first, without a goroutine;
 // the last synchronous one runs inline.
 func (v *Volume) mutate(ctx context.Context, chunk int64, op func(ctx context.Context, m *mirror) error, aop func(ctx context.Context, a asyncReplica) func() error) error {
+	if !v.wrote.Load() {
+		v.becomeWriter()
+	}
 	owners := v.ownersOf(chunk)
 	lk := &v.locks[chunk&255]
 	lk.RLock()
@@ -351,28 +378,36 @@ func (v *Volume) mutate(ctx context.Context, chunk int64, op func(ctx context.Co
 		}
 	}
 
-	ok, marked := 0, false
+	ok := 0
 	for i, m := range owners {
 		if errs[i] == nil {
 			ok++
-			continue
-		}
-		if errs[i] != skipped {
+		} else if errs[i] != skipped {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
 			v.fail(m, errs[i])
 		}
-		if v.stale.mark(m.id, chunk) {
-			marked = true
-		}
 	}
 	if ok == 0 {
+		// No mirror took it: none is newer than another, so none is
+		// marked (that could leave the chunk without a good copy).
 		return fmt.Errorf("%w: chunk %d of %s", ErrNoMirror, chunk, v.spec.Name)
 	}
-	if marked {
+	marked := 0
+	for i, m := range owners {
+		if errs[i] != nil && v.stale.mark(m.id, chunk) {
+			marked |= 1 << i
+		}
+	}
+	if marked != 0 {
 		if err := v.stale.save(); err != nil {
 			return fmt.Errorf("volume: persisting the stale map: %w", err)
+		}
+		for i, m := range owners {
+			if marked&(1<<i) != 0 {
+				v.share(ctx, m)
+			}
 		}
 		v.poke()
 	}
@@ -528,11 +563,104 @@ func (v *Volume) resyncLoop(ctx context.Context) {
 				v.cfg.Logger.Info("volume mirror is back", "volume", v.spec.Name, "node", id)
 				m.down.Store(false)
 			}
+			if m.noted.Load() {
+				continue // the writer resynchronises it
+			}
 			if err := v.resyncNode(ctx, m); err != nil && ctx.Err() == nil {
 				v.fail(m, err)
+				continue
 			}
+			v.share(ctx, m) // a mark that could not be recorded before
+			v.unshare(ctx, m)
 		}
 	}
+}
+
+// share records m as stale in StaleMarks, once.
+func (v *Volume) share(ctx context.Context, m *mirror) {
+	if v.cfg.Marks == nil || m.shared.Load() {
+		return
+	}
+	m.markMu.Lock()
+	defer m.markMu.Unlock()
+	if m.shared.Load() || v.stale.count(m.id) == 0 {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, marksTimeout)
+	defer cancel()
+	if err := v.cfg.Marks.SetStale(cctx, m.id, true); err != nil {
+		v.cfg.Logger.Warn("could not record a stale mirror in the cluster; will try again", "volume", v.spec.Name, "node", m.id, "err", err)
+		return
+	}
+	m.shared.Store(true)
+}
+
+// unshare clears m's mark in StaleMarks once it has caught up.
+func (v *Volume) unshare(ctx context.Context, m *mirror) {
+	if v.cfg.Marks == nil || !m.shared.Load() {
+		return
+	}
+	m.markMu.Lock()
+	defer m.markMu.Unlock()
+	if !m.shared.Load() || m.noted.Load() || v.stale.count(m.id) != 0 {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, marksTimeout)
+	defer cancel()
+	if err := v.cfg.Marks.SetStale(cctx, m.id, false); err != nil {
+		v.cfg.Logger.Warn("could not record a resynchronised mirror in the cluster; will try again", "volume", v.spec.Name, "node", m.id, "err", err)
+		return
+	}
+	m.shared.Store(false)
+	v.cfg.Logger.Info("volume mirror resynchronised", "volume", v.spec.Name, "node", m.id)
+}
+
+// NoteStale tells the volume which mirrors StaleMarks lists. A listed
+// mirror this volume has no marks for missed the writes of another node
+// (a writer that died): every chunk of it is treated as stale, so reads
+// avoid it, and it is resynchronised once this volume writes (it is the
+// writer then). Such noted marks go when the list drops the mirror.
+func (v *Volume) NoteStale(nodes []string) {
+	for id, m := range v.nodes {
+		listed := slices.Contains(nodes, id)
+		m.markMu.Lock()
+		switch {
+		case listed && !m.shared.Load():
+			m.shared.Store(true)
+			if v.stale.count(id) == 0 {
+				noted := !v.wrote.Load()
+				v.stale.markAll(id, noted)
+				m.noted.Store(noted)
+				v.cfg.Logger.Warn("a mirror missed writes made through another node: not read until resynchronised",
+					"volume", v.spec.Name, "node", id)
+				v.poke()
+			}
+		case !listed && m.shared.Load() && m.noted.Load():
+			v.stale.clearAll(id)
+			m.noted.Store(false)
+			m.shared.Store(false)
+		}
+		m.markMu.Unlock()
+	}
+}
+
+// becomeWriter makes the marks this volume noted its own: it resynchronises
+// those mirrors from now on.
+func (v *Volume) becomeWriter() {
+	if v.wrote.Swap(true) {
+		return
+	}
+	for id, m := range v.nodes {
+		m.markMu.Lock()
+		if m.noted.Swap(false) {
+			v.stale.keep(id)
+		}
+		m.markMu.Unlock()
+	}
+	if err := v.stale.save(); err != nil {
+		v.cfg.Logger.Warn("saving the stale map", "volume", v.spec.Name, "err", err)
+	}
+	v.poke()
 }
 
 // resyncNode copies every chunk m misses from an in-sync mirror.

@@ -19,8 +19,9 @@ type staleStore struct {
 	path   string
 	chunks int64
 
-	mu    sync.Mutex // guards nodes map creation
-	nodes map[string]*bitmap
+	mu        sync.Mutex // guards nodes map creation and transient
+	nodes     map[string]*bitmap
+	transient map[string]bool // nodes whose marks are not saved (learnt, not found)
 
 	gen   atomic.Uint64 // bumped on every change
 	total atomic.Int64  // stale bits over all nodes
@@ -115,6 +116,46 @@ func (s *staleStore) clear(node string, c int64) {
 	}
 }
 
+// count is the number of chunks node misses.
+func (s *staleStore) count(node string) int64 {
+	if b := s.bm(node, false); b != nil {
+		return b.count.Load()
+	}
+	return 0
+}
+
+// markAll marks every chunk of node; with transient the marks are not
+// saved until keep.
+func (s *staleStore) markAll(node string, transient bool) {
+	s.mu.Lock()
+	if s.transient == nil {
+		s.transient = map[string]bool{}
+	}
+	s.transient[node] = transient
+	s.mu.Unlock()
+	for c := range s.chunks {
+		s.mark(node, c)
+	}
+}
+
+// keep makes node's marks saved from now on.
+func (s *staleStore) keep(node string) {
+	s.mu.Lock()
+	delete(s.transient, node)
+	s.mu.Unlock()
+	s.gen.Add(1)
+}
+
+// clearAll clears every mark of node.
+func (s *staleStore) clearAll(node string) {
+	for _, c := range s.list(node) {
+		s.clear(node, c)
+	}
+	s.mu.Lock()
+	delete(s.transient, node)
+	s.mu.Unlock()
+}
+
 func (s *staleStore) list(node string) []int64 {
 	b := s.bm(node, false)
 	if b == nil || b.count.Load() == 0 {
@@ -170,6 +211,12 @@ func (s *staleStore) save() error {
 	s.mu.Unlock()
 	sort.Strings(names)
 	for _, n := range names {
+		s.mu.Lock()
+		skip := s.transient[n]
+		s.mu.Unlock()
+		if skip {
+			continue
+		}
 		if l := s.list(n); len(l) > 0 {
 			f.Stale[n] = l
 		}
