@@ -406,7 +406,7 @@ func (v *Volume) mutate(ctx context.Context, chunk int64, op func(ctx context.Co
 		}
 		for i, m := range owners {
 			if marked&(1<<i) != 0 {
-				v.share(ctx, m)
+				v.record(ctx, m)
 			}
 		}
 		v.poke()
@@ -570,49 +570,34 @@ func (v *Volume) resyncLoop(ctx context.Context) {
 				v.fail(m, err)
 				continue
 			}
-			v.share(ctx, m) // a mark that could not be recorded before
-			v.unshare(ctx, m)
+			v.record(ctx, m)
 		}
 	}
 }
 
-// share records m as stale in StaleMarks, once.
-func (v *Volume) share(ctx context.Context, m *mirror) {
-	if v.cfg.Marks == nil || m.shared.Load() {
+// record brings m's mark in StaleMarks in line with its stale chunks: set
+// while it misses any, cleared once it has caught up (marks noted from
+// StaleMarks are the writer's to clear).
+func (v *Volume) record(ctx context.Context, m *mirror) {
+	if v.cfg.Marks == nil || m.shared.Load() == (v.stale.count(m.id) != 0) {
 		return
 	}
 	m.markMu.Lock()
 	defer m.markMu.Unlock()
-	if m.shared.Load() || v.stale.count(m.id) == 0 {
+	stale := v.stale.count(m.id) != 0
+	if m.shared.Load() == stale || m.noted.Load() {
 		return
 	}
 	cctx, cancel := context.WithTimeout(ctx, marksTimeout)
 	defer cancel()
-	if err := v.cfg.Marks.SetStale(cctx, m.id, true); err != nil {
-		v.cfg.Logger.Warn("could not record a stale mirror in the cluster; will try again", "volume", v.spec.Name, "node", m.id, "err", err)
+	if err := v.cfg.Marks.SetStale(cctx, m.id, stale); err != nil {
+		v.cfg.Logger.Warn("could not record a mirror's state in the cluster; will try again", "volume", v.spec.Name, "node", m.id, "stale", stale, "err", err)
 		return
 	}
-	m.shared.Store(true)
-}
-
-// unshare clears m's mark in StaleMarks once it has caught up.
-func (v *Volume) unshare(ctx context.Context, m *mirror) {
-	if v.cfg.Marks == nil || !m.shared.Load() {
-		return
+	m.shared.Store(stale)
+	if !stale {
+		v.cfg.Logger.Info("volume mirror resynchronised", "volume", v.spec.Name, "node", m.id)
 	}
-	m.markMu.Lock()
-	defer m.markMu.Unlock()
-	if !m.shared.Load() || m.noted.Load() || v.stale.count(m.id) != 0 {
-		return
-	}
-	cctx, cancel := context.WithTimeout(ctx, marksTimeout)
-	defer cancel()
-	if err := v.cfg.Marks.SetStale(cctx, m.id, false); err != nil {
-		v.cfg.Logger.Warn("could not record a resynchronised mirror in the cluster; will try again", "volume", v.spec.Name, "node", m.id, "err", err)
-		return
-	}
-	m.shared.Store(false)
-	v.cfg.Logger.Info("volume mirror resynchronised", "volume", v.spec.Name, "node", m.id)
 }
 
 // NoteStale tells the volume which mirrors StaleMarks lists. A listed

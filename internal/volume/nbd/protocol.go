@@ -272,8 +272,7 @@ func ParseInfoRequest(d []byte) (InfoRequest, error) {
 
 // AppendInfoRequest encodes the payload of NBD_OPT_INFO / NBD_OPT_GO.
 func AppendInfoRequest(b []byte, r InfoRequest) []byte {
-	b = binary.BigEndian.AppendUint32(b, uint32(len(r.Name)))
-	b = append(b, r.Name...)
+	b = appendString(b, r.Name)
 	b = binary.BigEndian.AppendUint16(b, uint16(len(r.Infos)))
 	for _, t := range r.Infos {
 		b = binary.BigEndian.AppendUint16(b, t)
@@ -327,12 +326,16 @@ func ParseMetaContextRequest(d []byte) (MetaContextRequest, error) {
 
 // AppendMetaContextRequest encodes the payload of the meta context options.
 func AppendMetaContextRequest(b []byte, r MetaContextRequest) []byte {
-	b = binary.BigEndian.AppendUint32(b, uint32(len(r.Name)))
-	b = append(b, r.Name...)
+	b = appendString(b, r.Name)
 	b = binary.BigEndian.AppendUint32(b, uint32(len(r.Queries)))
 	for _, q := range r.Queries {
-		b = binary.BigEndian.AppendUint32(b, uint32(len(q)))
-		b = append(b, q...)
+		b = appendString(b, q)
 	}
 	return b
+}
+
+// appendString encodes s with its 32-bit length first.
+func appendString(b []byte, s string) []byte {
+	b = binary.BigEndian.AppendUint32(b, uint32(len(s)))
+	return append(b, s...)
 }

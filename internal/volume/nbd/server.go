@@ -245,9 +245,7 @@ func (s *Server) handshake(ctx context.Context, c net.Conn, br *bufio.Reader) (D
 			}
 			var out []byte
 			for _, n := range names {
-				d := binary.BigEndian.AppendUint32(nil, uint32(len(n)))
-				d = append(d, n...)
-				out = appendOptReply(out, opt.Code, repServer, d)
+				out = appendOptReply(out, opt.Code, repServer, appendString(nil, n))
 			}
 			out = appendOptReply(out, opt.Code, repAck, nil)
 			_, err = c.Write(out)
