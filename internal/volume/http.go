@@ -207,6 +207,8 @@ func httpError(w http.ResponseWriter, err error) {
 	code := http.StatusInternalServerError
 	if errors.Is(err, ErrOutOfRange) || errors.Is(err, ErrInvalidName) {
 		code = http.StatusBadRequest
+	} else if noSpace(err) {
+		code = http.StatusInsufficientStorage
 	}
 	http.Error(w, err.Error(), code)
 }
@@ -350,8 +352,11 @@ func (c *Client) do(ctx context.Context, method, url string, body []byte, into [
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-		if resp.StatusCode == http.StatusBadRequest {
+		switch resp.StatusCode {
+		case http.StatusBadRequest:
 			return fmt.Errorf("%w: %s", ErrOutOfRange, strings.TrimSpace(string(msg)))
+		case http.StatusInsufficientStorage:
+			return fmt.Errorf("%w: %s", ErrNoSpace, strings.TrimSpace(string(msg)))
 		}
 		return fmt.Errorf("%w: %s %s: %s: %s", ErrReplicaError, method, url, resp.Status, strings.TrimSpace(string(msg)))
 	}

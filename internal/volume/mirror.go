@@ -391,8 +391,19 @@ func (v *Volume) mutate(ctx context.Context, chunk int64, op func(ctx context.Co
 	}
 	if ok == 0 {
 		// No mirror took it: none is newer than another, so none is
-		// marked (that could leave the chunk without a good copy).
-		return fmt.Errorf("%w: chunk %d of %s", ErrNoMirror, chunk, v.spec.Name)
+		// marked (that could leave the chunk without a good copy). The
+		// mirrors' errors go with it (a full drive reaches the client as
+		// ENOSPC).
+		var failed []error
+		for _, err := range errs[:len(owners)] {
+			if err != skipped {
+				failed = append(failed, err)
+			}
+		}
+		if len(failed) == 0 {
+			return fmt.Errorf("%w: chunk %d of %s", ErrNoMirror, chunk, v.spec.Name)
+		}
+		return fmt.Errorf("%w: chunk %d of %s: %w", ErrNoMirror, chunk, v.spec.Name, errors.Join(failed...))
 	}
 	marked := 0
 	for i, m := range owners {

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/slipstream-io/slipstream/internal/volume"
 )
 
@@ -137,4 +139,72 @@ func allZeroes(b []byte) bool {
 		}
 	}
 	return true
+}
+
+// fullLocal is a replica whose only drive is a 1 MiB tmpfs (mounted for
+// the test, unmounted after): writes beyond that fail with ENOSPC.
+func fullLocal(t *testing.T) *volume.Local {
+	t.Helper()
+	dir := t.TempDir()
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=1m"); err != nil {
+		t.Fatalf("mounting a small tmpfs (the test runs as root): %v", err)
+	}
+	l, err := volume.NewLocal(volume.LocalConfig{Mountpaths: []string{dir}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		l.Close()
+		if err := unix.Unmount(dir, 0); err != nil {
+			t.Errorf("unmount %s: %v", dir, err)
+		}
+	})
+	return l
+}
+
+// TestFullDriveIsENOSPC: a mirror whose drive is full answers ENOSPC over
+// both transports, and a volume write that no mirror can take fails with
+// ENOSPC (what the NBD server passes to the client), not a bare EIO.
+func TestFullDriveIsENOSPC(t *testing.T) {
+	ctx := context.Background()
+	big := make([]byte, 2<<20)
+	isENOSPC := func(err error) bool {
+		var e syscall.Errno
+		return errors.As(err, &e) && e == syscall.ENOSPC
+	}
+	remote := fullLocal(t)
+	srv := httptest.NewServer(volume.NewHandler(remote))
+	defer srv.Close()
+	for _, streams := range []int{0, -1} { // the chunk stream, plain HTTP
+		c, err := volume.NewClientConfig(volume.ClientConfig{BaseURL: srv.URL, StreamConns: streams})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = c.WriteAt(ctx, "v@1", 0, big, 0, false)
+		c.Close()
+		if !errors.Is(err, volume.ErrNoSpace) || !isENOSPC(err) {
+			t.Errorf("write to a full remote drive (streams %d): %v, want ErrNoSpace (ENOSPC)", streams, err)
+		}
+	}
+	c, err := volume.NewClientConfig(volume.ClientConfig{BaseURL: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	v, err := volume.Open(ctx, volume.Config{
+		Spec:  volume.Spec{Name: "v", Size: 8 << 20, Copies: 2, ID: "2"},
+		Nodes: []string{"a", "b"}, Self: "a", StateDir: t.TempDir(),
+		Replicas: map[string]volume.Replica{"a": fullLocal(t), "b": c},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	err = v.WriteAt(ctx, big, 0, false)
+	if !errors.Is(err, volume.ErrNoMirror) || !isENOSPC(err) {
+		t.Fatalf("volume write with every mirror full: %v, want ENOSPC", err)
+	}
+	if st := v.StaleChunks(); len(st) != 0 {
+		t.Errorf("a write no mirror took marked mirrors stale: %v", st)
+	}
 }

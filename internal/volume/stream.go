@@ -29,7 +29,8 @@ import (
 //
 // ops: 1 read (n bytes at off), 2 write (payload at off), 3 zero ([off,
 // off+n)), 4 sync (payload: chunk numbers, 8 bytes each). flags: 1 sync
-// (FUA), 2 punch. status: 0 ok, 1 out of range / invalid, 2 other error.
+// (FUA), 2 punch. status: 0 ok, 1 out of range / invalid, 2 other error,
+// 3 out of space.
 const (
 	streamProto       = "slipstream-volume/1"
 	streamReqLen      = 40
@@ -43,6 +44,7 @@ const (
 	statusOK          = 0
 	statusInvalid     = 1
 	statusError       = 2
+	statusNoSpace     = 3
 	streamMaxInFlight = 256
 )
 
@@ -243,6 +245,8 @@ func (s *streamServer) handle(ctx context.Context, r *streamReq, pb *[]byte) {
 		status = statusError
 		if errors.Is(err, ErrOutOfRange) || errors.Is(err, ErrInvalidName) {
 			status = statusInvalid
+		} else if noSpace(err) {
+			status = statusNoSpace
 		}
 		rep.data = []byte(err.Error())
 	}
@@ -462,9 +466,12 @@ func (sc *streamConn) readLoop(br *bufio.Reader) {
 				_, err = br.Discard(n - len(msg))
 			}
 			if call != nil {
-				if status == statusInvalid {
+				switch status {
+				case statusInvalid:
 					call.err = fmt.Errorf("%w: %s", ErrOutOfRange, msg)
-				} else {
+				case statusNoSpace:
+					call.err = fmt.Errorf("%w: %s", ErrNoSpace, msg)
+				default:
 					call.err = fmt.Errorf("%w: %s", ErrReplicaError, msg)
 				}
 			}

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"syscall"
 )
 
 // DefaultChunkSize is the chunk size of a volume that does not set one.
@@ -29,7 +30,15 @@ var (
 	ErrNoMirror     = errors.New("volume: no live in-sync mirror for the chunk")
 	ErrOutOfRange   = errors.New("volume: range beyond the end of the chunk")
 	ErrReplicaError = errors.New("volume: replica failed")
+	// ErrNoSpace is a mirror out of space; it wraps ENOSPC, which the NBD
+	// server passes on to the client.
+	ErrNoSpace = fmt.Errorf("volume: a mirror is out of space: %w", syscall.ENOSPC)
 )
+
+// noSpace reports whether err is a full drive (or quota) on a mirror.
+func noSpace(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
+}
 
 // Spec describes a volume. It is what the cluster metadata stores.
 type Spec struct {

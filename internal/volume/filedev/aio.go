@@ -115,9 +115,21 @@ func (r *Ring) Close() error {
 }
 
 // WriteAt writes p at off of fd (an O_DIRECT descriptor; p, off and len(p)
-// aligned as O_DIRECT needs) and waits for the write to complete.
+// aligned as O_DIRECT needs) and waits for the write to complete. A short
+// write (a drive filling up) goes on with the rest, like pwrite, so that
+// the error that stopped it (ENOSPC) is what the caller gets.
 func (r *Ring) WriteAt(fd int, p []byte, off int64) error {
-	return r.do(fd, iocbCmdPwrite, p, off)
+	for len(p) > 0 {
+		res, err := r.run(fd, iocbCmdPwrite, p, off)
+		if err != nil {
+			return err
+		}
+		if res <= 0 || res%4096 != 0 && int(res) < len(p) {
+			return fmt.Errorf("filedev: short AIO write: %d of %d bytes: %w", res, len(p), io.ErrShortWrite)
+		}
+		p, off = p[res:], off+res
+	}
+	return nil
 }
 
 // ReadAt reads into p at off of fd, as WriteAt; it returns the bytes read,
@@ -125,14 +137,6 @@ func (r *Ring) WriteAt(fd int, p []byte, off int64) error {
 func (r *Ring) ReadAt(fd int, p []byte, off int64) (int, error) {
 	res, err := r.run(fd, iocbCmdPread, p, off)
 	return int(max(res, 0)), err
-}
-
-func (r *Ring) do(fd int, op uint16, p []byte, off int64) error {
-	res, err := r.run(fd, op, p, off)
-	if err == nil && int(res) != len(p) {
-		return fmt.Errorf("filedev: short AIO transfer: %d of %d bytes", res, len(p))
-	}
-	return err
 }
 
 func (r *Ring) run(fd int, op uint16, p []byte, off int64) (int64, error) {
