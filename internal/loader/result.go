@@ -108,6 +108,18 @@ type Cleanup struct {
 	Errors  int `json:"errors"`
 }
 
+// CounterDelta sums, over the nodes, how much the node counter name grew
+// from the first sample of the run to the last (0 without samples).
+func (r *Result) CounterDelta(name string) float64 {
+	var d float64
+	for _, n := range r.Nodes {
+		if len(n.Samples) > 1 {
+			d += n.Samples[len(n.Samples)-1].Counters[name] - n.Samples[0].Counters[name]
+		}
+	}
+	return d
+}
+
 // WriteJSON writes r to path, indented.
 func (r *Result) WriteJSON(path string) error {
 	b, err := json.MarshalIndent(r, "", "  ")

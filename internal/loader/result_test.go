@@ -172,3 +172,21 @@ func TestNodeRatesUseArrivalTimes(t *testing.T) {
 		t.Fatalf("with arrival times: %+v", r)
 	}
 }
+
+func TestCounterDelta(t *testing.T) {
+	snap := func(warm float64) sysstat.Snapshot {
+		return sysstat.Snapshot{Counters: map[string]float64{"warm_hits": warm}}
+	}
+	r := &Result{Nodes: []NodeStats{
+		{Samples: []sysstat.Snapshot{snap(10), snap(12), snap(40)}},
+		{Samples: []sysstat.Snapshot{snap(0), snap(5)}},
+		{Samples: []sysstat.Snapshot{snap(7)}}, // one sample: no interval
+		{},
+	}}
+	if got := r.CounterDelta("warm_hits"); got != 35 {
+		t.Errorf("warm_hits delta %v, want 35", got)
+	}
+	if got := r.CounterDelta("cold_hits"); got != 0 {
+		t.Errorf("missing counter delta %v, want 0", got)
+	}
+}
