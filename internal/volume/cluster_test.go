@@ -474,11 +474,17 @@ func TestVolumeExtents(t *testing.T) {
 type marks struct {
 	mu    sync.Mutex
 	nodes []string
+	fail  error // answer every call with this (a cluster without quorum)
+	calls int
 }
 
 func (m *marks) SetStale(_ context.Context, node string, stale bool) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.calls++
+	if m.fail != nil {
+		return m.fail
+	}
 	m.nodes = slices.DeleteFunc(m.nodes, func(n string) bool { return n == node })
 	if stale {
 		m.nodes = append(m.nodes, node)
@@ -573,5 +579,33 @@ func TestWriterDiesWhileAMirrorIsStale(t *testing.T) {
 		if err := v2.ReadAt(ctx, got, i*chunk); err != nil || got[0] != 50+byte(i) {
 			t.Errorf("chunk %d after a returned: %v, first byte %d", i, err, got[0])
 		}
+	}
+}
+
+// TestStaleMarkUnavailable: when the cluster cannot record a stale mirror,
+// writes go on (the writer's own stale map has the chunks) and stop
+// asking for a while instead of waiting on every newly missed chunk.
+func TestStaleMarkUnavailable(t *testing.T) {
+	ctx := context.Background()
+	a, b := startNode(t, "a"), startNode(t, "b")
+	const chunk = 1 << 20
+	mk := &marks{fail: errors.New("no quorum")}
+	cfg := volumeConfig(t, volume.Spec{Name: "vol", Size: 16 * chunk, ChunkSize: chunk, Copies: 2, ID: "3"}, t.TempDir(), a, b)
+	cfg.Marks = mk
+	v := openConfig(t, cfg)
+	b.kill()
+	for i := range int64(16) {
+		if err := v.WriteAt(ctx, []byte("x"), i*chunk, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mk.mu.Lock()
+	calls := mk.calls
+	mk.mu.Unlock()
+	if calls == 0 || calls > 2 {
+		t.Errorf("%d attempts to record the stale mirror during 16 writes, want 1 (then a back-off)", calls)
+	}
+	if got := v.StaleChunks()["b"]; got != 16 {
+		t.Errorf("b's stale chunks: %d, want 16", got)
 	}
 }

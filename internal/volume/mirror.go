@@ -52,8 +52,12 @@ type StaleMarks interface {
 
 // marksTimeout bounds one StaleMarks call. A mark that cannot be recorded
 // does not fail the write (the cluster may have lost its quorum while the
-// mirrors still work); the resync loop tries again.
-const marksTimeout = 5 * time.Second
+// mirrors still work); the resync loop tries again, and writes stop
+// waiting for it for marksBackoff.
+const (
+	marksTimeout = 5 * time.Second
+	marksBackoff = 30 * time.Second
+)
 
 // Volume is a mirrored block volume. It implements nbd.Device.
 type Volume struct {
@@ -93,9 +97,10 @@ type mirror struct {
 	failedAt atomic.Int64 // unix ns of the last failure
 	inflight atomic.Int64
 
-	markMu sync.Mutex  // serialises StaleMarks calls for the mirror
-	shared atomic.Bool // marked stale in StaleMarks
-	noted  atomic.Bool // its stale bits came from StaleMarks, not from this volume's writes
+	markMu sync.Mutex   // serialises StaleMarks calls for the mirror
+	shared atomic.Bool  // marked stale in StaleMarks
+	noted  atomic.Bool  // its stale bits came from StaleMarks, not from this volume's writes
+	markAt atomic.Int64 // unix ns of the last StaleMarks failure
 }
 
 var (
@@ -416,7 +421,7 @@ func (v *Volume) mutate(ctx context.Context, chunk int64, op func(ctx context.Co
 			return fmt.Errorf("volume: persisting the stale map: %w", err)
 		}
 		for i, m := range owners {
-			if marked&(1<<i) != 0 {
+			if marked&(1<<i) != 0 && time.Since(time.Unix(0, m.markAt.Load())) > marksBackoff {
 				v.record(ctx, m)
 			}
 		}
@@ -602,6 +607,7 @@ func (v *Volume) record(ctx context.Context, m *mirror) {
 	cctx, cancel := context.WithTimeout(ctx, marksTimeout)
 	defer cancel()
 	if err := v.cfg.Marks.SetStale(cctx, m.id, stale); err != nil {
+		m.markAt.Store(time.Now().UnixNano())
 		v.cfg.Logger.Warn("could not record a mirror's state in the cluster; will try again", "volume", v.spec.Name, "node", m.id, "stale", stale, "err", err)
 		return
 	}
