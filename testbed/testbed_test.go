@@ -230,11 +230,18 @@ func startHelper(t *testing.T, ctx context.Context, bed *testbed.Bed, host testb
 	}
 	h := &helper{cmd: cmd, stdin: stdin, out: bufio.NewScanner(stdout)}
 	h.out.Buffer(make([]byte, 1<<20), 1<<20)
-	t.Cleanup(func() { // stop it by its PID if still running
+	t.Cleanup(func() { // closing stdin stops it (and it removes its temp dir); else kill it by its PID
 		stdin.Close()
-		if cmd.ProcessState == nil {
+		if cmd.ProcessState != nil {
+			return
+		}
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
 			cmd.Process.Kill()
-			cmd.Wait()
+			<-done
 		}
 	})
 	return h
