@@ -369,7 +369,11 @@ func (g *gateway) HeadObject(ctx context.Context, bucket, key string) (object.In
 }
 
 // eachHolder calls f on the read targets in order until one succeeds or
-// answers with an error other than "not found" or "unreachable".
+// answers from the object itself (a range, a precondition, ...). A holder
+// that does not have the object, cannot be reached or fails (a broken
+// drive) is passed over for the next; if none serves it, the error says
+// why, a failure first: an object that exists but cannot be read is not
+// "not found".
 func (g *gateway) eachHolder(ctx context.Context, bucket, key string, f func(peer.Local) error) error {
 	m, b, err := g.bucket(ctx, bucket)
 	if err != nil {
@@ -381,28 +385,46 @@ func (g *gateway) eachHolder(ctx context.Context, bucket, key string, f func(pee
 		return fmt.Errorf("%w: no node is up", object.ErrUnavailable)
 	}
 	last := fmt.Errorf("%w: %s/%s", object.ErrNotFound, bucket, key)
-	unreachable := 0
+	rank := 0 // of last: 0 not found, 1 unreachable, 2 failed
 	for _, id := range targets {
 		err := f(g.at(m, id))
+		r := 0
 		switch {
 		case err == nil:
 			return nil
-		case errors.Is(err, peer.ErrUnreachable):
-			unreachable++
-			g.log.Debug("holder unreachable, trying the next", "node", id, "bucket", bucket, "key", key, "err", err)
-			last = err
-		case errors.Is(err, object.ErrNotFound):
-			if unreachable == 0 || !errors.Is(last, peer.ErrUnreachable) {
-				last = err
-			}
-		default:
-			return err
-		}
-		if ctx.Err() != nil {
+		case ctx.Err() != nil:
 			return ctx.Err()
+		case errors.Is(err, object.ErrNotFound):
+		case errors.Is(err, peer.ErrUnreachable):
+			r = 1
+			g.log.Debug("holder unreachable, trying the next", "node", id, "bucket", bucket, "key", key, "err", err)
+		case answersForObject(err):
+			return err
+		default:
+			r = 2
+			g.log.Warn("holder failed to read, trying the next", "node", id, "bucket", bucket, "key", key, "err", err)
+		}
+		if r >= rank {
+			last, rank = err, r
 		}
 	}
 	return last
+}
+
+// answersForObject reports whether err is an answer about the object or
+// the request rather than a failure of the holder: another holder would
+// answer the same.
+func answersForObject(err error) bool {
+	for _, e := range []error{
+		object.ErrInvalidRange, object.ErrPrecondition, object.ErrNotModified, object.ErrInvalidArgument,
+		object.ErrInvalidKey, object.ErrBucketNotFound, object.ErrInvalidBucketName, object.ErrUploadNotFound,
+		object.ErrBackend, object.ErrSlowDown, context.Canceled, context.DeadlineExceeded,
+	} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // DeleteObject implements s3api.Objects: every node that may hold a copy

@@ -9,9 +9,11 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"log/slog"
 	"net/http/httptest"
 	"reflect"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -210,5 +212,68 @@ func TestFirstError(t *testing.T) {
 				t.Errorf("firstError = %v, want %v", got, tt.want)
 			}
 		})
+	}
+}
+
+// statLocal answers Stat from a table; a key it maps to an error fails
+// with it (a broken drive, a bad range).
+type statLocal struct {
+	peer.Local
+	infos map[string]object.Info
+	errs  map[string]error
+}
+
+func (s statLocal) Stat(_ context.Context, _, key string) (object.Info, error) {
+	if err, ok := s.errs[key]; ok {
+		return object.Info{}, err
+	}
+	if i, ok := s.infos[key]; ok {
+		return i, nil
+	}
+	return object.Info{}, object.ErrNotFound
+}
+
+type fixedMeta struct{ fixedMap }
+
+func (fixedMeta) CreateBucket(context.Context, cluster.BucketProps) error { return nil }
+func (fixedMeta) DeleteBucket(context.Context, string) error              { return nil }
+
+// TestReadFallsOverFailedHolder: a holder whose drive fails is passed over
+// for the next; an answer about the object itself is not; an object that
+// no holder can read is an error, not "not found".
+func TestReadFallsOverFailedHolder(t *testing.T) {
+	eio := fmt.Errorf("read /mp1/obj/b/k: %w", syscall.EIO)
+	remote := statLocal{infos: map[string]object.Info{"k": {Key: "k", ETag: "good"}},
+		errs: map[string]error{"bad-range": object.ErrInvalidRange}}
+	srv := httptest.NewServer(peer.NewHandler(remote))
+	defer srv.Close()
+	m := cluster.NewMap()
+	m.Buckets["b"] = cluster.BucketProps{Name: "b", Copies: 2, Mode: cluster.ModeLocal}
+	for _, key := range []string{"k", "bad-range", "only-on-broken", "nowhere"} {
+		order := placement.Order([]string{"n1", "n2"}, placement.ObjectName("b", key))
+		m.Nodes[order[0]] = cluster.NodeInfo{ID: order[0], State: cluster.StateUp}
+		m.Nodes[order[1]] = cluster.NodeInfo{ID: order[1], State: cluster.StateUp, IntraAddrs: []string{srv.URL}}
+		broken := statLocal{errs: map[string]error{"k": eio, "bad-range": object.ErrInvalidRange, "only-on-broken": eio}}
+		g := &gateway{self: order[0], meta: fixedMeta{fixedMap{m}}, local: broken, log: slog.New(slog.DiscardHandler),
+			peers: &peer.Client{Doer: &peer.HTTPDoer{Client: srv.Client()}}}
+		info, err := g.HeadObject(context.Background(), "b", key)
+		switch key {
+		case "k":
+			if err != nil || info.ETag != "good" {
+				t.Errorf("%s: %+v %v, want the second holder's copy", key, info, err)
+			}
+		case "bad-range":
+			if !errors.Is(err, object.ErrInvalidRange) {
+				t.Errorf("%s: %v, want the first holder's answer", key, err)
+			}
+		case "only-on-broken":
+			if err == nil || errors.Is(err, object.ErrNotFound) || !errors.Is(err, syscall.EIO) {
+				t.Errorf("%s: %v, want the broken drive's error", key, err)
+			}
+		case "nowhere":
+			if !errors.Is(err, object.ErrNotFound) {
+				t.Errorf("%s: %v, want not found", key, err)
+			}
+		}
 	}
 }
