@@ -379,7 +379,7 @@ func (n *Node) registerVolumeAdmin() {
 			}
 			v.Nodes = m.NodeIDs()
 			v.Created = time.Now().UTC()
-			v.ID = newVolumeID()
+			v.ID, v.Stale = newVolumeID(), nil
 		}
 		if err := volume.ValidName(v.Name); err != nil {
 			writeAdmin(w, nil, fmt.Errorf("%w: %v", object.ErrInvalidArgument, err))
