@@ -161,8 +161,12 @@ func adminStatus(ctx context.Context, env Env, args []string) error {
 			if i > 0 {
 				name = ""
 			}
+			path := mp.Path
+			if mp.Failed {
+				path += " (FAILED: no new writes)"
+			}
 			fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\t%s\t%s\t%d\n", name, ni.State, ni.Voter, strings.Join(ni.PublicAddrs, ","),
-				mp.Path, humanBytes(mp.Used), humanBytes(mp.Capacity), mp.Objects)
+				path, humanBytes(mp.Used), humanBytes(mp.Capacity), mp.Objects)
 		}
 		for k, v := range st.Extra {
 			b, _ := json.Marshal(v)

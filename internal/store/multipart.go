@@ -103,7 +103,7 @@ func (s *Store) CreateUpload(ctx context.Context, bucket, key string, opts objec
 		if isNoSpace(err) {
 			return "", noSpace(mp, err)
 		}
-		return "", fmt.Errorf("store: create upload: %w", err)
+		return "", s.checkDrive(mp, fmt.Errorf("store: create upload: %w", err))
 	}
 	meta := uploadMeta{V: metaFormat, Bucket: bucket, Key: key, UploadID: id, Initiated: s.now().UTC(),
 		ContentType: opts.ContentType, UserMeta: maps.Clone(opts.UserMeta)}
@@ -173,7 +173,7 @@ func (s *Store) PutPart(ctx context.Context, bucket, key, uploadID string, part 
 	}
 	w, err := s.newWork(u.mp, false)
 	if err != nil {
-		return object.PartInfo{}, err
+		return object.PartInfo{}, s.checkDrive(u.mp, err)
 	}
 	defer w.abort()
 	limit := opts.Size
@@ -182,7 +182,7 @@ func (s *Store) PutPart(ctx context.Context, bucket, key, uploadID string, part 
 	}
 	d, err := w.ingest(ctx, r, limit, true)
 	if err != nil {
-		return object.PartInfo{}, err
+		return object.PartInfo{}, s.checkDrive(u.mp, err)
 	}
 	if opts.ContentMD5 != nil && string(opts.ContentMD5) != string(d.md5) {
 		return object.PartInfo{}, fmt.Errorf("%w: got %x, Content-MD5 says %x", object.ErrBadDigest, d.md5, opts.ContentMD5)

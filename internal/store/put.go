@@ -258,7 +258,7 @@ func (s *Store) Put(ctx context.Context, bucket, key string, r io.Reader, opts P
 	mp := s.mountpathFor(bucket, key)
 	w, err := s.newWork(mp, opts.NoCache)
 	if err != nil {
-		return object.Info{}, err
+		return object.Info{}, s.checkDrive(mp, err)
 	}
 	defer w.abort()
 	limit := opts.Size
@@ -267,7 +267,7 @@ func (s *Store) Put(ctx context.Context, bucket, key string, r io.Reader, opts P
 	}
 	d, err := w.ingest(ctx, r, limit, opts.Digest == nil && (opts.ETag == "" || opts.ContentMD5 != nil))
 	if err != nil {
-		return object.Info{}, err
+		return object.Info{}, s.checkDrive(mp, err)
 	}
 	if opts.Digest != nil {
 		if d.md5, err = sendersMD5(opts.Digest, d.crc32c); err != nil {
@@ -286,7 +286,7 @@ func (s *Store) Put(ctx context.Context, bucket, key string, r io.Reader, opts P
 	info.Checksum = checksumString(d.crc32c)
 	info.AccessTime = info.ModTime
 	if err := s.commit(ctx, w, info); err != nil {
-		return object.Info{}, err
+		return object.Info{}, s.checkDrive(mp, err)
 	}
 	return cloneInfo(info), nil
 }

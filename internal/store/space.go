@@ -17,6 +17,7 @@ type MountpathStats struct {
 	Capacity, Used, Free int64 // filesystem (or MaxBytes model)
 	Objects              int64 // what the store holds there
 	Bytes                int64
+	Failed               bool `json:",omitempty"` // its drive failed: it takes no new writes
 }
 
 // checkEvery is how often the background loop looks at the watermarks when
@@ -78,7 +79,7 @@ func (mp *mountpath) addParts(delta int64) {
 // stats measures mp: the MaxBytes model if set, else the filesystem.
 func (s *Store) stats(mp *mountpath) MountpathStats {
 	mp.spaceMu.Lock()
-	st := MountpathStats{Path: mp.path, Objects: mp.objCount, Bytes: mp.objBytes}
+	st := MountpathStats{Path: mp.path, Objects: mp.objCount, Bytes: mp.objBytes, Failed: mp.failed.Load()}
 	held := mp.objBytes + mp.partBytes + mp.reserved
 	mp.spaceMu.Unlock()
 	var fs unix.Statfs_t

@@ -77,6 +77,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
@@ -179,6 +180,8 @@ type Store struct {
 	log   *slog.Logger
 	mps   []*mountpath
 	paths []string // as configured: the HRW identities of the mountpaths
+	// failed counts mountpaths whose drive failed (mountpath.failed).
+	failed atomic.Int32
 
 	keyLocks [numKeyLocks]sync.RWMutex
 
@@ -233,6 +236,10 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Store, error) {
 			return nil, err
 		}
 		s.mps = append(s.mps, mp)
+		if mp.failed.Load() {
+			s.failed.Add(1)
+			log.Error("store: mountpath is read-only (a failed drive?); it takes no new writes", "mountpath", p)
+		}
 	}
 	if err := s.recover(ctx); err != nil {
 		s.closeMountpaths()
@@ -273,7 +280,8 @@ func (s *Store) closeMountpaths() {
 // mountpath is one drive of the store.
 type mountpath struct {
 	idx                    int
-	path                   string // as configured
+	failed                 atomic.Bool // its drive failed: no new writes
+	path                   string      // as configured
 	root                   string
 	tmpDir, objDir, mpuDir string
 	lock                   *os.File
@@ -309,6 +317,12 @@ func openMountpath(idx int, path, policy string) (*mountpath, error) {
 		}
 	}
 	lf, err := os.OpenFile(filepath.Join(root, ".slipstream.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if errors.Is(err, unix.EROFS) {
+		// A drive that failed earlier and was remounted read-only: its
+		// objects are still served, nothing new goes there.
+		lf, err = os.Open(filepath.Join(root, ".slipstream.lock"))
+		mp.failed.Store(true)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("store: mountpath %s: %w", path, err)
 	}
@@ -317,6 +331,9 @@ func openMountpath(idx int, path, policy string) (*mountpath, error) {
 		return nil, fmt.Errorf("%w: %s: %v", ErrBusy, path, err)
 	}
 	mp.lock = lf
+	if mp.failed.Load() {
+		return mp, nil
+	}
 	if err := probeXattr(mp.tmpDir); err != nil {
 		mp.close()
 		return nil, fmt.Errorf("%w: %s: %v", ErrNoXattr, path, err)
@@ -356,9 +373,39 @@ func (mp *mountpath) objectPath(bucket, key string) (dir, file string) {
 	return dir, filepath.Join(dir, n)
 }
 
-// mountpathFor is the HRW mountpath of bucket/key.
+// mountpathFor is the mountpath new writes of bucket/key go to: the HRW
+// one, or, when drives have failed, the highest-scoring one that has not
+// (the index finds an object on any mountpath).
 func (s *Store) mountpathFor(bucket, key string) *mountpath {
-	return s.mps[placement.Mountpath(s.paths, placement.ObjectName(bucket, key))]
+	name := placement.ObjectName(bucket, key)
+	if s.failed.Load() == 0 {
+		return s.mps[placement.Mountpath(s.paths, name)]
+	}
+	best, bestScore := s.mps[placement.Mountpath(s.paths, name)], uint64(0) // all failed: its error says so
+	for i, mp := range s.mps {
+		if sc := placement.Score(s.paths[i], name); !mp.failed.Load() && sc >= bestScore {
+			best, bestScore = mp, sc
+		}
+	}
+	return best
+}
+
+// isDriveFailure reports whether err is a drive failing: an I/O error, or
+// the filesystem remounted read-only after one (ext4's errors=remount-ro).
+func isDriveFailure(err error) bool {
+	return errors.Is(err, unix.EIO) || errors.Is(err, unix.EROFS)
+}
+
+// checkDrive takes mp out of the write placement if err is its drive
+// failing, and returns err. Later writes go to the next mountpath; what
+// is on mp stays readable as far as the drive allows (reads that fail are
+// served from the other nodes' copies).
+func (s *Store) checkDrive(mp *mountpath, err error) error {
+	if err != nil && isDriveFailure(err) && !mp.failed.Swap(true) {
+		s.failed.Add(1)
+		s.log.Error("store: mountpath failed; new writes go to the others", "mountpath", mp.path, "err", err)
+	}
+	return err
 }
 
 func (s *Store) keyLock(bucket, key string) *sync.RWMutex {

@@ -1,0 +1,95 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/slipstream-io/slipstream/internal/object"
+)
+
+// TestFailedDriveTakesNoWrites: a mountpath whose filesystem goes
+// read-only (what ext4 does after an I/O error) fails the write that finds
+// out, and the writes after it go to another mountpath; what was on it
+// stays readable, and Mountpaths reports it.
+func TestFailedDriveTakesNoWrites(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	broken := filepath.Join(dir, "mp1")
+	if err := unix.Mount("tmpfs", mkdir(t, broken), "tmpfs", 0, "size=16m"); err != nil {
+		t.Fatalf("mounting a tmpfs (the test runs as root): %v", err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(broken, 0); err != nil {
+			t.Errorf("unmount %s: %v", broken, err)
+		}
+	})
+	s := openTest(t, Config{Mountpaths: []string{broken, filepath.Join(dir, "mp2"), filepath.Join(dir, "mp3")}})
+	// Keys that HRW puts on the mountpath that will break.
+	var keys []string
+	for i := 0; len(keys) < 4; i++ {
+		if k := fmt.Sprintf("k%d", i); s.mountpathFor("bkt", k).path == broken {
+			keys = append(keys, k)
+		}
+	}
+	for _, k := range keys[:2] {
+		put(t, s, "bkt", k, []byte("before "+k))
+	}
+	// The kernel refuses to remount while a file is open for writing; the
+	// store's lock file is the only one (ext4 remounting itself after an
+	// error does not ask).
+	for _, mp := range s.mps {
+		if mp.path == broken {
+			mp.lock.Close()
+		}
+	}
+	if err := unix.Mount("", broken, "", unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+		t.Fatalf("remount read-only: %v", err)
+	}
+	_, err := s.Put(ctx, "bkt", keys[2], bytes.NewReader([]byte("x")), PutOptions{PutOptions: object.PutOptions{Size: 1}})
+	if !errors.Is(err, unix.EROFS) {
+		t.Fatalf("write to the broken mountpath: %v, want EROFS", err)
+	}
+	// The next writes, new keys and overwrites, land elsewhere.
+	for _, k := range []string{keys[2], keys[3], keys[0]} {
+		put(t, s, "bkt", k, []byte("after "+k))
+		if got, _ := get(t, s, "bkt", k, nil); string(got) != "after "+k {
+			t.Errorf("%s reads %q", k, got)
+		}
+	}
+	if got, _ := get(t, s, "bkt", keys[1], nil); string(got) != "before "+keys[1] {
+		t.Errorf("object on the broken mountpath reads %q", got)
+	}
+	for _, st := range s.Mountpaths() {
+		if st.Failed != (st.Path == broken) {
+			t.Errorf("mountpath %s: failed=%v", st.Path, st.Failed)
+		}
+	}
+
+	// A restart with the drive still read-only serves what it holds and
+	// keeps writes away from it.
+	s.Close()
+	s = openTest(t, Config{Mountpaths: []string{broken, filepath.Join(dir, "mp2"), filepath.Join(dir, "mp3")}})
+	if st := s.Mountpaths()[0]; !st.Failed {
+		t.Errorf("read-only mountpath after a restart: %+v", st)
+	}
+	for k, want := range map[string]string{keys[0]: "after " + keys[0], keys[1]: "before " + keys[1], keys[3]: "after " + keys[3]} {
+		if got, _ := get(t, s, "bkt", k, nil); string(got) != want {
+			t.Errorf("%s after a restart reads %q, want %q", k, got, want)
+		}
+	}
+	put(t, s, "bkt", keys[1], []byte("rewritten"))
+}
+
+func mkdir(t *testing.T, p string) string {
+	t.Helper()
+	if err := unix.Mkdir(p, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
