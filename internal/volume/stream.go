@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -142,6 +143,12 @@ type streamServer struct {
 func newStreamServer(h *handler, c net.Conn) *streamServer {
 	s := &streamServer{h: h, c: c, work: make(chan streamWork)}
 	s.out.Flush = s.writeReplies
+	// The writer yields once before it writes, so that replies finishing
+	// at the same moment go out in the same writev: at 32 in flight the
+	// stream's CPU per 4 KiB read fell from 13 to 4 µs, per write from 26
+	// to 14 µs (BenchmarkStreamRead4K/Write4K), one write in flight
+	// unchanged (BenchmarkWriteQD1).
+	s.out.Gather = runtime.Gosched
 	return s
 }
 
@@ -416,6 +423,7 @@ func dialStream(ctx context.Context, host string, timeout time.Duration) (*strea
 	_ = c.SetDeadline(time.Time{})
 	sc := &streamConn{c: c, calls: map[uint64]*streamCall{}}
 	sc.out.Flush = sc.writeRequests
+	sc.out.Gather = runtime.Gosched // as the server's replies
 	go sc.readLoop(br)
 	go sc.watchdog(timeout)
 	return sc, nil
