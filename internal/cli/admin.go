@@ -82,10 +82,10 @@ func (a *adminClient) callURL(ctx context.Context, method, url string, in, out a
 
 func adminCommand() Command {
 	return Command{
-		Summary: "cluster status, buckets, evict, prefetch, destage backlog",
+		Summary: "cluster status, buckets, evict, prefetch, rebalance, destage backlog",
 		Run: func(ctx context.Context, env Env) error {
 			if len(env.Args) == 0 {
-				return usagef("admin status | map | bucket ls|create|set|rm ... | prefetch BUCKET [--prefix P] | evict BUCKET [--prefix P]")
+				return usagef("admin status | map | bucket ls|create|set|rm ... | prefetch BUCKET [--prefix P] | evict BUCKET [--prefix P] | rebalance [--bucket B]")
 			}
 			sub, args := env.Args[0], env.Args[1:]
 			switch sub {
@@ -99,6 +99,8 @@ func adminCommand() Command {
 				return adminPrefetch(ctx, env, args)
 			case "evict":
 				return adminEvict(ctx, env, args)
+			case "rebalance":
+				return adminRebalance(ctx, env, args)
 			default:
 				return usagef("unknown admin command %q", sub)
 			}
@@ -333,22 +335,75 @@ func adminPrefetch(ctx context.Context, env Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	urls, err := a.upNodes(ctx)
-	if err != nil {
+	q := "?bucket=" + url.QueryEscape(bucket) + "&prefix=" + url.QueryEscape(prefix)
+	sum := func(ps []node.Progress) (t node.Progress) {
+		for _, p := range ps {
+			t.Listed += p.Listed
+			t.Filled += p.Filled
+			t.Warm += p.Warm
+			t.Failed += p.Failed
+			t.Bytes += p.Bytes
+			if p.LastErr != "" {
+				t.LastErr = p.LastErr
+			}
+		}
+		return t
+	}
+	t, err := runJob(ctx, env, a, "prefetch"+q, sum, progressBar, func(p node.Progress) (int, string) { return p.Failed, p.LastErr })
+	fmt.Fprintf(env.Stdout, "prefetch %s: %d objects (%d fetched, %d already warm, %d failed), %s fetched\n",
+		bucket, t.Filled+t.Warm+t.Failed, t.Filled, t.Warm, t.Failed, humanBytes(t.Bytes))
+	return err
+}
+
+// adminRebalance makes every up node pass over its copies and put them on
+// the nodes HRW places them on now, and shows the summed progress.
+func adminRebalance(ctx context.Context, env Env, args []string) error {
+	fs := flag.NewFlagSet("admin rebalance", flag.ContinueOnError)
+	fs.SetOutput(env.Stderr)
+	mk := newAdminClient(fs)
+	bucket := fs.String("bucket", "", "only this bucket's objects")
+	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	q := "?bucket=" + url.QueryEscape(bucket) + "&prefix=" + url.QueryEscape(prefix)
+	if fs.NArg() > 0 {
+		return usagef("admin rebalance [--bucket B]")
+	}
+	sum := func(ps []node.RebalanceProgress) node.RebalanceProgress {
+		t := node.RebalanceProgress{Node: "all", Done: len(ps) > 0}
+		for _, p := range ps {
+			t.Add(p)
+			t.Done = t.Done && p.Done
+		}
+		return t
+	}
+	bar := func(p node.RebalanceProgress) string {
+		return fmt.Sprintf("%d copies scanned, %d sent (%s), %d dropped, %d left for later, %d failed",
+			p.Scanned, p.Sent, humanBytes(p.Bytes), p.Dropped, p.Skipped, p.Failed)
+	}
+	t, err := runJob(ctx, env, mk(), "rebalance?bucket="+url.QueryEscape(*bucket), sum, bar,
+		func(p node.RebalanceProgress) (int, string) { return p.Failed, p.LastErr })
+	fmt.Fprintf(env.Stdout, "rebalance: %s\n", bar(t))
+	return err
+}
+
+// runJob starts the admin job at path on every up node, shows the
+// progress that sum adds up from their NDJSON streams, and returns the
+// total; the error names every node that failed or reported failures.
+func runJob[P any](ctx context.Context, env Env, a *adminClient, path string, sum func([]P) P, bar func(P) string, failures func(P) (int, string)) (P, error) {
+	var zero P
+	urls, err := a.upNodes(ctx)
+	if err != nil {
+		return zero, err
+	}
 	var (
 		mu    sync.Mutex
-		state = map[string]node.Progress{}
+		state = map[string]P{}
 		wg    sync.WaitGroup
 		errs  []error
 	)
 	for _, u := range urls {
-		wg.Add(1)
-		go func(u string) {
-			defer wg.Done()
-			err := a.stream(ctx, http.MethodPost, u+node.AdminPrefix+"prefetch"+q, func(p node.Progress) {
+		wg.Go(func() {
+			err := streamNDJSON(ctx, a, http.MethodPost, u+node.AdminPrefix+path, func(p P) {
 				mu.Lock()
 				state[u] = p
 				mu.Unlock()
@@ -358,27 +413,18 @@ func adminPrefetch(ctx context.Context, env Env, args []string) error {
 				errs = append(errs, fmt.Errorf("%s: %w", u, err))
 				mu.Unlock()
 			}
-		}(u)
+		})
 	}
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
-	total := func() node.Progress {
+	total := func() P {
 		mu.Lock()
 		defer mu.Unlock()
-		var t node.Progress
-		t.Done = len(state) == len(urls)
+		ps := make([]P, 0, len(state))
 		for _, p := range state {
-			t.Listed += p.Listed
-			t.Filled += p.Filled
-			t.Warm += p.Warm
-			t.Failed += p.Failed
-			t.Bytes += p.Bytes
-			t.Done = t.Done && p.Done
-			if p.LastErr != "" {
-				t.LastErr = p.LastErr
-			}
+			ps = append(ps, p)
 		}
-		return t
+		return sum(ps)
 	}
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
@@ -386,21 +432,19 @@ func adminPrefetch(ctx context.Context, env Env, args []string) error {
 		select {
 		case <-done:
 			t := total()
-			fmt.Fprintf(env.Stderr, "\r%s\n", progressBar(t))
-			fmt.Fprintf(env.Stdout, "prefetch %s: %d objects (%d fetched, %d already warm, %d failed), %s fetched\n",
-				bucket, t.Filled+t.Warm+t.Failed, t.Filled, t.Warm, t.Failed, humanBytes(t.Bytes))
+			fmt.Fprintf(env.Stderr, "\r%s\n", bar(t))
 			mu.Lock()
 			for u, p := range state {
-				if p.LastErr != "" {
-					errs = append(errs, fmt.Errorf("%s: %d objects failed, last error: %s", u, p.Failed, p.LastErr))
+				if n, last := failures(p); n > 0 || last != "" {
+					errs = append(errs, fmt.Errorf("%s: %d objects failed, last error: %s", u, n, last))
 				}
 			}
 			mu.Unlock()
-			return errors.Join(errs...)
+			return t, errors.Join(errs...)
 		case <-tick.C:
-			fmt.Fprintf(env.Stderr, "\r%s", progressBar(total()))
+			fmt.Fprintf(env.Stderr, "\r%s", bar(total()))
 		case <-ctx.Done():
-			return ctx.Err()
+			return total(), ctx.Err()
 		}
 	}
 }
@@ -416,14 +460,14 @@ func progressBar(p node.Progress) string {
 	return fmt.Sprintf("[%s%s] %d/%d objects, %s", strings.Repeat("#", n), strings.Repeat(".", width-n), handled, p.Listed, humanBytes(p.Bytes))
 }
 
-// stream reads an NDJSON answer line by line.
-func (a *adminClient) stream(ctx context.Context, method, u string, each func(node.Progress)) error {
+// streamNDJSON reads an NDJSON answer line by line.
+func streamNDJSON[P any](ctx context.Context, a *adminClient, method, u string, each func(P)) error {
 	req, err := http.NewRequestWithContext(ctx, method, u, nil)
 	if err != nil {
 		return err
 	}
 	req.Header.Set(peer.SecretHeader, a.secret)
-	hc := &http.Client{} // no overall timeout: a prefetch takes as long as it takes
+	hc := &http.Client{} // no overall timeout: a job takes as long as it takes
 	resp, err := hc.Do(req)
 	if err != nil {
 		return err
@@ -435,7 +479,7 @@ func (a *adminClient) stream(ctx context.Context, method, u string, each func(no
 	}
 	dec := json.NewDecoder(resp.Body)
 	for {
-		var p node.Progress
+		var p P
 		if err := dec.Decode(&p); err == io.EOF {
 			return nil
 		} else if err != nil {

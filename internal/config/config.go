@@ -52,6 +52,8 @@ type Node struct {
 	TLS   TLS   `yaml:"tls"`
 	Space Space `yaml:"space"`
 	Tier  Tier  `yaml:"tier"`
+	// Rebalance moves copies to the nodes HRW places them on.
+	Rebalance Rebalance `yaml:"rebalance"`
 	// DefaultCopies is the copies property of buckets created through S3.
 	DefaultCopies int `yaml:"default_copies"`
 }
@@ -104,6 +106,22 @@ type Tier struct {
 	FetchConcurrency int `yaml:"fetch_concurrency"`
 	// TTL is the default validation period of warm copies (validate=ttl).
 	TTL time.Duration `yaml:"ttl"`
+}
+
+// Rebalance configures the background passes that move copies to the
+// nodes HRW places them on after the set of nodes changes.
+type Rebalance struct {
+	// Off turns the automatic passes off (`slipstream admin rebalance`
+	// still runs one).
+	Off bool `yaml:"off"`
+	// DownAfter is how long a node may be down before its copies are made
+	// again on other nodes (default 10m; negative: never).
+	DownAfter time.Duration `yaml:"down_after"`
+	// Settle is how long a change of the node set must last before a pass
+	// starts (default 10s).
+	Settle time.Duration `yaml:"settle"`
+	// Parallel bounds the copies placed at once by a node (default 4).
+	Parallel int `yaml:"parallel"`
 }
 
 // Load reads, defaults and validates a YAML config file. Unknown fields are
@@ -172,6 +190,15 @@ func (n *Node) SetDefaults() {
 	if n.Tier.TTL == 0 {
 		n.Tier.TTL = time.Minute
 	}
+	if n.Rebalance.DownAfter == 0 {
+		n.Rebalance.DownAfter = 10 * time.Minute
+	}
+	if n.Rebalance.Settle == 0 {
+		n.Rebalance.Settle = 10 * time.Second
+	}
+	if n.Rebalance.Parallel == 0 {
+		n.Rebalance.Parallel = 4
+	}
 }
 
 // Validate checks every field and names the first bad one.
@@ -236,6 +263,9 @@ func (n *Node) Validate() error {
 	}
 	if n.Tier.PartSize < 1<<20 || n.Tier.FetchConcurrency < 1 || n.Tier.DestageWorkers < 1 {
 		return bad("tier", "part_size must be >= 1MiB, fetch_concurrency and destage_workers >= 1")
+	}
+	if n.Rebalance.Settle < 0 || n.Rebalance.Parallel < 0 {
+		return bad("rebalance", "settle and parallel must not be negative (got %v, %d)", n.Rebalance.Settle, n.Rebalance.Parallel)
 	}
 	return nil
 }

@@ -43,6 +43,7 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"unknown field", "", "nosuchfield"},
 		{"half credential", "    - {access_key: AK, secret_key: SK}\n", "s3.credentials[0]"},
 		{"no seeds", "bootstrap: true\n", "seeds"},
+		{"negative settle", "raft: 127.0.0.1:9200\n", "rebalance"},
 	}
 	repl := map[string]string{
 		"no id":           "",
@@ -51,6 +52,7 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		"bad raft":        "raft: nohostport\n",
 		"half credential": "    - {access_key: AK}\n",
 		"no seeds":        "",
+		"negative settle": "raft: 127.0.0.1:9200\nrebalance: {settle: -1s}\n",
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

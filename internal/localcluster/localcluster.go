@@ -32,11 +32,14 @@ var ErrNotReady = errors.New("localcluster: cluster not ready")
 
 // Spec describes the cluster to start.
 type Spec struct {
-	Binary     string // path of the slipstream binary
-	DataDir    string // everything goes under here
-	Nodes      int    // default 3
-	Mountpaths int    // per node, default 2
-	Addrs      int    // loopback addresses per node, default 2
+	Binary  string // path of the slipstream binary
+	DataDir string // everything goes under here
+	Nodes   int    // default 3
+	// Initial is the number of nodes Start starts (the first ones; default
+	// all): StartNode adds the others later, as nodes joining the cluster.
+	Initial    int
+	Mountpaths int // per node, default 2
+	Addrs      int // loopback addresses per node, default 2
 	// BasePort: node i listens on BasePort (S3), BasePort+100 (intra) on
 	// each of its addresses, BasePort+200 (raft) and BasePort+300 (NBD) on
 	// its first. Default 9000.
@@ -55,6 +58,9 @@ type Spec struct {
 func (s *Spec) defaults() {
 	if s.Nodes == 0 {
 		s.Nodes = 3
+	}
+	if s.Initial == 0 || s.Initial > s.Nodes {
+		s.Initial = s.Nodes
 	}
 	if s.Mountpaths == 0 {
 		s.Mountpaths = 2
@@ -120,7 +126,7 @@ func Start(ctx context.Context, spec Spec) (*Cluster, error) {
 	c.procs = make([]*exec.Cmd, spec.Nodes)
 	c.exited = make([]chan struct{}, spec.Nodes)
 	// The first node bootstraps; the others join through it.
-	for i := 0; i < spec.Nodes; i++ {
+	for i := 0; i < spec.Initial; i++ {
 		if err := c.StartNode(i); err != nil {
 			c.Stop()
 			return nil, err
@@ -132,7 +138,7 @@ func Start(ctx context.Context, spec Spec) (*Cluster, error) {
 			}
 		}
 	}
-	if err := c.WaitReady(ctx, spec.Nodes); err != nil {
+	if err := c.WaitReady(ctx, spec.Initial); err != nil {
 		c.Stop()
 		return nil, err
 	}

@@ -37,26 +37,13 @@ func (n *Node) registerJobs() {
 	n.adminExtras["POST "+AdminPrefix+"prefetch"] = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
 		bucket := q.Get("bucket")
-		w.Header().Set("Content-Type", "application/x-ndjson")
-		var mu sync.Mutex
-		enc := json.NewEncoder(w)
-		flusher, _ := w.(http.Flusher)
-		last := time.Time{}
+		progress := newNDJSON(w)
 		send := func(p tier.PrefetchProgress, force bool) {
-			mu.Lock()
-			defer mu.Unlock()
-			if !force && time.Since(last) < 200*time.Millisecond {
-				return
-			}
-			last = time.Now()
 			out := Progress{Node: n.cfg.ID, Listed: p.Listed, Filled: p.Filled, Warm: p.Warm, Failed: p.Failed, Bytes: p.Bytes, Done: p.Done}
 			if p.LastErr != nil {
 				out.LastErr = p.LastErr.Error()
 			}
-			_ = enc.Encode(out)
-			if flusher != nil {
-				flusher.Flush()
-			}
+			progress.send(out, force)
 		}
 		owns := func(key string) bool {
 			m := n.cluster.Map()
@@ -86,6 +73,45 @@ func (n *Node) registerJobs() {
 		}
 		writeAdmin(w, EvictResult{Node: n.cfg.ID, Objects: objs, Bytes: bytes}, err)
 	})
+}
+
+// ndjson streams progress lines, at most five a second unless forced.
+type ndjson struct {
+	mu      sync.Mutex
+	enc     *json.Encoder
+	flusher http.Flusher
+	last    time.Time
+}
+
+func newNDJSON(w http.ResponseWriter) *ndjson {
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	f, _ := w.(http.Flusher)
+	return &ndjson{enc: json.NewEncoder(w), flusher: f}
+}
+
+func (j *ndjson) send(v any, force bool) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if !force && time.Since(j.last) < 200*time.Millisecond {
+		return
+	}
+	j.last = time.Now()
+	_ = j.enc.Encode(v)
+	if j.flusher != nil {
+		j.flusher.Flush()
+	}
+}
+
+// registerRebalance adds the rebalance job to the admin API: the node
+// makes a pass over its copies (of one bucket, or all) and streams its
+// progress; the CLI starts it on every node.
+func (n *Node) registerRebalance(rb *rebalancer) {
+	n.adminExtras["POST "+AdminPrefix+"rebalance"] = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		progress := newNDJSON(w)
+		p := rb.run(r.Context(), r.URL.Query().Get("bucket"), func(p RebalanceProgress) { progress.send(p, false) })
+		progress.send(p, true)
+	})
+	n.statusExtras["rebalance"] = func() any { return rb.status() }
 }
 
 // tierCollector exports the tier's GET counters and destage backlog.

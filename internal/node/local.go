@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/slipstream-io/slipstream/internal/cluster"
 	"github.com/slipstream-io/slipstream/internal/object"
@@ -77,6 +78,11 @@ func (l *localService) Put(ctx context.Context, bucket, key string, r io.Reader,
 		return object.Info{}, err
 	}
 	switch {
+	case opts.KeepNewer:
+		if at, ok := l.tombs.get(bucket, key); ok && !at.Before(opts.ModTime) {
+			return object.Info{}, fmt.Errorf("%w: %s/%s was deleted at %s", object.ErrPrecondition, bucket, key, at.Format(time.RFC3339Nano))
+		}
+		return l.store.Put(ctx, bucket, key, r, storePutOptions(opts))
 	case opts.Replica && b.Mode == cluster.ModeWriteback:
 		// PutReplica needs no bucket registration: it journals for the owner.
 		return l.tier.PutReplica(ctx, opts.Owner, opts.Seq, bucket, key, r, tier.ReplicaOptions{
@@ -95,7 +101,8 @@ func storePutOptions(o peer.PutOptions) store.PutOptions {
 	return store.PutOptions{
 		PutOptions: o.PutOptions, ModTime: o.ModTime, ETag: o.ETag,
 		BackendETag: o.BackendETag, BackendVersion: o.BackendVersion, Dirty: o.Dirty,
-		NoCache: o.Replica, // reads go to the owner first
+		NoCache:   o.Replica, // reads go to the owner first
+		KeepNewer: o.KeepNewer,
 	}
 }
 
@@ -123,7 +130,7 @@ func (l *localService) Stat(ctx context.Context, bucket, key string) (object.Inf
 	if err != nil {
 		return object.Info{}, err
 	}
-	if tiered(b) {
+	if tiered(b) && !peer.IsAsIs(ctx) {
 		return withTier(ctx, l, func() (object.Info, error) { return l.tier.Stat(ctx, bucket, key) })
 	}
 	info, err := l.store.Stat(ctx, bucket, key)

@@ -43,6 +43,11 @@ type PutOptions struct {
 	// (object.DigestLen bytes after Size bytes of data); the client sets it
 	// when PutOptions.Digest is given.
 	DigestFooter bool `json:"digestFooter,omitempty"`
+	// KeepNewer asks for a plain copy (a rebalance moving an object) that
+	// is stored only if the node holds no version of the key as new as
+	// ModTime and remembers no later delete of it; otherwise the answer
+	// is object.ErrPrecondition.
+	KeepNewer bool `json:"keepNewer,omitempty"`
 }
 
 // Replica operations an owner sends to the holders of its writeback
@@ -81,10 +86,11 @@ func (e *DeletedError) Unwrap() error { return object.ErrNotFound }
 
 type asIsKey struct{}
 
-// AsIs marks ctx so that a Stat through it answers from the node's copy
-// as it is, without the check a node that came back after a down mark
-// makes of a copy it may have missed writes to. The checks themselves ask
-// this way, so that two returning nodes never wait on each other.
+// AsIs marks ctx so that a Stat through it answers from the node's own
+// copy as it is: without the check a node that came back after a down mark
+// makes of a copy it may have missed writes to (the checks themselves ask
+// this way, so that two returning nodes never wait on each other), and,
+// in a tiered bucket, without asking the backend.
 func AsIs(ctx context.Context) context.Context { return context.WithValue(ctx, asIsKey{}, true) }
 
 // IsAsIs reports whether ctx was marked by AsIs.

@@ -33,6 +33,11 @@ type PutOptions struct {
 	// replicas: they cost no page allocation and copy, and do not evict
 	// data that is read.
 	NoCache bool
+	// KeepNewer commits the body only if the store holds no version of the
+	// key, or an older one (an earlier modification time): a copy moved by
+	// a rebalance never replaces a newer write. Otherwise Put fails with
+	// object.ErrPrecondition and stores nothing.
+	KeepNewer bool
 }
 
 // work is a file being written under a mountpath's tmp/ directory. Until
@@ -285,14 +290,18 @@ func (s *Store) Put(ctx context.Context, bucket, key string, r io.Reader, opts P
 	info.ETag = strings.Trim(info.ETag, `"`)
 	info.Checksum = checksumString(d.crc32c)
 	info.AccessTime = info.ModTime
-	if err := s.commit(ctx, w, info); err != nil {
+	if err := s.commit(ctx, w, info, opts.KeepNewer); err != nil {
+		if errors.Is(err, object.ErrPrecondition) {
+			return object.Info{}, err
+		}
 		return object.Info{}, s.checkDrive(mp, err)
 	}
 	return cloneInfo(info), nil
 }
 
-// commit seals w with info and renames it over bucket/key on w's mountpath.
-func (s *Store) commit(ctx context.Context, w *work, info object.Info) error {
+// commit seals w with info and renames it over bucket/key on w's mountpath;
+// with keepNewer it leaves a stored version that is not older in place.
+func (s *Store) commit(ctx context.Context, w *work, info object.Info, keepNewer bool) error {
 	meta, err := encodeInfo(info)
 	if err != nil {
 		return err
@@ -314,6 +323,11 @@ func (s *Store) commit(ctx context.Context, w *work, info object.Info) error {
 	bi := s.bucket(info.Bucket, true)
 	l := s.keyLock(info.Bucket, info.Key)
 	l.Lock()
+	if cur := s.lookup(info.Bucket, info.Key); keepNewer && cur != nil && !cur.info.ModTime.Before(info.ModTime) {
+		l.Unlock()
+		return fmt.Errorf("store: %s/%s already holds a version as new (%s): %w",
+			info.Bucket, info.Key, cur.info.ModTime.Format(time.RFC3339Nano), object.ErrPrecondition)
+	}
 	if err := os.Rename(w.path, file); err != nil {
 		l.Unlock()
 		if isNoSpace(err) {

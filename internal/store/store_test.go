@@ -587,3 +587,46 @@ func TestDeleteVersion(t *testing.T) {
 		})
 	}
 }
+
+func TestKeepNewer(t *testing.T) {
+	s := openTest(t, Config{})
+	ctx := context.Background()
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	putAt := func(body string, at time.Time) (object.Info, error) {
+		return s.Put(ctx, "bkt", "k", strings.NewReader(body), PutOptions{
+			PutOptions: object.PutOptions{Size: int64(len(body))}, ModTime: at, KeepNewer: true,
+		})
+	}
+	for _, tc := range []struct {
+		name      string
+		at        time.Time
+		put, want string // the body sent, the body the key holds afterwards
+		err       error  // nil: stored
+	}{
+		{"absent key", t0, "v0", "v0", nil},
+		{"older stored", t0.Add(time.Second), "v1", "v1", nil},
+		{"same time", t0.Add(time.Second), "v2", "v1", object.ErrPrecondition},
+		{"newer stored", t0, "v3", "v1", object.ErrPrecondition},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := putAt(tc.put, tc.at)
+			if !errors.Is(err, tc.err) && !(tc.err == nil && err == nil) {
+				t.Fatalf("Put = %v, want %v", err, tc.err)
+			}
+			got, _ := get(t, s, "bkt", "k", nil)
+			if string(got) != tc.want {
+				t.Fatalf("key holds %q, want %q", got, tc.want)
+			}
+		})
+	}
+	// A refused body leaves no work file behind.
+	for _, mp := range s.mps {
+		ents, err := os.ReadDir(mp.tmpDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ents) != 0 {
+			t.Fatalf("%s holds %d work files", mp.tmpDir, len(ents))
+		}
+	}
+}

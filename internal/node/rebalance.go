@@ -1,0 +1,389 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/slipstream-io/slipstream/internal/cluster"
+	"github.com/slipstream-io/slipstream/internal/object"
+	"github.com/slipstream-io/slipstream/internal/peer"
+	"github.com/slipstream-io/slipstream/internal/placement"
+	"github.com/slipstream-io/slipstream/internal/store"
+)
+
+// rebalancer puts the copies this node holds where HRW places them now.
+// When the set of nodes changes (a node joins, leaves, comes back, or has
+// been down for longer than downAfter and counts as gone), objects have new
+// homes: a pass walks the local store and, for every copy, makes sure each
+// node among the bucket's first `copies` in HRW order holds that version or
+// a newer one, sending it where it is missing; a copy on a node that is no
+// longer among them is then dropped. Both the old and the new holders can
+// serve while this runs (reads try nodes past the replicas).
+//
+// A copy is sent with KeepNewer, so it never replaces a newer write or
+// resurrects a later delete, and dropped only once every placed node has
+// answered that it holds the key, and only if it is still the version that
+// was sent (store.DeleteVersion). Dirty copies of writeback buckets are left
+// to the destager (they move once clean), and copies a node that came back
+// has not checked yet are left to the rejoin pass.
+type rebalancer struct {
+	self      string
+	meta      mapView
+	store     *store.Store
+	at        func(m *cluster.Map, id string) peer.Local
+	rejoin    *rejoin
+	log       *slog.Logger
+	parallel  int
+	downAfter time.Duration // a node down this long no longer holds copies (<= 0: never)
+	settle    time.Duration // a change of the node set must last this long before a pass
+	now       func() time.Time
+
+	pass sync.Mutex // one pass at a time
+
+	mu        sync.Mutex
+	downSince map[string]time.Time // when this node first saw each node down
+	st        RebalanceStatus
+}
+
+// RebalanceStatus is what `admin status` shows of a node's passes.
+type RebalanceStatus struct {
+	Running  bool               `json:"running"`
+	Passes   int                `json:"passes"`
+	Last     *RebalanceProgress `json:"last,omitempty"` // the last finished pass
+	LastDone time.Time          `json:"lastDone,omitzero"`
+}
+
+func (r *rebalancer) status() RebalanceStatus {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.st
+}
+
+// RebalanceProgress is one line of a rebalance job's NDJSON progress
+// stream (and a pass's result).
+type RebalanceProgress struct {
+	Node    string `json:"node"`
+	Scanned int    `json:"scanned"` // copies looked at
+	Sent    int    `json:"sent"`    // copies sent to a node that lacked them
+	Bytes   int64  `json:"bytes"`   // bytes sent
+	Dropped int    `json:"dropped"` // copies removed here once their nodes held them
+	Skipped int    `json:"skipped"` // dirty or unchecked copies left for later
+	Failed  int    `json:"failed"`  // copies that could not be placed (kept here)
+	Done    bool   `json:"done"`
+	LastErr string `json:"lastError,omitempty"`
+}
+
+// Add adds o's counts to p.
+func (p *RebalanceProgress) Add(o RebalanceProgress) {
+	p.Scanned += o.Scanned
+	p.Sent += o.Sent
+	p.Bytes += o.Bytes
+	p.Dropped += o.Dropped
+	p.Skipped += o.Skipped
+	p.Failed += o.Failed
+	if o.LastErr != "" {
+		p.LastErr = o.LastErr
+	}
+}
+
+// rebalanceTimeout bounds a question to another node; sending a copy is
+// bounded by rebalanceSendTimeout plus a second per MiB.
+const (
+	rebalanceTimeout     = 10 * time.Second
+	rebalanceSendTimeout = 30 * time.Second
+)
+
+// holders returns the nodes that should hold bucket/key: the first copies
+// in HRW order among the nodes that count (up, or down for less than
+// downAfter). A counted node that is down is included: its copy cannot be
+// checked, so nothing is dropped in its favour, and nothing extra is made
+// for it while it may come back.
+func (r *rebalancer) holders(m *cluster.Map, bucket string, copies int, key string) []string {
+	n := max(copies, 1)
+	var out []string
+	for _, id := range placement.Order(m.NodeIDs(), placement.ObjectName(bucket, key)) {
+		if len(out) == n {
+			break
+		}
+		if r.counts(m, id) {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// counts reports whether node id holds copies: it is up, or has been down
+// for less than downAfter.
+func (r *rebalancer) counts(m *cluster.Map, id string) bool {
+	ni, ok := m.Node(id)
+	if !ok {
+		return false
+	}
+	if ni.State == cluster.StateUp {
+		return true
+	}
+	if r.downAfter <= 0 {
+		return true
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	since, ok := r.downSince[id]
+	return ok && r.now().Sub(since) < r.downAfter
+}
+
+// observe records when nodes went down in m and returns the set of nodes
+// that count, as a string to compare.
+func (r *rebalancer) observe(m *cluster.Map) string {
+	r.mu.Lock()
+	now := r.now()
+	for _, id := range m.NodeIDs() {
+		ni, _ := m.Node(id)
+		switch _, seen := r.downSince[id]; {
+		case ni.State == cluster.StateUp:
+			delete(r.downSince, id)
+		case !seen:
+			r.downSince[id] = now
+		}
+	}
+	r.mu.Unlock()
+	var set []string
+	for _, id := range m.NodeIDs() {
+		if r.counts(m, id) {
+			set = append(set, id)
+		}
+	}
+	slices.Sort(set)
+	return strings.Join(set, ",")
+}
+
+// watch runs a pass whenever the set of nodes that count has changed and
+// stayed changed for settle, until ctx ends.
+func (r *rebalancer) watch(ctx context.Context) {
+	maps := r.meta.Watch(ctx)
+	last := r.observe(r.meta.Map())
+	var changed time.Time // when the set first differed from last; zero if it does not
+	tick := time.NewTicker(min(r.settle, time.Second))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case _, ok := <-maps:
+			if !ok {
+				return
+			}
+		case <-tick.C:
+		}
+		cur := r.observe(r.meta.Map())
+		switch {
+		case cur == last:
+			changed = time.Time{}
+		case changed.IsZero():
+			changed = r.now()
+		case r.now().Sub(changed) >= r.settle:
+			r.log.Info("rebalancing: the nodes holding copies changed", "was", last, "now", cur)
+			p := r.run(ctx, "", nil)
+			r.log.Info("rebalance pass done", "scanned", p.Scanned, "sent", p.Sent, "bytes", p.Bytes,
+				"dropped", p.Dropped, "skipped", p.Skipped, "failed", p.Failed, "lastError", p.LastErr)
+			if p.Failed == 0 && ctx.Err() == nil {
+				last, changed = cur, time.Time{}
+			} else {
+				changed = r.now() // try again after settle
+			}
+		}
+	}
+}
+
+// run makes one pass over the local copies (of bucket, or of every bucket),
+// calling progress as it goes; it returns the totals.
+func (r *rebalancer) run(ctx context.Context, bucket string, progress func(RebalanceProgress)) RebalanceProgress {
+	r.pass.Lock()
+	defer r.pass.Unlock()
+	r.mu.Lock()
+	r.st.Running = true
+	r.mu.Unlock()
+	var (
+		mu  sync.Mutex
+		tot = RebalanceProgress{Node: r.self}
+		wg  sync.WaitGroup
+		sem = make(chan struct{}, max(r.parallel, 1))
+	)
+	report := func(o RebalanceProgress) {
+		mu.Lock()
+		tot.Add(o)
+		p := tot
+		mu.Unlock()
+		if progress != nil {
+			progress(p)
+		}
+	}
+	err := r.store.Walk(ctx, bucket, func(info object.Info) error {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			report(r.place(ctx, info))
+		})
+		return nil
+	})
+	wg.Wait()
+	if err != nil {
+		report(RebalanceProgress{LastErr: err.Error()})
+	}
+	mu.Lock()
+	tot.Done = true
+	p := tot
+	mu.Unlock()
+	r.mu.Lock()
+	r.st = RebalanceStatus{Passes: r.st.Passes + 1, Last: &p, LastDone: r.now()}
+	r.mu.Unlock()
+	return p
+}
+
+// place puts one local copy where it belongs and reports what it did.
+func (r *rebalancer) place(ctx context.Context, info object.Info) RebalanceProgress {
+	res := RebalanceProgress{Scanned: 1}
+	fail := func(err error) RebalanceProgress {
+		r.log.Debug("rebalance: copy not placed", "bucket", info.Bucket, "key", info.Key, "err", err)
+		res.Failed, res.LastErr = 1, fmt.Sprintf("%s/%s: %v", info.Bucket, info.Key, err)
+		return res
+	}
+	m := r.meta.Map()
+	b, ok := m.Bucket(info.Bucket)
+	if !ok {
+		return res // the bucket is being deleted
+	}
+	if info.Dirty || r.rejoin.suspect(info) {
+		res.Skipped = 1
+		return res
+	}
+	holders := r.holders(m, info.Bucket, b.Copies, info.Key)
+	// Ask every holder first: one that remembers a later delete means this
+	// copy must go, and must not be sent anywhere.
+	placed := true // every holder has this version or a newer one
+	var lacking []int
+	for i, id := range holders {
+		if id == r.self {
+			continue
+		}
+		held, err := r.ask(ctx, m, id, info)
+		switch {
+		case errors.Is(err, errDeletedThere):
+			if err := r.store.DeleteVersion(ctx, info.Bucket, info.Key, info); err == nil {
+				res.Dropped = 1
+			}
+			return res
+		case errors.Is(err, errHolderDown):
+			placed = false // nothing is dropped in favour of a node that may come back
+		case err != nil:
+			placed = false
+			res.Failed, res.LastErr = 1, fmt.Sprintf("%s/%s on %s: %v", info.Bucket, info.Key, id, err)
+		case !held:
+			lacking = append(lacking, i)
+		}
+	}
+	for _, i := range lacking {
+		err := r.send(ctx, m, holders[i], info, i > 0)
+		switch {
+		case errors.Is(err, errGone):
+			return res // deleted or overwritten here meanwhile
+		case errors.Is(err, errDeletedThere):
+			if err := r.store.DeleteVersion(ctx, info.Bucket, info.Key, info); err == nil {
+				res.Dropped = 1
+			}
+			return res
+		case err != nil:
+			placed = false
+			res.Failed, res.LastErr = 1, fmt.Sprintf("%s/%s on %s: %v", info.Bucket, info.Key, holders[i], err)
+		default:
+			res.Sent++
+			res.Bytes += info.Size
+		}
+	}
+	if !placed || slices.Contains(holders, r.self) || len(holders) == 0 {
+		return res
+	}
+	if err := r.store.DeleteVersion(ctx, info.Bucket, info.Key, info); err != nil {
+		if errors.Is(err, store.ErrChanged) || errors.Is(err, object.ErrNotFound) {
+			return res
+		}
+		return fail(err)
+	}
+	res.Dropped = 1
+	return res
+}
+
+var (
+	errGone         = errors.New("node: the local copy changed or went away")
+	errDeletedThere = errors.New("node: the key was deleted after this copy was written")
+	errHolderDown   = errors.New("node: the holder is down")
+)
+
+// ask reports whether node id holds info's version of the object or a
+// newer one; errDeletedThere if it remembers deleting the key later.
+func (r *rebalancer) ask(ctx context.Context, m *cluster.Map, id string, info object.Info) (bool, error) {
+	if ni, _ := m.Node(id); ni.State != cluster.StateUp {
+		return false, fmt.Errorf("%w: %s", errHolderDown, id)
+	}
+	cctx, cancel := context.WithTimeout(ctx, rebalanceTimeout)
+	defer cancel()
+	other, err := r.at(m, id).Stat(peer.AsIs(cctx), info.Bucket, info.Key)
+	var deleted *peer.DeletedError
+	switch {
+	case err == nil:
+		return !other.ModTime.Before(info.ModTime), nil
+	case errors.As(err, &deleted) && !deleted.At.Before(info.ModTime):
+		return false, errDeletedThere
+	case errors.Is(err, object.ErrNotFound):
+		return false, nil
+	default:
+		return false, err
+	}
+}
+
+// send gives node id the local copy described by info, unless it has
+// changed here meanwhile (errGone); a node that took a newer write or
+// a delete meanwhile refuses it, which is fine unless it was a delete
+// (errDeletedThere).
+func (r *rebalancer) send(ctx context.Context, m *cluster.Map, id string, info object.Info, replica bool) error {
+	rd, err := r.store.Get(ctx, info.Bucket, info.Key, nil)
+	if errors.Is(err, object.ErrNotFound) {
+		return errGone
+	}
+	if err != nil {
+		return err
+	}
+	defer rd.Close()
+	if got := rd.Info(); got.ETag != info.ETag || !got.ModTime.Equal(info.ModTime) {
+		return errGone
+	}
+	dr := object.NewDigestReader(rd)
+	opts := peer.PutOptions{
+		PutOptions: object.PutOptions{Size: info.Size, ContentType: info.ContentType, UserMeta: info.UserMeta, Digest: dr.Digest},
+		ModTime:    info.ModTime, ETag: info.ETag, BackendETag: info.BackendETag, BackendVersion: info.BackendVersion,
+		Replica: replica, KeepNewer: true,
+	}
+	sctx, cancel := context.WithTimeout(ctx, rebalanceSendTimeout+time.Duration(info.Size>>20)*time.Second)
+	defer cancel()
+	_, err = r.at(m, id).Put(sctx, info.Bucket, info.Key, dr, opts)
+	if !errors.Is(err, object.ErrPrecondition) {
+		return err
+	}
+	held, err := r.ask(ctx, m, id, info)
+	switch {
+	case err != nil:
+		return err
+	case !held:
+		return fmt.Errorf("%w: %s refused the copy but holds an older one", object.ErrUnavailable, id)
+	}
+	return nil
+}

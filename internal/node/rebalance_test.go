@@ -1,0 +1,230 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/slipstream-io/slipstream/internal/cluster"
+	"github.com/slipstream-io/slipstream/internal/object"
+	"github.com/slipstream-io/slipstream/internal/peer"
+	"github.com/slipstream-io/slipstream/internal/placement"
+	"github.com/slipstream-io/slipstream/internal/store"
+)
+
+// rebalanceRig is three nodes' stores and tombstones behind localServices
+// that the rebalancer of node a reaches directly.
+type rebalanceRig struct {
+	t      *testing.T
+	m      *cluster.Map
+	stores map[string]*store.Store
+	tombs  map[string]*tombstones
+	now    time.Time
+}
+
+func newRebalanceRig(t *testing.T, ids ...string) *rebalanceRig {
+	ctx := context.Background()
+	r := &rebalanceRig{t: t, m: cluster.NewMap(), stores: map[string]*store.Store{}, tombs: map[string]*tombstones{},
+		now: time.Now().UTC().Truncate(time.Millisecond)} // tombstones expire by the real clock
+	for _, id := range ids {
+		r.m.Nodes[id] = cluster.NodeInfo{ID: id, State: cluster.StateUp}
+		st, err := store.Open(ctx, store.Config{Mountpaths: []string{filepath.Join(t.TempDir(), "mp")}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		tb, err := openTombstones(filepath.Join(t.TempDir(), "tombstones"), time.Hour, time.Now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tb.close() })
+		r.stores[id], r.tombs[id] = st, tb
+	}
+	r.m.Buckets["two"] = cluster.BucketProps{Name: "two", Copies: 2, Mode: cluster.ModeLocal}
+	r.m.Buckets["wback"] = cluster.BucketProps{Name: "wback", Copies: 1, Mode: cluster.ModeWriteback}
+	return r
+}
+
+func (r *rebalanceRig) rebalancer(self string, downAfter time.Duration) *rebalancer {
+	return &rebalancer{
+		self: self, meta: fixedMap{r.m}, store: r.stores[self], log: slog.New(slog.DiscardHandler), parallel: 3,
+		downAfter: downAfter, settle: time.Second, now: func() time.Time { return r.now }, downSince: map[string]time.Time{},
+		at: func(m *cluster.Map, id string) peer.Local {
+			return &localService{meta: fixedMap{r.m}, store: r.stores[id], tombs: r.tombs[id]}
+		},
+	}
+}
+
+func (r *rebalanceRig) put(id, bucket, key, body string, at time.Time, dirty bool) object.Info {
+	r.t.Helper()
+	info, err := r.stores[id].Put(context.Background(), bucket, key, bytes.NewReader([]byte(body)),
+		store.PutOptions{PutOptions: object.PutOptions{Size: int64(len(body))}, ModTime: at, Dirty: dirty})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return info
+}
+
+// holds returns the body node id holds for bucket/key, or "" if none.
+func (r *rebalanceRig) holds(id, bucket, key string) string {
+	rd, err := r.stores[id].Get(context.Background(), bucket, key, nil)
+	if errors.Is(err, object.ErrNotFound) {
+		return ""
+	}
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	defer rd.Close()
+	b, err := io.ReadAll(rd)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return string(b)
+}
+
+// top returns the first n nodes HRW orders for bucket/key among ids.
+func top(ids []string, bucket, key string, n int) []string {
+	return placement.Order(ids, placement.ObjectName(bucket, key))[:n]
+}
+
+func TestRebalancePlacesCopies(t *testing.T) {
+	ctx := context.Background()
+	all := []string{"a", "b", "c"}
+	r := newRebalanceRig(t, all...)
+	t0 := r.now.Add(-time.Hour)
+	// Node a holds every key, as if it had taken the writes alone.
+	const n = 24
+	for i := range n {
+		r.put("a", "two", fmt.Sprintf("k%02d", i), fmt.Sprintf("body %d", i), t0, false)
+	}
+	// A holder has a newer version of one key, and remembers deleting
+	// another after a's copy was written.
+	newerKey, deletedKey := "", ""
+	var other string
+	for i := range n {
+		k := fmt.Sprintf("k%02d", i)
+		h := top(all, "two", k, 2)
+		o := h[0]
+		if o == "a" {
+			o = h[1]
+		}
+		switch {
+		case newerKey == "":
+			newerKey, other = k, o
+			r.put(o, "two", k, "newer", t0.Add(time.Minute), false)
+		case deletedKey == "" && o != other:
+			deletedKey = k
+			if err := r.tombs[o].add("two", k, t0.Add(time.Minute)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// A dirty writeback copy is left to the destager.
+	r.put("a", "wback", "dirty", "not destaged", t0, true)
+
+	p := r.rebalancer("a", time.Minute).run(ctx, "", nil)
+	if !p.Done || p.Failed != 0 || p.Skipped != 1 || p.Scanned != n+1 {
+		t.Fatalf("pass = %+v, want done, %d scanned, 1 skipped, no failures", p, n+1)
+	}
+	sent, dropped := 0, 0
+	for i := range n {
+		k := fmt.Sprintf("k%02d", i)
+		want := fmt.Sprintf("body %d", i)
+		h := top(all, "two", k, 2)
+		for _, id := range all {
+			got, placed := r.holds(id, "two", k), slices.Contains(h, id)
+			switch {
+			case k == deletedKey:
+				if got != "" {
+					t.Errorf("%s: deleted key still on %s", k, id)
+				}
+			case k == newerKey && id == other:
+				if got != "newer" {
+					t.Errorf("%s: the newer version on %s was replaced by %q", k, id, got)
+				}
+			case k == newerKey && id == "a":
+				if placed != (got != "") {
+					t.Errorf("%s on a: %q (a placed: %v)", k, got, placed)
+				}
+			case placed && got != want:
+				t.Errorf("%s on %s (placed there): %q, want %q", k, id, got, want)
+			case !placed && got != "":
+				t.Errorf("%s on %s (not placed there): %q left behind", k, id, got)
+			}
+		}
+		if k == deletedKey {
+			dropped++
+			continue
+		}
+		for _, id := range h {
+			if id != "a" && !(k == newerKey && id == other) {
+				sent++
+			}
+		}
+		if !slices.Contains(h, "a") {
+			dropped++
+		}
+	}
+	if p.Sent != sent || p.Dropped != dropped {
+		t.Fatalf("pass = %+v, want %d sent and %d dropped", p, sent, dropped)
+	}
+	if r.holds("a", "wback", "dirty") == "" {
+		t.Fatal("the dirty copy was moved or dropped")
+	}
+	// A second pass finds everything in place.
+	if p := r.rebalancer("a", time.Minute).run(ctx, "", nil); p.Sent != 0 || p.Dropped != 0 || p.Failed != 0 {
+		t.Fatalf("second pass = %+v, want nothing to do", p)
+	}
+}
+
+func TestRebalanceWaitsForDownNodes(t *testing.T) {
+	ctx := context.Background()
+	all := []string{"a", "b", "c"}
+	r := newRebalanceRig(t, all...)
+	// Keys whose holders are b and c; a holds a copy.
+	var keys []string
+	for i := 0; len(keys) < 6; i++ {
+		k := fmt.Sprintf("k%03d", i)
+		if !slices.Contains(top(all, "two", k, 2), "a") {
+			keys = append(keys, k)
+			r.put("a", "two", k, k, r.now.Add(-time.Hour), false)
+			r.put("c", "two", k, k, r.now.Add(-time.Hour), false)
+		}
+	}
+	b := r.m.Nodes["b"]
+	b.State = cluster.StateDown
+	r.m.Nodes["b"] = b
+	rb := r.rebalancer("a", 10*time.Minute)
+	before := rb.observe(r.m)
+	// Down for less than downAfter: b still counts; a keeps its copies
+	// (nothing is dropped in favour of a node that may come back), and
+	// makes no extra ones.
+	if p := rb.run(ctx, "", nil); p.Dropped != 0 || p.Sent != 0 || p.Failed != 0 {
+		t.Fatalf("pass with b briefly down = %+v, want nothing done", p)
+	}
+	for _, k := range keys {
+		if r.holds("a", "two", k) == "" {
+			t.Fatalf("%s dropped from a while its holder b was down", k)
+		}
+	}
+	// Down for longer: b no longer counts, a and c are the holders.
+	r.now = r.now.Add(11 * time.Minute)
+	if after := rb.observe(r.m); after == before {
+		t.Fatalf("the node set did not change after downAfter: %q", after)
+	}
+	if p := rb.run(ctx, "", nil); p.Dropped != 0 || p.Failed != 0 {
+		t.Fatalf("pass with b gone = %+v", p)
+	}
+	for _, k := range keys {
+		if r.holds("a", "two", k) != k || r.holds("c", "two", k) != k {
+			t.Fatalf("%s: not on both a and c after b counted as gone", k)
+		}
+	}
+}

@@ -1,0 +1,118 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/slipstream-io/slipstream/internal/config"
+	"github.com/slipstream-io/slipstream/internal/localcluster"
+	"github.com/slipstream-io/slipstream/internal/placement"
+)
+
+// TestRebalance follows the copies of a copies=2 bucket through the node
+// set changing: a fourth node joins (objects move to it, and leave the
+// nodes HRW no longer places them on), a node dies and stays down past
+// down_after (its copies are made again on the others, so a second loss
+// would lose nothing), and it comes back (the extra copies go). After each
+// step every node holds exactly the keys HRW places on it among the nodes
+// that count, and every object reads back intact.
+func TestRebalance(t *testing.T) {
+	c := startCluster(t, localcluster.Spec{Nodes: 4, Initial: 3, ExtraConfig: func(i int, n *config.Node) {
+		n.Rebalance.Settle = time.Second
+		n.Rebalance.DownAfter = 3 * time.Second
+	}})
+	ctx := context.Background()
+	admin(t, c, 0, "bucket", "create", "two", "--copies", "2")
+	w := s3Client(c, c.Endpoint(0))
+	const n = 60
+	key := func(i int) string { return fmt.Sprintf("r%02d", i) }
+	for i := range n {
+		if err := putObject(ctx, w, "two", key(i), randomBytes(int64(i), 32<<10)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// expect returns the number of keys HRW places on each node of ids.
+	expect := func(ids ...string) map[string]int {
+		want := map[string]int{}
+		for _, id := range ids {
+			want[id] = 0
+		}
+		for i := range n {
+			for _, id := range placement.Order(ids, placement.ObjectName("two", key(i)))[:2] {
+				want[id]++
+			}
+		}
+		return want
+	}
+	settled := func(what string, want map[string]int) {
+		t.Helper()
+		var got map[string]int
+		waitFor(t, 60*time.Second, what+fmt.Sprintf(" (want %v, last %v)", want, got), func() bool {
+			got = objectCounts(t, c)
+			return maps.Equal(got, want)
+		})
+		for i := range n {
+			if b, err := getObject(ctx, w, "two", key(i)); err != nil || !bytes.Equal(b, randomBytes(int64(i), 32<<10)) {
+				t.Fatalf("%s: GET %s: %d bytes, %v", what, key(i), len(b), err)
+			}
+		}
+	}
+	settled("the copies on three nodes", expect("node1", "node2", "node3"))
+
+	if err := c.StartNode(3); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitReady(ctx, 4); err != nil {
+		t.Fatal(err)
+	}
+	settled("the copies to move to node4 after it joined", expect("node1", "node2", "node3", "node4"))
+
+	c.Kill(1)
+	gone := expect("node1", "node3", "node4")
+	settled("node2's copies to be made again on the others", gone)
+
+	if err := c.StartNode(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitReady(ctx, 4); err != nil {
+		t.Fatal(err)
+	}
+	settled("the extra copies to go once node2 is back", expect("node1", "node2", "node3", "node4"))
+
+	// A pass by hand finds nothing left to do.
+	out := admin(t, c, 0, "rebalance")
+	if !regexp.MustCompile(`rebalance: \d+ copies scanned, 0 sent \(0 B\), 0 dropped, 0 left for later, 0 failed`).MatchString(out) {
+		t.Fatalf("admin rebalance on a balanced cluster:\n%s", out)
+	}
+}
+
+// objectCounts returns the objects each node's store holds (nodes that do
+// not answer are left out), from one `admin status --json`.
+func objectCounts(t *testing.T, c *localcluster.Cluster) map[string]int {
+	t.Helper()
+	var st []struct {
+		Status statusEntry
+		Error  string
+	}
+	out := admin(t, c, 0, "status", "--json")
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatalf("admin status --json: %v\n%s", err, out)
+	}
+	counts := map[string]int{}
+	for _, s := range st {
+		if s.Error != "" || s.Status.Node == "" {
+			continue
+		}
+		counts[s.Status.Node] = 0
+		for _, mp := range s.Status.Mountpaths {
+			counts[s.Status.Node] += mp.Objects
+		}
+	}
+	return counts
+}
