@@ -85,7 +85,7 @@ func adminCommand() Command {
 		Summary: "cluster status, buckets, evict, prefetch, rebalance, destage backlog",
 		Run: func(ctx context.Context, env Env) error {
 			if len(env.Args) == 0 {
-				return usagef("admin status | map | bucket ls|create|set|rm ... | prefetch BUCKET [--prefix P] | evict BUCKET [--prefix P] | rebalance [--bucket B]")
+				return usagef("admin status | map | bucket ls|create|set|rm ... | prefetch BUCKET [--prefix P] | evict BUCKET [--prefix P] | rebalance [--bucket B] | node rm ID")
 			}
 			sub, args := env.Args[0], env.Args[1:]
 			switch sub {
@@ -101,6 +101,8 @@ func adminCommand() Command {
 				return adminEvict(ctx, env, args)
 			case "rebalance":
 				return adminRebalance(ctx, env, args)
+			case "node":
+				return adminNode(ctx, env, args)
 			default:
 				return usagef("unknown admin command %q", sub)
 			}
@@ -353,6 +355,38 @@ func adminPrefetch(ctx context.Context, env Env, args []string) error {
 	fmt.Fprintf(env.Stdout, "prefetch %s: %d objects (%d fetched, %d already warm, %d failed), %s fetched\n",
 		bucket, t.Filled+t.Warm+t.Failed, t.Filled, t.Warm, t.Failed, humanBytes(t.Bytes))
 	return err
+}
+
+// adminNode removes a dead node from the cluster for good (from the map
+// and the raft configuration); the others then re-create its copies.
+func adminNode(ctx context.Context, env Env, args []string) error {
+	fs := flag.NewFlagSet("admin node", flag.ContinueOnError)
+	fs.SetOutput(env.Stderr)
+	mk := newAdminClient(fs)
+	if len(args) < 2 || args[0] != "rm" {
+		return usagef("admin node rm ID")
+	}
+	id := args[1]
+	if err := fs.Parse(args[2:]); err != nil {
+		return err
+	}
+	a := mk()
+	var m cluster.Map
+	if err := a.call(ctx, http.MethodGet, "/cluster/map", nil, &m); err != nil {
+		return err
+	}
+	ni, ok := m.Node(id)
+	switch {
+	case !ok:
+		return fmt.Errorf("admin node rm: no node %q in the cluster", id)
+	case ni.State == cluster.StateUp:
+		return fmt.Errorf("admin node rm: %s is up; stop it (and wipe its data directory) first", id)
+	}
+	if err := a.call(ctx, http.MethodPost, cluster.PathLeave, map[string]string{"id": id}, nil); err != nil {
+		return err
+	}
+	fmt.Fprintf(env.Stdout, "removed %s; the other nodes re-create its copies (see admin status, rebalance)\n", id)
+	return nil
 }
 
 // adminRebalance makes every up node pass over its copies and put them on

@@ -6,10 +6,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"os"
+	"os/exec"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/slipstream-io/slipstream/internal/cluster"
 	"github.com/slipstream-io/slipstream/internal/config"
 	"github.com/slipstream-io/slipstream/internal/localcluster"
 	"github.com/slipstream-io/slipstream/internal/placement"
@@ -19,7 +23,8 @@ import (
 // set changing: a fourth node joins (objects move to it, and leave the
 // nodes HRW no longer places them on), a node dies and stays down past
 // down_after (its copies are made again on the others, so a second loss
-// would lose nothing), and it comes back (the extra copies go). After each
+// would lose nothing), it comes back (the extra copies go), and a node is
+// removed for good with `admin node rm`. After each
 // step every node holds exactly the keys HRW places on it among the nodes
 // that count, and every object reads back intact.
 func TestRebalance(t *testing.T) {
@@ -84,6 +89,23 @@ func TestRebalance(t *testing.T) {
 		t.Fatal(err)
 	}
 	settled("the extra copies to go once node2 is back", expect("node1", "node2", "node3", "node4"))
+
+	// Removing a node for good: refused while it is up; once it is down
+	// and removed, the others hold its copies.
+	cmd := exec.Command(binary, "admin", "node", "rm", "node4")
+	cmd.Env = append(os.Environ(), "SLIPSTREAM_NODE="+c.IntraURL(0), "SLIPSTREAM_SECRET=local-cluster-secret")
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "node4 is up") {
+		t.Fatalf("admin node rm of an up node: %v\n%s", err, out)
+	}
+	c.Kill(3)
+	waitFor(t, 30*time.Second, "the map to mark node4 down", func() bool {
+		return clusterMap(t, c, 0).Nodes["node4"].State == cluster.StateDown
+	})
+	admin(t, c, 0, "node", "rm", "node4")
+	if _, ok := clusterMap(t, c, 0).Nodes["node4"]; ok {
+		t.Fatal("node4 still in the map after admin node rm")
+	}
+	settled("node4's copies to be made again on the others", expect("node1", "node2", "node3"))
 
 	// A pass by hand finds nothing left to do.
 	out := admin(t, c, 0, "rebalance")
