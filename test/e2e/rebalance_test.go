@@ -105,12 +105,30 @@ func TestRebalance(t *testing.T) {
 	if _, ok := clusterMap(t, c, 0).Nodes["node4"]; ok {
 		t.Fatal("node4 still in the map after admin node rm")
 	}
-	settled("node4's copies to be made again on the others", expect("node1", "node2", "node3"))
+	want3 := expect("node1", "node2", "node3")
+	settled("node4's copies to be made again on the others", want3)
 
 	// A pass by hand finds nothing left to do.
 	out := admin(t, c, 0, "rebalance")
 	if !regexp.MustCompile(`rebalance: \d+ copies scanned, 0 sent \(0 B\), 0 dropped, 0 left for later, 0 failed`).MatchString(out) {
 		t.Fatalf("admin rebalance on a balanced cluster:\n%s", out)
+	}
+
+	// A drive replaced by an empty one: once the pass by hand is through,
+	// the node holds its copies again.
+	c.StopNode(2)
+	if err := os.RemoveAll(c.Configs[2].Mountpaths[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.StartNode(2); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitReady(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	admin(t, c, 0, "rebalance")
+	if got := objectCounts(t, c); !maps.Equal(got, want3) {
+		t.Fatalf("after a drive was replaced and admin rebalance ran: %v, want %v", got, want3)
 	}
 }
 
