@@ -93,10 +93,13 @@ func (p *RebalanceProgress) Add(o RebalanceProgress) {
 }
 
 // rebalanceTimeout bounds a question to another node; sending a copy is
-// bounded by rebalanceSendTimeout plus a second per MiB.
+// bounded by rebalanceSendTimeout plus a second per MiB. A pass that could
+// not place every copy is made again after settle, then after twice as
+// long each time, up to rebalanceMaxRetry.
 const (
 	rebalanceTimeout     = 10 * time.Second
 	rebalanceSendTimeout = 30 * time.Second
+	rebalanceMaxRetry    = 10 * time.Minute
 )
 
 // holders returns the nodes that should hold bucket/key: the first copies
@@ -168,6 +171,7 @@ func (r *rebalancer) watch(ctx context.Context) {
 	maps := r.meta.Watch(ctx)
 	last := r.observe(r.meta.Map())
 	var changed time.Time // when the set first differed from last; zero if it does not
+	retry := r.settle     // the wait after a pass that left copies unplaced, doubling
 	tick := time.NewTicker(min(r.settle, time.Second))
 	defer tick.Stop()
 	for {
@@ -192,9 +196,11 @@ func (r *rebalancer) watch(ctx context.Context) {
 			r.log.Info("rebalance pass done", "scanned", p.Scanned, "sent", p.Sent, "bytes", p.Bytes,
 				"dropped", p.Dropped, "skipped", p.Skipped, "failed", p.Failed, "lastError", p.LastErr)
 			if p.Failed == 0 && ctx.Err() == nil {
-				last, changed = cur, time.Time{}
+				last, changed, retry = cur, time.Time{}, r.settle
 			} else {
-				changed = r.now() // try again after settle
+				// Pass again after retry (settle counts from changed).
+				changed = r.now().Add(retry - r.settle)
+				retry = min(2*retry, rebalanceMaxRetry)
 			}
 		}
 	}
