@@ -340,14 +340,7 @@ func adminPrefetch(ctx context.Context, env Env, args []string) error {
 	q := "?bucket=" + url.QueryEscape(bucket) + "&prefix=" + url.QueryEscape(prefix)
 	sum := func(ps []node.Progress) (t node.Progress) {
 		for _, p := range ps {
-			t.Listed += p.Listed
-			t.Filled += p.Filled
-			t.Warm += p.Warm
-			t.Failed += p.Failed
-			t.Bytes += p.Bytes
-			if p.LastErr != "" {
-				t.LastErr = p.LastErr
-			}
+			t.Add(p)
 		}
 		return t
 	}

@@ -23,6 +23,18 @@ type Progress struct {
 	LastErr string `json:"lastError,omitempty"`
 }
 
+// Add adds o's counts to p.
+func (p *Progress) Add(o Progress) {
+	p.Listed += o.Listed
+	p.Filled += o.Filled
+	p.Warm += o.Warm
+	p.Failed += o.Failed
+	p.Bytes += o.Bytes
+	if o.LastErr != "" {
+		p.LastErr = o.LastErr
+	}
+}
+
 // EvictResult is a node's answer to an evict job.
 type EvictResult struct {
 	Node    string `json:"node"`
