@@ -154,6 +154,8 @@ func (l *localService) Delete(ctx context.Context, bucket, key string) error {
 		_, err := withTier(ctx, l, func() (struct{}, error) { return struct{}{}, l.tier.Delete(ctx, bucket, key) })
 		return err
 	}
+	// A rebalance copy of an older version may be on its way here.
+	l.tombs.noteDelete(bucket, key, time.Now())
 	return l.store.Delete(ctx, bucket, key)
 }
 

@@ -228,3 +228,28 @@ func TestRebalanceWaitsForDownNodes(t *testing.T) {
 		}
 	}
 }
+
+// TestCopyAfterDeleteIsRefused: a rebalance copy that arrives after the
+// key was deleted on its target must not bring the object back.
+func TestCopyAfterDeleteIsRefused(t *testing.T) {
+	ctx := context.Background()
+	r := newRebalanceRig(t, "a", "b")
+	old := r.put("b", "two", "k", "old", r.now.Add(-time.Minute), false)
+	b := r.rebalancer("a", time.Minute).at(r.m, "b")
+	if err := b.Delete(ctx, "two", "k"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := b.Put(ctx, "two", "k", bytes.NewReader([]byte("old")), peer.PutOptions{
+		PutOptions: object.PutOptions{Size: 3}, ModTime: old.ModTime, ETag: old.ETag, KeepNewer: true,
+	})
+	if !errors.Is(err, object.ErrPrecondition) {
+		t.Fatalf("copy of a deleted key: %v, want a precondition failure", err)
+	}
+	var deleted *peer.DeletedError
+	if _, err := b.Stat(peer.AsIs(ctx), "two", "k"); !errors.As(err, &deleted) {
+		t.Fatalf("Stat after the delete: %v, want DeletedError", err)
+	}
+	if got := r.holds("b", "two", "k"); got != "" {
+		t.Fatalf("the deleted key came back: %q", got)
+	}
+}

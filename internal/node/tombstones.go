@@ -28,7 +28,20 @@ type tombstones struct {
 	m    map[string]time.Time // bucket "\x00" key -> time of the delete
 	f    *os.File
 	recs int // records in the file
+
+	// recent remembers, in memory only, every delete this node made in
+	// the last recentRetention (at most recentMax of them, oldest first
+	// in recentQ): a rebalance copy sent before a delete may arrive after
+	// it, and must not bring the object back.
+	recent  map[string]time.Time
+	recentQ []tombRecord
 }
+
+// Deletes are remembered in memory for recentRetention, at most recentMax.
+const (
+	recentRetention = 10 * time.Minute
+	recentMax       = 1 << 16
+)
 
 // tombstoneRetention is how long a delete is remembered: a node that was
 // down for longer can serve objects deleted meanwhile (wipe it first).
@@ -45,7 +58,7 @@ func tombKey(bucket, key string) string { return bucket + "\x00" + key }
 // openTombstones loads path (a torn last line from a crash is ignored) and
 // compacts it.
 func openTombstones(path string, retain time.Duration, now func() time.Time) (*tombstones, error) {
-	t := &tombstones{path: path, retain: retain, now: now, m: map[string]time.Time{}}
+	t := &tombstones{path: path, retain: retain, now: now, m: map[string]time.Time{}, recent: map[string]time.Time{}}
 	f, err := os.Open(path)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
@@ -170,18 +183,54 @@ func (t *tombstones) add(bucket, key string, at time.Time) error {
 	return nil
 }
 
-// get returns when bucket/key was deleted, if that is remembered.
+// noteDelete remembers in memory, for a while, that this node deleted
+// bucket/key at at.
+func (t *tombstones) noteDelete(bucket, key string, at time.Time) {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.expireRecent()
+	k := tombKey(bucket, key)
+	if at.After(t.recent[k]) {
+		t.recent[k] = at
+		t.recentQ = append(t.recentQ, tombRecord{Bucket: bucket, Key: key, Time: at})
+	}
+}
+
+// expireRecent forgets the in-memory deletes that are too old or too many
+// (t.mu held).
+func (t *tombstones) expireRecent() {
+	now, drop := t.now(), 0
+	for _, r := range t.recentQ {
+		if len(t.recentQ)-drop <= recentMax && now.Sub(r.Time) <= recentRetention {
+			break
+		}
+		if k := tombKey(r.Bucket, r.Key); t.recent[k].Equal(r.Time) {
+			delete(t.recent, k)
+		}
+		drop++
+	}
+	t.recentQ = t.recentQ[drop:]
+}
+
+// get returns when bucket/key was last deleted, if that is remembered.
 func (t *tombstones) get(bucket, key string) (time.Time, bool) {
 	if t == nil {
 		return time.Time{}, false
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	at, ok := t.m[tombKey(bucket, key)]
-	if !ok || t.now().Sub(at) > t.retain {
-		return time.Time{}, false
+	k := tombKey(bucket, key)
+	at, ok := t.m[k]
+	if ok && t.now().Sub(at) > t.retain {
+		at, ok = time.Time{}, false
 	}
-	return at, true
+	if r, found := t.recent[k]; found && t.now().Sub(r) <= recentRetention && r.After(at) {
+		at, ok = r, true
+	}
+	return at, ok
 }
 
 func (t *tombstones) close() error {

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -75,4 +76,48 @@ func TestTombstones(t *testing.T) {
 		t.Error("an expired delete is still remembered")
 	}
 	ts.close()
+}
+
+func TestRecentDeletes(t *testing.T) {
+	now := time.Date(2026, 11, 22, 9, 0, 0, 0, time.UTC)
+	ts, err := openTombstones(filepath.Join(t.TempDir(), "tombstones"), time.Hour, func() time.Time { return now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ts.close()
+	if err := ts.add("bkt", "both", now.Add(-time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	ts.noteDelete("bkt", "both", now)                // newer than the durable one: wins
+	ts.noteDelete("bkt", "k", now)                   //
+	ts.noteDelete("bkt", "k", now.Add(-time.Second)) // older: ignored
+	for _, c := range []struct {
+		key  string
+		want time.Time
+	}{{"both", now}, {"k", now}} {
+		if got, ok := ts.get("bkt", c.key); !ok || !got.Equal(c.want) {
+			t.Errorf("get(%s) = %v %v, want %v", c.key, got, ok, c.want)
+		}
+	}
+	// Expiry by age: the durable tombstone remains.
+	now = now.Add(recentRetention + time.Second)
+	if got, ok := ts.get("bkt", "both"); !ok || !got.Equal(now.Add(-recentRetention-time.Second-time.Minute)) {
+		t.Errorf("after the recent delete expired, get(both) = %v %v, want the durable tombstone", got, ok)
+	}
+	if _, ok := ts.get("bkt", "k"); ok {
+		t.Error("a recent delete outlived recentRetention")
+	}
+	// Expiry by count: the oldest go first.
+	for i := range recentMax + 10 {
+		ts.noteDelete("many", fmt.Sprint(i), now)
+	}
+	if _, ok := ts.get("many", "0"); ok {
+		t.Error("the oldest of too many recent deletes is still remembered")
+	}
+	if _, ok := ts.get("many", fmt.Sprint(recentMax+9)); !ok {
+		t.Error("the newest recent delete is forgotten")
+	}
+	if len(ts.recent) > recentMax+1 || len(ts.recentQ) > recentMax+1 {
+		t.Errorf("%d recent deletes kept (%d queued), want at most %d", len(ts.recent), len(ts.recentQ), recentMax+1)
+	}
 }
