@@ -124,6 +124,7 @@ func (n *Node) registerRebalance(rb *rebalancer) {
 		progress.send(p, true)
 	})
 	n.statusExtras["rebalance"] = func() any { return rb.status() }
+	n.reg.MustRegister(newRebalanceCollector(rb.status))
 }
 
 // tierCollector exports the tier's GET counters and destage backlog.

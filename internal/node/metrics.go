@@ -86,3 +86,46 @@ func (w *statusWriter) Flush() {
 
 // Unwrap lets http.ResponseController reach the underlying writer.
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// rebalanceCollector exports the rebalance passes' totals.
+type rebalanceCollector struct {
+	status                                        func() RebalanceStatus
+	running, passes, sent, bytes, dropped, failed *prometheus.Desc
+}
+
+func newRebalanceCollector(status func() RebalanceStatus) *rebalanceCollector {
+	d := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, nil, nil) }
+	return &rebalanceCollector{
+		status:  status,
+		running: d("slipstream_rebalance_running", "1 while a rebalance pass runs on this node."),
+		passes:  d("slipstream_rebalance_passes_total", "Rebalance passes finished since start."),
+		sent:    d("slipstream_rebalance_copies_sent_total", "Copies sent to the nodes HRW places them on."),
+		bytes:   d("slipstream_rebalance_sent_bytes_total", "Bytes of the copies sent."),
+		dropped: d("slipstream_rebalance_copies_dropped_total", "Copies removed here once their nodes held them."),
+		failed:  d("slipstream_rebalance_failures_total", "Copies a pass could not place."),
+	}
+}
+
+func (c *rebalanceCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.running, c.passes, c.sent, c.bytes, c.dropped, c.failed} {
+		ch <- d
+	}
+}
+
+func (c *rebalanceCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.status()
+	running := 0.0
+	if st.Running {
+		running = 1
+	}
+	ch <- prometheus.MustNewConstMetric(c.running, prometheus.GaugeValue, running)
+	for _, m := range []struct {
+		d *prometheus.Desc
+		v float64
+	}{
+		{c.passes, float64(st.Passes)}, {c.sent, float64(st.Total.Sent)}, {c.bytes, float64(st.Total.Bytes)},
+		{c.dropped, float64(st.Total.Dropped)}, {c.failed, float64(st.Total.Failed)},
+	} {
+		ch <- prometheus.MustNewConstMetric(m.d, prometheus.CounterValue, m.v)
+	}
+}

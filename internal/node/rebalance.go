@@ -57,6 +57,7 @@ type RebalanceStatus struct {
 	Passes   int                `json:"passes"`
 	Last     *RebalanceProgress `json:"last,omitempty"` // the last finished pass
 	LastDone time.Time          `json:"lastDone,omitzero"`
+	Total    RebalanceProgress  `json:"total"` // every pass since start, the running one included
 }
 
 func (r *rebalancer) status() RebalanceStatus {
@@ -225,6 +226,9 @@ func (r *rebalancer) run(ctx context.Context, bucket string, progress func(Rebal
 		tot.Add(o)
 		p := tot
 		mu.Unlock()
+		r.mu.Lock()
+		r.st.Total.Add(o)
+		r.mu.Unlock()
 		if progress != nil {
 			progress(p)
 		}
@@ -250,7 +254,7 @@ func (r *rebalancer) run(ctx context.Context, bucket string, progress func(Rebal
 	p := tot
 	mu.Unlock()
 	r.mu.Lock()
-	r.st = RebalanceStatus{Passes: r.st.Passes + 1, Last: &p, LastDone: r.now()}
+	r.st.Running, r.st.Passes, r.st.Last, r.st.LastDone = false, r.st.Passes+1, &p, r.now()
 	r.mu.Unlock()
 	return p
 }

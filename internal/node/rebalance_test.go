@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/slipstream-io/slipstream/internal/cluster"
 	"github.com/slipstream-io/slipstream/internal/object"
 	"github.com/slipstream-io/slipstream/internal/peer"
@@ -129,7 +131,8 @@ func TestRebalancePlacesCopies(t *testing.T) {
 	// A dirty writeback copy is left to the destager.
 	r.put("a", "wback", "dirty", "not destaged", t0, true)
 
-	p := r.rebalancer("a", time.Minute).run(ctx, "", nil)
+	rb := r.rebalancer("a", time.Minute)
+	p := rb.run(ctx, "", nil)
 	if !p.Done || p.Failed != 0 || p.Skipped != 1 || p.Scanned != n+1 {
 		t.Fatalf("pass = %+v, want done, %d scanned, 1 skipped, no failures", p, n+1)
 	}
@@ -174,6 +177,16 @@ func TestRebalancePlacesCopies(t *testing.T) {
 	}
 	if p.Sent != sent || p.Dropped != dropped {
 		t.Fatalf("pass = %+v, want %d sent and %d dropped", p, sent, dropped)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(newRebalanceCollector(rb.status))
+	for name, want := range map[string]float64{
+		"slipstream_rebalance_passes_total": 1, "slipstream_rebalance_copies_sent_total": float64(sent),
+		"slipstream_rebalance_copies_dropped_total": float64(dropped), "slipstream_rebalance_running": 0,
+	} {
+		if got := gathered(t, reg, name); got != want {
+			t.Errorf("metric %s = %v, want %v", name, got, want)
+		}
 	}
 	if r.holds("a", "wback", "dirty") == "" {
 		t.Fatal("the dirty copy was moved or dropped")
@@ -252,4 +265,23 @@ func TestCopyAfterDeleteIsRefused(t *testing.T) {
 	if got := r.holds("b", "two", "k"); got != "" {
 		t.Fatalf("the deleted key came back: %q", got)
 	}
+}
+
+// gathered returns the value of the single metric called name in reg.
+func gathered(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.Metric) == 1 {
+			if c := mf.Metric[0].Counter; c != nil {
+				return c.GetValue()
+			}
+			return mf.Metric[0].Gauge.GetValue()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
 }
