@@ -8,7 +8,8 @@
 #
 # Usage: scripts/bench-nbd.sh [output.md]
 # Environment: BENCH_RUNTIME (s per job, default 5), BENCH_JOBS (fio jobs =
-# NBD connections, default 2), BENCH_ONLY (comma-separated job names).
+# NBD connections, default 2), BENCH_ONLY (comma-separated job names),
+# BENCH_CPUPROFILE (a directory: CPU profiles of the NBD server per job and target).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 for tool in fio nbdkit; do

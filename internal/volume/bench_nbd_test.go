@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -147,7 +148,9 @@ func TestBenchNBD(t *testing.T) {
 				return selfCPU() + d
 			}
 			c0 := cpu()
+			stop := cpuProfile(t, j.name+"-"+tg.name)
 			r := runFio(args...)
+			stop()
 			if tg.name != "disk" {
 				r.cpuPerIO = float64(cpu()-c0) / 1000 / (r.iops * float64(runtime+1))
 			}
@@ -390,4 +393,22 @@ func startNodeProcess(t *testing.T, id string) *procNode {
 	}
 	t.Fatalf("node %s: no address from the child process", id)
 	return nil
+}
+
+// cpuProfile writes a CPU profile of this process (node a, the NBD server)
+// to $BENCH_CPUPROFILE/name.pprof until the returned function is called,
+// if that directory is set.
+func cpuProfile(t *testing.T, name string) (stop func()) {
+	dir := os.Getenv("BENCH_CPUPROFILE")
+	if dir == "" {
+		return func() {}
+	}
+	f, err := os.Create(filepath.Join(dir, name+".pprof"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		t.Fatal(err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }
 }
