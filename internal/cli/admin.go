@@ -82,10 +82,10 @@ func (a *adminClient) callURL(ctx context.Context, method, url string, in, out a
 
 func adminCommand() Command {
 	return Command{
-		Summary: "cluster status, buckets, evict, prefetch, rebalance, destage backlog",
+		Summary: "cluster status, buckets, evict, prefetch, rebalance, scrub, destage backlog",
 		Run: func(ctx context.Context, env Env) error {
 			if len(env.Args) == 0 {
-				return usagef("admin status | map | bucket ls|create|set|rm ... | prefetch BUCKET [--prefix P] | evict BUCKET [--prefix P] | rebalance [--bucket B] | node rm ID")
+				return usagef("admin status | map | bucket ls|create|set|rm ... | prefetch BUCKET [--prefix P] | evict BUCKET [--prefix P] | rebalance [--bucket B] | scrub [--bucket B] | node rm ID")
 			}
 			sub, args := env.Args[0], env.Args[1:]
 			switch sub {
@@ -103,6 +103,8 @@ func adminCommand() Command {
 				return adminRebalance(ctx, env, args)
 			case "node":
 				return adminNode(ctx, env, args)
+			case "scrub":
+				return adminScrub(ctx, env, args)
 			default:
 				return usagef("unknown admin command %q", sub)
 			}
@@ -382,18 +384,54 @@ func adminNode(ctx context.Context, env Env, args []string) error {
 	return nil
 }
 
-// adminRebalance makes every up node pass over its copies and put them on
-// the nodes HRW places them on now, and shows the summed progress.
-func adminRebalance(ctx context.Context, env Env, args []string) error {
-	fs := flag.NewFlagSet("admin rebalance", flag.ContinueOnError)
+// adminScrub makes every up node read its copies back, check them against
+// their checksums and repair the damaged ones, and shows the summed
+// progress; damaged copies left unrepaired make it fail.
+func adminScrub(ctx context.Context, env Env, args []string) error {
+	bucket, a, err := bucketFlag(env, "scrub", args)
+	if err != nil {
+		return err
+	}
+	sum := func(ps []node.ScrubProgress) node.ScrubProgress {
+		t := node.ScrubProgress{Node: "all", Done: len(ps) > 0}
+		for _, p := range ps {
+			t.Add(p)
+			t.Done = t.Done && p.Done
+		}
+		return t
+	}
+	bar := func(p node.ScrubProgress) string {
+		return fmt.Sprintf("%d copies checked (%s), %d corrupt, %d repaired, %d not repaired",
+			p.Checked, humanBytes(p.Bytes), p.Corrupt, p.Repaired, p.Unrepaired)
+	}
+	t, err := runJob(ctx, env, a, "scrub?bucket="+url.QueryEscape(bucket), sum, bar,
+		func(p node.ScrubProgress) (int, string) { return p.Unrepaired, p.LastErr })
+	fmt.Fprintf(env.Stdout, "scrub: %s\n", bar(t))
+	return err
+}
+
+// bucketFlag parses the arguments of a job that takes an optional
+// --bucket.
+func bucketFlag(env Env, name string, args []string) (string, *adminClient, error) {
+	fs := flag.NewFlagSet("admin "+name, flag.ContinueOnError)
 	fs.SetOutput(env.Stderr)
 	mk := newAdminClient(fs)
 	bucket := fs.String("bucket", "", "only this bucket's objects")
 	if err := fs.Parse(args); err != nil {
-		return err
+		return "", nil, err
 	}
 	if fs.NArg() > 0 {
-		return usagef("admin rebalance [--bucket B]")
+		return "", nil, usagef("admin %s [--bucket B]", name)
+	}
+	return *bucket, mk(), nil
+}
+
+// adminRebalance makes every up node pass over its copies and put them on
+// the nodes HRW places them on now, and shows the summed progress.
+func adminRebalance(ctx context.Context, env Env, args []string) error {
+	bucket, a, err := bucketFlag(env, "rebalance", args)
+	if err != nil {
+		return err
 	}
 	sum := func(ps []node.RebalanceProgress) node.RebalanceProgress {
 		t := node.RebalanceProgress{Node: "all", Done: len(ps) > 0}
@@ -407,7 +445,7 @@ func adminRebalance(ctx context.Context, env Env, args []string) error {
 		return fmt.Sprintf("%d copies scanned, %d sent (%s), %d dropped, %d left for later, %d failed",
 			p.Scanned, p.Sent, humanBytes(p.Bytes), p.Dropped, p.Skipped, p.Failed)
 	}
-	t, err := runJob(ctx, env, mk(), "rebalance?bucket="+url.QueryEscape(*bucket), sum, bar,
+	t, err := runJob(ctx, env, a, "rebalance?bucket="+url.QueryEscape(bucket), sum, bar,
 		func(p node.RebalanceProgress) (int, string) { return p.Failed, p.LastErr })
 	fmt.Fprintf(env.Stdout, "rebalance: %s\n", bar(t))
 	return err

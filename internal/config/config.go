@@ -54,6 +54,8 @@ type Node struct {
 	Tier  Tier  `yaml:"tier"`
 	// Rebalance moves copies to the nodes HRW places them on.
 	Rebalance Rebalance `yaml:"rebalance"`
+	// Scrub reads the copies back and repairs damaged ones.
+	Scrub Scrub `yaml:"scrub"`
 	// DefaultCopies is the copies property of buckets created through S3.
 	DefaultCopies int `yaml:"default_copies"`
 }
@@ -122,6 +124,16 @@ type Rebalance struct {
 	Settle time.Duration `yaml:"settle"`
 	// Parallel bounds the copies placed at once by a node (default 4).
 	Parallel int `yaml:"parallel"`
+}
+
+// Scrub configures the background passes that read every copy back and
+// check it against its checksum.
+type Scrub struct {
+	// Interval is the time between passes (default 168h; negative: no
+	// automatic passes, `slipstream admin scrub` still runs one).
+	Interval time.Duration `yaml:"interval"`
+	// Rate bounds the bytes read per second by a pass (default 64 MiB/s).
+	Rate int64 `yaml:"rate"`
 }
 
 // Load reads, defaults and validates a YAML config file. Unknown fields are
@@ -199,6 +211,12 @@ func (n *Node) SetDefaults() {
 	if n.Rebalance.Parallel == 0 {
 		n.Rebalance.Parallel = 4
 	}
+	if n.Scrub.Interval == 0 {
+		n.Scrub.Interval = 7 * 24 * time.Hour
+	}
+	if n.Scrub.Rate == 0 {
+		n.Scrub.Rate = 64 << 20
+	}
 }
 
 // Validate checks every field and names the first bad one.
@@ -266,6 +284,9 @@ func (n *Node) Validate() error {
 	}
 	if n.Rebalance.Settle < 0 || n.Rebalance.Parallel < 0 {
 		return bad("rebalance", "settle and parallel must not be negative (got %v, %d)", n.Rebalance.Settle, n.Rebalance.Parallel)
+	}
+	if n.Scrub.Rate < 0 {
+		return bad("scrub.rate", "must not be negative (got %d)", n.Scrub.Rate)
 	}
 	return nil
 }

@@ -127,6 +127,17 @@ func (n *Node) registerRebalance(rb *rebalancer) {
 	n.reg.MustRegister(newRebalanceCollector(rb.status))
 }
 
+// registerScrub adds the scrub job to the admin API, like rebalance.
+func (n *Node) registerScrub(sc *scrubber) {
+	n.adminExtras["POST "+AdminPrefix+"scrub"] = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		progress := newNDJSON(w)
+		p := sc.run(r.Context(), r.URL.Query().Get("bucket"), func(p ScrubProgress) { progress.send(p, false) })
+		progress.send(p, true)
+	})
+	n.statusExtras["scrub"] = func() any { return sc.status() }
+	n.reg.MustRegister(newScrubCollector(sc.status))
+}
+
 // tierCollector exports the tier's GET counters and destage backlog.
 type tierCollector struct {
 	t                                   *tier.Tier

@@ -87,45 +87,74 @@ func (w *statusWriter) Flush() {
 // Unwrap lets http.ResponseController reach the underlying writer.
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// rebalanceCollector exports the rebalance passes' totals.
-type rebalanceCollector struct {
-	status                                        func() RebalanceStatus
-	running, passes, sent, bytes, dropped, failed *prometheus.Desc
+// passCollector exports a background job's passes: whether one runs, how
+// many finished, and its counters summed over every pass.
+type passCollector struct {
+	running, passes *prometheus.Desc
+	counters        []*prometheus.Desc
+	read            func() (running bool, passes int, counts []float64)
 }
 
-func newRebalanceCollector(status func() RebalanceStatus) *rebalanceCollector {
-	d := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, nil, nil) }
-	return &rebalanceCollector{
-		status:  status,
-		running: d("slipstream_rebalance_running", "1 while a rebalance pass runs on this node."),
-		passes:  d("slipstream_rebalance_passes_total", "Rebalance passes finished since start."),
-		sent:    d("slipstream_rebalance_copies_sent_total", "Copies sent to the nodes HRW places them on."),
-		bytes:   d("slipstream_rebalance_sent_bytes_total", "Bytes of the copies sent."),
-		dropped: d("slipstream_rebalance_copies_dropped_total", "Copies removed here once their nodes held them."),
-		failed:  d("slipstream_rebalance_failures_total", "Copies a pass could not place."),
+// newPassCollector names the metrics slipstream_<job>_running,
+// slipstream_<job>_passes_total and slipstream_<job>_<name> for each
+// counter (name, help); read returns the counters in that order.
+func newPassCollector(job string, counters [][2]string, read func() (bool, int, []float64)) *passCollector {
+	d := func(name, help string) *prometheus.Desc { return prometheus.NewDesc("slipstream_"+job+"_"+name, help, nil, nil) }
+	c := &passCollector{
+		running: d("running", "1 while a "+job+" pass runs on this node."),
+		passes:  d("passes_total", job+" passes finished since start."),
+		read:    read,
 	}
+	for _, nh := range counters {
+		c.counters = append(c.counters, d(nh[0], nh[1]))
+	}
+	return c
 }
 
-func (c *rebalanceCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.running, c.passes, c.sent, c.bytes, c.dropped, c.failed} {
+func (c *passCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.running
+	ch <- c.passes
+	for _, d := range c.counters {
 		ch <- d
 	}
 }
 
-func (c *rebalanceCollector) Collect(ch chan<- prometheus.Metric) {
-	st := c.status()
-	running := 0.0
-	if st.Running {
-		running = 1
+func (c *passCollector) Collect(ch chan<- prometheus.Metric) {
+	running, passes, counts := c.read()
+	r := 0.0
+	if running {
+		r = 1
 	}
-	ch <- prometheus.MustNewConstMetric(c.running, prometheus.GaugeValue, running)
-	for _, m := range []struct {
-		d *prometheus.Desc
-		v float64
-	}{
-		{c.passes, float64(st.Passes)}, {c.sent, float64(st.Total.Sent)}, {c.bytes, float64(st.Total.Bytes)},
-		{c.dropped, float64(st.Total.Dropped)}, {c.failed, float64(st.Total.Failed)},
-	} {
-		ch <- prometheus.MustNewConstMetric(m.d, prometheus.CounterValue, m.v)
+	ch <- prometheus.MustNewConstMetric(c.running, prometheus.GaugeValue, r)
+	ch <- prometheus.MustNewConstMetric(c.passes, prometheus.CounterValue, float64(passes))
+	for i, d := range c.counters {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, counts[i])
 	}
+}
+
+func newRebalanceCollector(status func() RebalanceStatus) *passCollector {
+	return newPassCollector("rebalance", [][2]string{
+		{"copies_sent_total", "Copies sent to the nodes HRW places them on."},
+		{"sent_bytes_total", "Bytes of the copies sent."},
+		{"copies_dropped_total", "Copies removed here once their nodes held them."},
+		{"failures_total", "Copies a pass could not place."},
+	}, func() (bool, int, []float64) {
+		st := status()
+		t := st.Total
+		return st.Running, st.Passes, []float64{float64(t.Sent), float64(t.Bytes), float64(t.Dropped), float64(t.Failed)}
+	})
+}
+
+func newScrubCollector(status func() ScrubStatus) *passCollector {
+	return newPassCollector("scrub", [][2]string{
+		{"checked_total", "Copies read back and checked against their checksum."},
+		{"checked_bytes_total", "Bytes read back."},
+		{"corrupt_total", "Copies found damaged or unreadable."},
+		{"repaired_total", "Damaged copies rewritten from another node (or dropped, in tiered buckets)."},
+		{"unrepaired_total", "Damaged copies no other node could supply."},
+	}, func() (bool, int, []float64) {
+		st := status()
+		t := st.Total
+		return st.Running, st.Passes, []float64{float64(t.Checked), float64(t.Bytes), float64(t.Corrupt), float64(t.Repaired), float64(t.Unrepaired)}
+	})
 }

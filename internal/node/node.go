@@ -213,6 +213,13 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 		n.wg.Add(1)
 		go func() { defer n.wg.Done(); rb.watch(bgCtx) }()
 	}
+	sc := &scrubber{self: cfg.ID, meta: cl, store: st, at: n.gw.at, log: log, rate: cfg.Scrub.Rate,
+		interval: cfg.Scrub.Interval, stateFile: filepath.Join(cfg.DataDir, "scrub-last"), now: time.Now}
+	n.registerScrub(sc)
+	if cfg.Scrub.Interval > 0 {
+		n.wg.Add(1)
+		go func() { defer n.wg.Done(); sc.watch(bgCtx) }()
+	}
 	n.statusExtras["destage"] = func() any { return n.tier.Backlog() }
 
 	creds := map[string]string{}

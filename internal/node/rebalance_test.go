@@ -28,16 +28,20 @@ type rebalanceRig struct {
 	m      *cluster.Map
 	stores map[string]*store.Store
 	tombs  map[string]*tombstones
+	dirs   map[string]string // each node's mountpath
 	now    time.Time
 }
 
+func (r *rebalanceRig) dir(id string) string { return r.dirs[id] }
+
 func newRebalanceRig(t *testing.T, ids ...string) *rebalanceRig {
 	ctx := context.Background()
-	r := &rebalanceRig{t: t, m: cluster.NewMap(), stores: map[string]*store.Store{}, tombs: map[string]*tombstones{},
+	r := &rebalanceRig{t: t, m: cluster.NewMap(), stores: map[string]*store.Store{}, tombs: map[string]*tombstones{}, dirs: map[string]string{},
 		now: time.Now().UTC().Truncate(time.Millisecond)} // tombstones expire by the real clock
 	for _, id := range ids {
 		r.m.Nodes[id] = cluster.NodeInfo{ID: id, State: cluster.StateUp}
-		st, err := store.Open(ctx, store.Config{Mountpaths: []string{filepath.Join(t.TempDir(), "mp")}}, nil)
+		r.dirs[id] = filepath.Join(t.TempDir(), "mp")
+		st, err := store.Open(ctx, store.Config{Mountpaths: []string{r.dirs[id]}}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -416,7 +416,7 @@ func (s *Store) CompleteUpload(ctx context.Context, bucket, key, uploadID string
 		UserMeta:    maps.Clone(u.meta.UserMeta),
 		ModTime:     now, AccessTime: now,
 	}
-	if err := s.commit(ctx, w, info, false); err != nil {
+	if err := s.commit(ctx, w, info, nil); err != nil {
 		return object.Info{}, err
 	}
 	committed = true

@@ -38,6 +38,14 @@ type PutOptions struct {
 	// a rebalance never replaces a newer write. Otherwise Put fails with
 	// object.ErrPrecondition and stores nothing.
 	KeepNewer bool
+	// Replaces commits the body only if the stored version is still this
+	// one (same ETag and modification time); otherwise Put fails with
+	// ErrChanged and stores nothing. A repair rewrites a damaged copy so.
+	Replaces *object.Info
+	// Checksum, if set, is the CRC32C the body must have ("crc32c:<hex>",
+	// as object.Info.Checksum): a body that differs is refused with
+	// ErrCorrupt before it is committed.
+	Checksum string
 }
 
 // work is a file being written under a mountpath's tmp/ directory. Until
@@ -289,9 +297,12 @@ func (s *Store) Put(ctx context.Context, bucket, key string, r io.Reader, opts P
 	}
 	info.ETag = strings.Trim(info.ETag, `"`)
 	info.Checksum = checksumString(d.crc32c)
+	if opts.Checksum != "" && opts.Checksum != info.Checksum {
+		return object.Info{}, fmt.Errorf("%w: %s/%s: the body has %s, want %s", ErrCorrupt, bucket, key, info.Checksum, opts.Checksum)
+	}
 	info.AccessTime = info.ModTime
-	if err := s.commit(ctx, w, info, opts.KeepNewer); err != nil {
-		if errors.Is(err, object.ErrPrecondition) {
+	if err := s.commit(ctx, w, info, commitCheck(opts)); err != nil {
+		if errors.Is(err, object.ErrPrecondition) || errors.Is(err, ErrChanged) {
 			return object.Info{}, err
 		}
 		return object.Info{}, s.checkDrive(mp, err)
@@ -299,9 +310,34 @@ func (s *Store) Put(ctx context.Context, bucket, key string, r io.Reader, opts P
 	return cloneInfo(info), nil
 }
 
+// commitCheck returns what Put's options require of the stored version
+// at commit time, or nil.
+func commitCheck(opts PutOptions) func(info object.Info, cur *entry) error {
+	switch {
+	case opts.Replaces != nil:
+		was := *opts.Replaces
+		return func(info object.Info, cur *entry) error {
+			if cur == nil || cur.info.ETag != was.ETag || !cur.info.ModTime.Equal(was.ModTime) {
+				return fmt.Errorf("%w: %s/%s", ErrChanged, info.Bucket, info.Key)
+			}
+			return nil
+		}
+	case opts.KeepNewer:
+		return func(info object.Info, cur *entry) error {
+			if cur != nil && !cur.info.ModTime.Before(info.ModTime) {
+				return fmt.Errorf("store: %s/%s already holds a version as new (%s): %w",
+					info.Bucket, info.Key, cur.info.ModTime.Format(time.RFC3339Nano), object.ErrPrecondition)
+			}
+			return nil
+		}
+	}
+	return nil
+}
+
 // commit seals w with info and renames it over bucket/key on w's mountpath;
-// with keepNewer it leaves a stored version that is not older in place.
-func (s *Store) commit(ctx context.Context, w *work, info object.Info, keepNewer bool) error {
+// check, if set, may veto under the key lock, given the stored version (nil
+// if none).
+func (s *Store) commit(ctx context.Context, w *work, info object.Info, check func(object.Info, *entry) error) error {
 	meta, err := encodeInfo(info)
 	if err != nil {
 		return err
@@ -323,10 +359,11 @@ func (s *Store) commit(ctx context.Context, w *work, info object.Info, keepNewer
 	bi := s.bucket(info.Bucket, true)
 	l := s.keyLock(info.Bucket, info.Key)
 	l.Lock()
-	if cur := s.lookup(info.Bucket, info.Key); keepNewer && cur != nil && !cur.info.ModTime.Before(info.ModTime) {
-		l.Unlock()
-		return fmt.Errorf("store: %s/%s already holds a version as new (%s): %w",
-			info.Bucket, info.Key, cur.info.ModTime.Format(time.RFC3339Nano), object.ErrPrecondition)
+	if check != nil {
+		if err := check(info, s.lookup(info.Bucket, info.Key)); err != nil {
+			l.Unlock()
+			return err
+		}
 	}
 	if err := os.Rename(w.path, file); err != nil {
 		l.Unlock()

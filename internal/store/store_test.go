@@ -630,3 +630,92 @@ func TestKeepNewer(t *testing.T) {
 		}
 	}
 }
+
+func TestVerify(t *testing.T) {
+	s := openTest(t, Config{})
+	ctx := context.Background()
+	path := func(key string) string {
+		e := s.lookup("bkt", key)
+		_, file := s.mps[e.mp].objectPath("bkt", key)
+		return file
+	}
+	for _, tc := range []struct {
+		name   string
+		size   int
+		damage func(file string) error // nil: left intact
+	}{
+		{"empty", 0, nil},
+		{"small", 100, nil},
+		{"buffers and a tail", 3*bufSize + 4097, nil},
+		{"bit flipped", 3*bufSize + 4097, func(file string) error {
+			f, err := os.OpenFile(file, os.O_RDWR, 0)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			b := make([]byte, 1)
+			if _, err := f.ReadAt(b, bufSize+5); err != nil {
+				return err
+			}
+			_, err = f.WriteAt([]byte{b[0] ^ 0x10}, bufSize+5)
+			return err
+		}},
+		{"truncated", 10000, func(file string) error { return os.Truncate(file, 9999) }},
+		{"grown", 10000, func(file string) error {
+			f, err := os.OpenFile(file, os.O_WRONLY|os.O_APPEND, 0)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			_, err = f.Write([]byte("x"))
+			return err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := strings.ReplaceAll(tc.name, " ", "-")
+			want := put(t, s, "bkt", key, randBytes(uint64(tc.size), tc.size))
+			if tc.damage != nil {
+				if err := tc.damage(path(key)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			paced := 0
+			info, err := s.Verify(ctx, "bkt", key, func(context.Context, int) error { paced++; return nil })
+			if corrupt := errors.Is(err, ErrCorrupt); corrupt != (tc.damage != nil) || (!corrupt && err != nil) {
+				t.Fatalf("Verify = %v, damaged: %v", err, tc.damage != nil)
+			}
+			if info.ETag != want.ETag || !info.ModTime.Equal(want.ModTime) || paced == 0 {
+				t.Fatalf("Verify checked %+v (paced %d times), want %+v", info, paced, want)
+			}
+		})
+	}
+	if _, err := s.Verify(ctx, "bkt", "absent", nil); !errors.Is(err, object.ErrNotFound) {
+		t.Fatalf("Verify of an absent key = %v", err)
+	}
+}
+
+func TestPutReplacesAndChecksum(t *testing.T) {
+	s := openTest(t, Config{})
+	ctx := context.Background()
+	v1 := put(t, s, "bkt", "k", []byte("version one"))
+	repair := func(body string, replaces object.Info, sum string) error {
+		_, err := s.Put(ctx, "bkt", "k", strings.NewReader(body), PutOptions{
+			PutOptions: object.PutOptions{Size: int64(len(body))}, ModTime: replaces.ModTime, ETag: replaces.ETag,
+			Replaces: &replaces, Checksum: sum,
+		})
+		return err
+	}
+	if err := repair("version one", v1, v1.Checksum); err != nil {
+		t.Fatalf("rewriting the stored version: %v", err)
+	}
+	if err := repair("damaged one", v1, v1.Checksum); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("a body with another checksum: %v, want ErrCorrupt", err)
+	}
+	v2 := put(t, s, "bkt", "k", []byte("version two"))
+	if err := repair("version one", v1, v1.Checksum); !errors.Is(err, ErrChanged) {
+		t.Fatalf("rewriting a version that was overwritten: %v, want ErrChanged", err)
+	}
+	if got, info := get(t, s, "bkt", "k", nil); string(got) != "version two" || info.ETag != v2.ETag {
+		t.Fatalf("key holds %q (%s), want version two", got, info.ETag)
+	}
+}

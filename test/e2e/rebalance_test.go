@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"maps"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -24,7 +26,8 @@ import (
 // nodes HRW no longer places them on), a node dies and stays down past
 // down_after (its copies are made again on the others, so a second loss
 // would lose nothing), it comes back (the extra copies go), and a node is
-// removed for good with `admin node rm`. After each
+// removed for good with `admin node rm`; then a drive is replaced and a
+// copy rots (admin rebalance and admin scrub repair them). After each
 // step every node holds exactly the keys HRW places on it among the nodes
 // that count, and every object reads back intact.
 func TestRebalance(t *testing.T) {
@@ -130,6 +133,50 @@ func TestRebalance(t *testing.T) {
 	if got := objectCounts(t, c); !maps.Equal(got, want3) {
 		t.Fatalf("after a drive was replaced and admin rebalance ran: %v, want %v", got, want3)
 	}
+
+	// A copy rots on its drive: the scrub finds it and rewrites it from the
+	// other holder.
+	damageOneObject(t, c.Configs[0].Mountpaths)
+	out = admin(t, c, 0, "scrub")
+	if !strings.Contains(out, fmt.Sprintf("%d copies checked", 2*n)) || !strings.Contains(out, "1 corrupt, 1 repaired, 0 not repaired") {
+		t.Fatalf("admin scrub after damaging a copy:\n%s", out)
+	}
+	settled("the reads after the scrub", want3)
+	if out := admin(t, c, 0, "scrub"); !strings.Contains(out, "0 corrupt") {
+		t.Fatalf("admin scrub after the repair:\n%s", out)
+	}
+}
+
+// damageOneObject flips a byte of the first object file found under the
+// mountpaths.
+func damageOneObject(t *testing.T, mountpaths []string) {
+	t.Helper()
+	for _, mp := range mountpaths {
+		var file string
+		filepath.WalkDir(filepath.Join(mp, "obj"), func(path string, d fs.DirEntry, err error) error {
+			if err == nil && d.Type().IsRegular() && file == "" {
+				file = path
+			}
+			return nil
+		})
+		if file == "" {
+			continue
+		}
+		f, err := os.OpenFile(file, os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		b := make([]byte, 1)
+		if _, err := f.ReadAt(b, 100); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteAt([]byte{b[0] ^ 0xff}, 100); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	t.Fatalf("no object file under %v", mountpaths)
 }
 
 // objectCounts returns the objects each node's store holds (nodes that do
