@@ -99,7 +99,9 @@ type passCollector struct {
 // slipstream_<job>_passes_total and slipstream_<job>_<name> for each
 // counter (name, help); read returns the counters in that order.
 func newPassCollector(job string, counters [][2]string, read func() (bool, int, []float64)) *passCollector {
-	d := func(name, help string) *prometheus.Desc { return prometheus.NewDesc("slipstream_"+job+"_"+name, help, nil, nil) }
+	d := func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc("slipstream_"+job+"_"+name, help, nil, nil)
+	}
 	c := &passCollector{
 		running: d("running", "1 while a "+job+" pass runs on this node."),
 		passes:  d("passes_total", job+" passes finished since start."),
