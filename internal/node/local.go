@@ -79,10 +79,11 @@ func (l *localService) Put(ctx context.Context, bucket, key string, r io.Reader,
 	}
 	switch {
 	case opts.KeepNewer:
-		if at, ok := l.tombs.get(bucket, key); ok && !at.Before(opts.ModTime) {
-			return object.Info{}, fmt.Errorf("%w: %s/%s was deleted at %s", object.ErrPrecondition, bucket, key, at.Format(time.RFC3339Nano))
-		}
-		return l.store.Put(ctx, bucket, key, r, storePutOptions(opts))
+		// A rebalance copy: refused (under the key lock, at commit) if a
+		// newer version or a later delete got here first.
+		so := storePutOptions(opts)
+		so.DeletedAt = func() (time.Time, bool) { return l.tombs.get(bucket, key) }
+		return l.store.Put(ctx, bucket, key, r, so)
 	case opts.Replica && b.Mode == cluster.ModeWriteback:
 		// PutReplica needs no bucket registration: it journals for the owner.
 		return l.tier.PutReplica(ctx, opts.Owner, opts.Seq, bucket, key, r, tier.ReplicaOptions{

@@ -38,6 +38,11 @@ type PutOptions struct {
 	// a rebalance never replaces a newer write. Otherwise Put fails with
 	// object.ErrPrecondition and stores nothing.
 	KeepNewer bool
+	// DeletedAt, with KeepNewer, tells when the key was last deleted, if
+	// that is known (the node's tombstones); it is asked under the key
+	// lock at commit time, and a delete at or after ModTime refuses the
+	// body the same way.
+	DeletedAt func() (time.Time, bool)
 	// Replaces commits the body only if the stored version is still this
 	// one (same ETag and modification time); otherwise Put fails with
 	// ErrChanged and stores nothing. A repair rewrites a damaged copy so.
@@ -323,10 +328,18 @@ func commitCheck(opts PutOptions) func(info object.Info, cur *entry) error {
 			return nil
 		}
 	case opts.KeepNewer:
+		deletedAt := opts.DeletedAt
 		return func(info object.Info, cur *entry) error {
 			if cur != nil && !cur.info.ModTime.Before(info.ModTime) {
 				return fmt.Errorf("store: %s/%s already holds a version as new (%s): %w",
 					info.Bucket, info.Key, cur.info.ModTime.Format(time.RFC3339Nano), object.ErrPrecondition)
+			}
+			if deletedAt == nil {
+				return nil
+			}
+			if at, ok := deletedAt(); ok && !at.Before(info.ModTime) {
+				return fmt.Errorf("store: %s/%s was deleted at %s: %w",
+					info.Bucket, info.Key, at.Format(time.RFC3339Nano), object.ErrPrecondition)
 			}
 			return nil
 		}

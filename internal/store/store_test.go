@@ -619,6 +619,19 @@ func TestKeepNewer(t *testing.T) {
 			}
 		})
 	}
+	// A delete known at commit time at or after the body's time refuses it.
+	deleted := func() (time.Time, bool) { return t0.Add(time.Hour), true }
+	_, err := s.Put(ctx, "bkt", "gone", strings.NewReader("old"), PutOptions{
+		PutOptions: object.PutOptions{Size: 3}, ModTime: t0, KeepNewer: true, DeletedAt: deleted,
+	})
+	if !errors.Is(err, object.ErrPrecondition) {
+		t.Fatalf("Put of a version older than a delete = %v, want a precondition failure", err)
+	}
+	if _, err := s.Put(ctx, "bkt", "gone", strings.NewReader("new"), PutOptions{
+		PutOptions: object.PutOptions{Size: 3}, ModTime: t0.Add(2 * time.Hour), KeepNewer: true, DeletedAt: deleted,
+	}); err != nil {
+		t.Fatalf("Put of a version newer than the delete = %v", err)
+	}
 	// A refused body leaves no work file behind.
 	for _, mp := range s.mps {
 		ents, err := os.ReadDir(mp.tmpDir)
