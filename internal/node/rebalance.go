@@ -74,7 +74,7 @@ type RebalanceProgress struct {
 	Sent    int    `json:"sent"`    // copies sent to a node that lacked them
 	Bytes   int64  `json:"bytes"`   // bytes sent
 	Dropped int    `json:"dropped"` // copies removed here once their nodes held them
-	Skipped int    `json:"skipped"` // dirty or unchecked copies left for later
+	Skipped int    `json:"skipped"` // copies to move once destaged or checked
 	Failed  int    `json:"failed"`  // copies that could not be placed (kept here)
 	Done    bool   `json:"done"`
 	LastErr string `json:"lastError,omitempty"`
@@ -95,8 +95,8 @@ func (p *RebalanceProgress) Add(o RebalanceProgress) {
 
 // rebalanceTimeout bounds a question to another node; sending a copy is
 // bounded by rebalanceSendTimeout plus a second per MiB. A pass that could
-// not place every copy is made again after settle, then after twice as
-// long each time, up to rebalanceMaxRetry.
+// not place every copy (or left some for later) is made again after
+// settle, then after twice as long each time, up to rebalanceMaxRetry.
 const (
 	rebalanceTimeout     = 10 * time.Second
 	rebalanceSendTimeout = 30 * time.Second
@@ -196,7 +196,7 @@ func (r *rebalancer) watch(ctx context.Context) {
 			p := r.run(ctx, "", nil)
 			r.log.Info("rebalance pass done", "scanned", p.Scanned, "sent", p.Sent, "bytes", p.Bytes,
 				"dropped", p.Dropped, "skipped", p.Skipped, "failed", p.Failed, "lastError", p.LastErr)
-			if p.Failed == 0 && ctx.Err() == nil {
+			if p.Failed == 0 && p.Skipped == 0 && ctx.Err() == nil {
 				last, changed, retry = cur, time.Time{}, r.settle
 			} else {
 				// Pass again after retry (settle counts from changed).
@@ -272,11 +272,14 @@ func (r *rebalancer) place(ctx context.Context, info object.Info) RebalanceProgr
 	if !ok {
 		return res // the bucket is being deleted
 	}
-	if info.Dirty || r.rejoin.suspect(info) {
-		res.Skipped = 1
+	holders := r.holders(m, info.Bucket, b.Copies, info.Key)
+	switch {
+	case info.Dirty && slices.Contains(holders, r.self):
+		return res // in place; its replicas are the destager's
+	case info.Dirty || r.rejoin.suspect(info):
+		res.Skipped = 1 // moved by a later pass, once destaged or checked
 		return res
 	}
-	holders := r.holders(m, info.Bucket, b.Copies, info.Key)
 	// Ask every holder first: one that remembers a later delete means this
 	// copy must go, and must not be sent anywhere.
 	placed := true // every holder has this version or a newer one

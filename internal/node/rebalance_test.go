@@ -137,8 +137,13 @@ func TestRebalancePlacesCopies(t *testing.T) {
 
 	rb := r.rebalancer("a", time.Minute)
 	p := rb.run(ctx, "", nil)
-	if !p.Done || p.Failed != 0 || p.Skipped != 1 || p.Scanned != n+1 {
-		t.Fatalf("pass = %+v, want done, %d scanned, 1 skipped, no failures", p, n+1)
+	// The dirty copy waits for a later pass if it has to move.
+	skipped := 0
+	if top(all, "wback", "dirty", 1)[0] != "a" {
+		skipped = 1
+	}
+	if !p.Done || p.Failed != 0 || p.Skipped != skipped || p.Scanned != n+1 {
+		t.Fatalf("pass = %+v, want done, %d scanned, %d skipped, no failures", p, n+1, skipped)
 	}
 	sent, dropped := 0, 0
 	for i := range n {
