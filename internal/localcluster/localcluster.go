@@ -302,11 +302,20 @@ func (c *Cluster) logPath(i int) string {
 	return filepath.Join(c.Spec.LogDir, fmt.Sprintf("node%d.log", i+1))
 }
 
-// WaitReady waits until the cluster map seen by node 1 (or the first
-// running node) lists want nodes up.
+// WaitReady waits until every running node answers its health check and
+// the cluster map seen by node 1 (or the first running node) lists want
+// nodes up (a node restarted quickly can still be up in the map before it
+// listens again).
 func (c *Cluster) WaitReady(ctx context.Context, want int) error {
 	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
 	defer cancel()
+	for i := range c.Configs {
+		if c.PID(i) != 0 {
+			if err := c.waitHealthy(ctx, i); err != nil {
+				return err
+			}
+		}
+	}
 	var last string
 	for {
 		for i := range c.Configs {
