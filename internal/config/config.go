@@ -124,6 +124,9 @@ type Rebalance struct {
 	Settle time.Duration `yaml:"settle"`
 	// Parallel bounds the copies placed at once by a node (default 4).
 	Parallel int `yaml:"parallel"`
+	// Rate bounds the bytes a node sends per second in a pass (default
+	// 256 MiB/s), so that moving copies leaves room for client traffic.
+	Rate int64 `yaml:"rate"`
 }
 
 // Scrub configures the background passes that read every copy back and
@@ -211,6 +214,9 @@ func (n *Node) SetDefaults() {
 	if n.Rebalance.Parallel == 0 {
 		n.Rebalance.Parallel = 4
 	}
+	if n.Rebalance.Rate == 0 {
+		n.Rebalance.Rate = 256 << 20
+	}
 	if n.Scrub.Interval == 0 {
 		n.Scrub.Interval = 7 * 24 * time.Hour
 	}
@@ -282,8 +288,8 @@ func (n *Node) Validate() error {
 	if n.Tier.PartSize < 1<<20 || n.Tier.FetchConcurrency < 1 || n.Tier.DestageWorkers < 1 {
 		return bad("tier", "part_size must be >= 1MiB, fetch_concurrency and destage_workers >= 1")
 	}
-	if n.Rebalance.Settle < 0 || n.Rebalance.Parallel < 0 {
-		return bad("rebalance", "settle and parallel must not be negative (got %v, %d)", n.Rebalance.Settle, n.Rebalance.Parallel)
+	if n.Rebalance.Settle < 0 || n.Rebalance.Parallel < 0 || n.Rebalance.Rate < 0 {
+		return bad("rebalance", "settle, parallel and rate must not be negative (got %v, %d, %d)", n.Rebalance.Settle, n.Rebalance.Parallel, n.Rebalance.Rate)
 	}
 	if n.Scrub.Rate < 0 {
 		return bad("scrub.rate", "must not be negative (got %d)", n.Scrub.Rate)

@@ -206,7 +206,7 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 	n.wg.Add(1)
 	go func() { defer n.wg.Done(); rj.run(bgCtx) }()
 	rb := &rebalancer{self: cfg.ID, meta: cl, store: st, at: n.gw.at, rejoin: rj, log: log,
-		parallel: cfg.Rebalance.Parallel, downAfter: cfg.Rebalance.DownAfter, settle: cfg.Rebalance.Settle,
+		parallel: cfg.Rebalance.Parallel, rate: cfg.Rebalance.Rate, downAfter: cfg.Rebalance.DownAfter, settle: cfg.Rebalance.Settle,
 		now: time.Now, downSince: map[string]time.Time{}}
 	n.registerRebalance(rb)
 	if !cfg.Rebalance.Off {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"slices"
 	"strings"
@@ -40,6 +41,7 @@ type rebalancer struct {
 	rejoin    *rejoin
 	log       *slog.Logger
 	parallel  int
+	rate      int64         // bytes sent per second by a pass, 0: unlimited
 	downAfter time.Duration // a node down this long no longer holds copies (<= 0: never)
 	settle    time.Duration // a change of the node set must last this long before a pass
 	now       func() time.Time
@@ -215,6 +217,7 @@ func (r *rebalancer) run(ctx context.Context, bucket string, progress func(Rebal
 	r.mu.Lock()
 	r.st.Running = true
 	r.mu.Unlock()
+	pace := pacer(r.rate)
 	var (
 		mu  sync.Mutex
 		tot = RebalanceProgress{Node: r.self}
@@ -241,7 +244,7 @@ func (r *rebalancer) run(ctx context.Context, bucket string, progress func(Rebal
 		}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			report(r.place(ctx, info))
+			report(r.place(ctx, info, pace))
 		})
 		return nil
 	})
@@ -260,7 +263,7 @@ func (r *rebalancer) run(ctx context.Context, bucket string, progress func(Rebal
 }
 
 // place puts one local copy where it belongs and reports what it did.
-func (r *rebalancer) place(ctx context.Context, info object.Info) RebalanceProgress {
+func (r *rebalancer) place(ctx context.Context, info object.Info, pace func(context.Context, int) error) RebalanceProgress {
 	res := RebalanceProgress{Scanned: 1}
 	fail := func(err error) RebalanceProgress {
 		r.log.Debug("rebalance: copy not placed", "bucket", info.Bucket, "key", info.Key, "err", err)
@@ -305,7 +308,7 @@ func (r *rebalancer) place(ctx context.Context, info object.Info) RebalanceProgr
 		}
 	}
 	for _, i := range lacking {
-		err := r.send(ctx, m, holders[i], info, i > 0)
+		err := r.send(ctx, m, holders[i], info, i > 0, pace)
 		switch {
 		case errors.Is(err, errGone):
 			return res // deleted or overwritten here meanwhile
@@ -367,7 +370,7 @@ func (r *rebalancer) ask(ctx context.Context, m *cluster.Map, id string, info ob
 // changed here meanwhile (errGone); a node that took a newer write or
 // a delete meanwhile refuses it, which is fine unless it was a delete
 // (errDeletedThere).
-func (r *rebalancer) send(ctx context.Context, m *cluster.Map, id string, info object.Info, replica bool) error {
+func (r *rebalancer) send(ctx context.Context, m *cluster.Map, id string, info object.Info, replica bool, pace func(context.Context, int) error) error {
 	rd, err := r.store.Get(ctx, info.Bucket, info.Key, nil)
 	if errors.Is(err, object.ErrNotFound) {
 		return errGone
@@ -379,7 +382,11 @@ func (r *rebalancer) send(ctx context.Context, m *cluster.Map, id string, info o
 	if got := rd.Info(); got.ETag != info.ETag || !got.ModTime.Equal(info.ModTime) {
 		return errGone
 	}
-	dr := object.NewDigestReader(rd)
+	var body io.Reader = rd
+	if pace != nil {
+		body = pacedReader{ctx, rd, pace}
+	}
+	dr := object.NewDigestReader(body)
 	opts := peer.PutOptions{
 		PutOptions: object.PutOptions{Size: info.Size, ContentType: info.ContentType, UserMeta: info.UserMeta, Digest: dr.Digest},
 		ModTime:    info.ModTime, ETag: info.ETag, BackendETag: info.BackendETag, BackendVersion: info.BackendVersion,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strings"
@@ -143,11 +144,7 @@ func (s *scrubber) run(ctx context.Context, bucket string, progress func(ScrubPr
 	s.mu.Lock()
 	s.st.Running = true
 	s.mu.Unlock()
-	var pace func(ctx context.Context, n int) error
-	if s.rate > 0 {
-		lim := rate.NewLimiter(rate.Limit(s.rate), 1<<20)
-		pace = func(ctx context.Context, n int) error { return lim.WaitN(ctx, min(n, 1<<20)) }
-	}
+	pace := pacer(s.rate)
 	tot := ScrubProgress{Node: s.self}
 	report := func(o ScrubProgress) {
 		tot.Add(o)
@@ -250,4 +247,41 @@ func (s *scrubber) copyFrom(ctx context.Context, m *cluster.Map, id string, info
 		Dirty: info.Dirty, Replaces: &info, Checksum: info.Checksum,
 	})
 	return err
+}
+
+// pacer returns a function that waits until n more bytes fit in
+// bytesPerSec (shared by every caller), or nil if bytesPerSec is 0.
+func pacer(bytesPerSec int64) func(ctx context.Context, n int) error {
+	if bytesPerSec <= 0 {
+		return nil
+	}
+	const burst = 1 << 20
+	lim := rate.NewLimiter(rate.Limit(bytesPerSec), burst)
+	return func(ctx context.Context, n int) error {
+		for n > 0 {
+			k := min(n, burst)
+			if err := lim.WaitN(ctx, k); err != nil {
+				return err
+			}
+			n -= k
+		}
+		return nil
+	}
+}
+
+// pacedReader reads r no faster than pace allows.
+type pacedReader struct {
+	ctx  context.Context
+	r    io.Reader
+	pace func(ctx context.Context, n int) error
+}
+
+func (p pacedReader) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	if n > 0 {
+		if perr := p.pace(p.ctx, n); perr != nil {
+			return n, perr
+		}
+	}
+	return n, err
 }

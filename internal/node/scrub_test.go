@@ -1,7 +1,9 @@
 package node
 
 import (
+	"bytes"
 	"context"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -102,4 +104,28 @@ func randomish(n int) []byte {
 		b[i] = byte(x)
 	}
 	return b
+}
+
+func TestPacedReader(t *testing.T) {
+	if p := pacer(0); p != nil {
+		t.Fatal("a zero rate must not pace")
+	}
+	const rate, size = 4 << 20, 6 << 20
+	data := randomish(size)
+	start := time.Now()
+	got, err := io.ReadAll(pacedReader{context.Background(), bytes.NewReader(data), pacer(rate)})
+	took := time.Since(start)
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("paced read: %d bytes, %v", len(got), err)
+	}
+	// The first MiB is the burst; the rest goes at the rate.
+	if min := time.Duration(float64(size-(1<<20)) / rate * float64(time.Second)); took < min*9/10 {
+		t.Fatalf("%d bytes at %d B/s took %v, want at least %v", size, rate, took, min)
+	}
+	// A cancelled context stops the wait.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := io.ReadAll(pacedReader{ctx, bytes.NewReader(data), pacer(1)}); err == nil {
+		t.Fatal("a paced read went on after its context was cancelled")
+	}
 }
