@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -85,7 +86,7 @@ func adminCommand() Command {
 		Summary: "cluster status, buckets, evict, prefetch, rebalance, scrub, destage backlog",
 		Run: func(ctx context.Context, env Env) error {
 			if len(env.Args) == 0 {
-				return usagef("admin status | map | bucket ls|create|set|rm ... | prefetch BUCKET [--prefix P] | evict BUCKET [--prefix P] | rebalance [--bucket B] | scrub [--bucket B] | node rm ID")
+				return usagef("admin status | map | bucket ls|create|set|rm ... | prefetch BUCKET [--prefix P] | evict BUCKET [--prefix P] | rebalance [--bucket B] | scrub [--bucket B] | node drain|undrain|rm ID")
 			}
 			sub, args := env.Args[0], env.Args[1:]
 			switch sub {
@@ -171,7 +172,11 @@ func adminStatus(ctx context.Context, env Env, args []string) error {
 			if mp.Failed {
 				path += " (FAILED: no new writes)"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\t%s\t%s\t%d\n", name, ni.State, ni.Voter, strings.Join(ni.PublicAddrs, ","),
+			state := string(ni.State)
+			if ni.Draining {
+				state += ",draining"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\t%s\t%s\t%d\n", name, state, ni.Voter, strings.Join(ni.PublicAddrs, ","),
 				path, humanBytes(mp.Used), humanBytes(mp.Capacity), mp.Objects)
 		}
 		for k, v := range st.Extra {
@@ -352,16 +357,17 @@ func adminPrefetch(ctx context.Context, env Env, args []string) error {
 	return err
 }
 
-// adminNode removes a dead node from the cluster for good (from the map
-// and the raft configuration); the others then re-create its copies.
+// adminNode drains a node (moves its copies away while it stays up),
+// undrains it, or removes a dead node for good (from the map and the raft
+// configuration); the others then re-create its copies.
 func adminNode(ctx context.Context, env Env, args []string) error {
 	fs := flag.NewFlagSet("admin node", flag.ContinueOnError)
 	fs.SetOutput(env.Stderr)
 	mk := newAdminClient(fs)
-	if len(args) < 2 || args[0] != "rm" {
-		return usagef("admin node rm ID")
+	if len(args) < 2 || !slices.Contains([]string{"drain", "undrain", "rm"}, args[0]) {
+		return usagef("admin node drain|undrain|rm ID")
 	}
-	id := args[1]
+	verb, id := args[0], args[1]
 	if err := fs.Parse(args[2:]); err != nil {
 		return err
 	}
@@ -371,10 +377,26 @@ func adminNode(ctx context.Context, env Env, args []string) error {
 		return err
 	}
 	ni, ok := m.Node(id)
-	switch {
-	case !ok:
-		return fmt.Errorf("admin node rm: no node %q in the cluster", id)
-	case ni.State == cluster.StateUp:
+	if !ok {
+		return fmt.Errorf("admin node %s: no node %q in the cluster", verb, id)
+	}
+	switch verb {
+	case "drain", "undrain":
+		q := ""
+		if verb == "undrain" {
+			q = "?off=1"
+		}
+		if err := a.call(ctx, http.MethodPost, node.AdminPrefix+"nodes/"+url.PathEscape(id)+"/drain"+q, nil, nil); err != nil {
+			return err
+		}
+		if verb == "drain" {
+			fmt.Fprintf(env.Stdout, "%s is draining: new copies go elsewhere and its copies move away (admin status shows its objects); then stop it and run admin node rm %s\n", id, id)
+		} else {
+			fmt.Fprintf(env.Stdout, "%s takes copies again\n", id)
+		}
+		return nil
+	}
+	if ni.State == cluster.StateUp {
 		return fmt.Errorf("admin node rm: %s is up; stop it (and wipe its data directory) first", id)
 	}
 	if err := a.call(ctx, http.MethodPost, cluster.PathLeave, map[string]string{"id": id}, nil); err != nil {

@@ -495,6 +495,12 @@ func (c *Cluster) SetNodeState(ctx context.Context, id string, state NodeState) 
 	return c.propose(ctx, command{Op: opNodeState, Name: id, State: state})
 }
 
+// SetDraining takes node id out of placement (or puts it back) while it
+// stays up; see NodeInfo.Draining.
+func (c *Cluster) SetDraining(ctx context.Context, id string, on bool) error {
+	return c.propose(ctx, command{Op: opNodeDrain, Name: id, Drain: on})
+}
+
 // Leave removes this node from the cluster (from the raft configuration and
 // from the map), then closes it. A leader hands leadership over first.
 func (c *Cluster) Leave(ctx context.Context) error {

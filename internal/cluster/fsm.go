@@ -23,6 +23,7 @@ const (
 	opVolumePut    = "volume.put"
 	opVolumeDelete = "volume.delete"
 	opVolumeStale  = "volume.stale" // Name: the volume; Node.ID: the mirror; State: up (in sync) or down (stale)
+	opNodeDrain    = "node.drain"   // Name: the node; Drain: on or off
 )
 
 // command is one entry of the raft log, JSON-encoded. Everything that must be
@@ -35,6 +36,7 @@ type command struct {
 	State  NodeState    `json:"state,omitempty"`
 	Bucket *BucketProps `json:"bucket,omitempty"`
 	Volume *VolumeSpec  `json:"volume,omitempty"`
+	Drain  bool         `json:"drain,omitempty"`
 }
 
 func decodeCommand(b []byte) (command, error) {
@@ -58,6 +60,7 @@ func applyCommand(m *Map, c command) (*Map, error) {
 		nn := c.Node.Clone()
 		if old, ok := m.Nodes[c.Node.ID]; ok {
 			nn.Downs = max(nn.Downs, old.Downs) // the count survives re-announcements
+			nn.Draining = old.Draining          // and so does a drain
 			if nodeEqual(old, nn) {
 				return m, nil
 			}
@@ -79,6 +82,19 @@ func applyCommand(m *Map, c command) (*Map, error) {
 			if c.State == StateDown {
 				old.Downs++
 			}
+			n.Nodes[c.Name] = old
+			return nil
+		}
+	case opNodeDrain:
+		old, ok := m.Nodes[c.Name]
+		if !ok {
+			return m, fmt.Errorf("%w: %q", ErrNodeNotFound, c.Name)
+		}
+		if old.Draining == c.Drain {
+			return m, nil
+		}
+		mut = func(n *Map) error {
+			old.Draining = c.Drain
 			n.Nodes[c.Name] = old
 			return nil
 		}
@@ -176,7 +192,7 @@ func applyCommand(m *Map, c command) (*Map, error) {
 }
 
 func nodeEqual(a, b NodeInfo) bool {
-	return a.sameIdentity(b) && a.State == b.State && a.Voter == b.Voter && a.Joined.Equal(b.Joined) && a.Downs == b.Downs
+	return a.sameIdentity(b) && a.State == b.State && a.Voter == b.Voter && a.Joined.Equal(b.Joined) && a.Downs == b.Downs && a.Draining == b.Draining
 }
 
 func bucketEqual(a, b BucketProps) bool {

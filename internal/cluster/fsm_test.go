@@ -188,6 +188,37 @@ func TestDownsCount(t *testing.T) {
 	}
 }
 
+// TestDrain: a drain takes the node out of placement while it stays up,
+// survives a re-announcement and a health mark, and is undone by undrain.
+func TestDrain(t *testing.T) {
+	m := NewMap()
+	n := NodeInfo{ID: "n1", RaftAddr: "127.0.0.1:1", IntraAddrs: []string{"127.0.0.1:2"}, State: StateUp, Joined: t0}
+	steps := []struct {
+		cmd      command
+		draining bool
+		places   bool
+	}{
+		{command{Op: opNodePut, Node: &n}, false, true},
+		{command{Op: opNodeDrain, Name: "n1", Drain: true}, true, false},
+		{command{Op: opNodePut, Node: &n}, true, false}, // re-announced after a restart
+		{command{Op: opNodeState, Name: "n1", State: StateDown}, true, false},
+		{command{Op: opNodeState, Name: "n1", State: StateUp}, true, false},
+		{command{Op: opNodeDrain, Name: "n1", Drain: false}, false, true},
+	}
+	for i, st := range steps {
+		var err error
+		if m, err = applyCommand(m, st.cmd); err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		if got := m.Nodes["n1"]; got.Draining != st.draining || got.Places() != st.places {
+			t.Fatalf("step %d: draining %v, places %v; want %v, %v", i, got.Draining, got.Places(), st.draining, st.places)
+		}
+	}
+	if _, err := applyCommand(m, command{Op: opNodeDrain, Name: "nope", Drain: true}); !errors.Is(err, ErrNodeNotFound) {
+		t.Fatalf("drain of an unknown node: %v", err)
+	}
+}
+
 func TestFSMApplySnapshotRestore(t *testing.T) {
 	f := &fsm{pub: newPublisher()}
 	cmds := []command{

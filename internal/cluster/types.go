@@ -41,7 +41,16 @@ type NodeInfo struct {
 	// compares it with the count it last checked its copies at: writes may
 	// have gone to other nodes while it was down.
 	Downs uint64 `json:"downs,omitempty"`
+	// Draining takes the node out of placement while it stays up: new
+	// writes go to other nodes, reads still reach it, and the rebalance
+	// moves its copies away, so that it can be removed without losing
+	// a copy (admin node drain). Kept across re-announcements.
+	Draining bool `json:"draining,omitempty"`
 }
+
+// Places reports whether new copies are placed on the node: it is up and
+// not draining.
+func (n NodeInfo) Places() bool { return n.State == StateUp && !n.Draining }
 
 // Clone returns a deep copy of n.
 func (n NodeInfo) Clone() NodeInfo {

@@ -38,6 +38,14 @@ func (n *Node) adminHandler() http.Handler {
 		}
 		writeAdmin(w, st, nil)
 	})
+	mux.HandleFunc("POST "+AdminPrefix+"nodes/{id}/drain", func(w http.ResponseWriter, r *http.Request) {
+		id, on := r.PathValue("id"), r.URL.Query().Get("off") == ""
+		err := n.cluster.SetDraining(r.Context(), id, on)
+		if err == nil {
+			waitMap(r.Context(), n.cluster, func(m *cluster.Map) bool { ni, ok := m.Node(id); return ok && ni.Draining == on })
+		}
+		writeAdmin(w, struct{}{}, err)
+	})
 	mux.HandleFunc("GET "+AdminPrefix+"buckets", func(w http.ResponseWriter, r *http.Request) {
 		m := n.cluster.Map()
 		out := make([]cluster.BucketProps, 0, len(m.Buckets))

@@ -76,7 +76,7 @@ func hostPorts(addrs []string) []string {
 // a node going down does not move the objects of the others.
 func placementOf(m *cluster.Map, bucket, key string) (up, down []string) {
 	for _, id := range placement.Order(m.NodeIDs(), placement.ObjectName(bucket, key)) {
-		if n, _ := m.Node(id); n.State == cluster.StateUp {
+		if n, _ := m.Node(id); n.Places() {
 			up = append(up, id)
 		} else {
 			down = append(down, id)

@@ -124,11 +124,11 @@ func (r *rebalancer) holders(m *cluster.Map, bucket string, copies int, key stri
 	return out
 }
 
-// counts reports whether node id holds copies: it is up, or has been down
-// for less than downAfter.
+// counts reports whether node id holds copies: it is not draining, and it
+// is up or has been down for less than downAfter.
 func (r *rebalancer) counts(m *cluster.Map, id string) bool {
 	ni, ok := m.Node(id)
-	if !ok {
+	if !ok || ni.Draining {
 		return false
 	}
 	if ni.State == cluster.StateUp {

@@ -325,3 +325,28 @@ func TestRebalanceMovesWarmCopies(t *testing.T) {
 		t.Fatal("a kept the copy it moved")
 	}
 }
+
+// TestRebalanceDrainsANode: a draining node that is up sends every copy to
+// the nodes that hold them without it, and keeps none.
+func TestRebalanceDrainsANode(t *testing.T) {
+	ctx := context.Background()
+	r := newRebalanceRig(t, "a", "b", "c")
+	for i := range 12 {
+		r.put("a", "two", fmt.Sprintf("k%02d", i), fmt.Sprintf("body %d", i), r.now.Add(-time.Hour), false)
+	}
+	a := r.m.Nodes["a"]
+	a.Draining = true
+	r.m.Nodes["a"] = a
+	if up, _ := placementOf(r.m, "two", "k00"); slices.Contains(up, "a") {
+		t.Fatalf("a draining node is placed: %v", up)
+	}
+	if p := r.rebalancer("a", time.Minute).run(ctx, "", nil); p.Dropped != 12 || p.Sent != 24 || p.Failed != 0 {
+		t.Fatalf("pass on the draining node = %+v, want 24 copies sent and 12 dropped", p)
+	}
+	for i := range 12 {
+		k, want := fmt.Sprintf("k%02d", i), fmt.Sprintf("body %d", i)
+		if r.holds("a", "two", k) != "" || r.holds("b", "two", k) != want || r.holds("c", "two", k) != want {
+			t.Fatalf("%s: not moved from the draining node to b and c", k)
+		}
+	}
+}

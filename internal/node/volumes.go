@@ -377,7 +377,16 @@ func (n *Node) registerVolumeAdmin() {
 				writeAdmin(w, nil, fmt.Errorf("%w: %d copies, %d nodes up", object.ErrUnavailable, v.Copies, len(up)))
 				return
 			}
-			v.Nodes = m.NodeIDs()
+			v.Nodes = nil // every member but those being drained
+			for _, id := range m.NodeIDs() {
+				if ni, _ := m.Node(id); !ni.Draining {
+					v.Nodes = append(v.Nodes, id)
+				}
+			}
+			if len(v.Nodes) < v.Copies {
+				writeAdmin(w, nil, fmt.Errorf("%w: %d copies, %d nodes not draining", object.ErrUnavailable, v.Copies, len(v.Nodes)))
+				return
+			}
 			v.Created = time.Now().UTC()
 			v.ID, v.Stale = newVolumeID(), nil
 		}

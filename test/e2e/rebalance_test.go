@@ -26,8 +26,9 @@ import (
 // nodes HRW no longer places them on), a node dies and stays down past
 // down_after (its copies are made again on the others, so a second loss
 // would lose nothing), it comes back (the extra copies go), and a node is
-// removed for good with `admin node rm`; then a drive is replaced and a
-// copy rots (admin rebalance and admin scrub repair them). After each
+// removed for good with `admin node rm`, another is drained and undrained;
+// then a drive is replaced and a copy rots (admin rebalance and admin
+// scrub repair them). After each
 // step every node holds exactly the keys HRW places on it among the nodes
 // that count, and every object reads back intact.
 func TestRebalance(t *testing.T) {
@@ -110,6 +111,16 @@ func TestRebalance(t *testing.T) {
 	}
 	want3 := expect("node1", "node2", "node3")
 	settled("node4's copies to be made again on the others", want3)
+
+	// Draining a node that is up moves its copies away before it leaves
+	// (copies=1 data on it would otherwise be lost with it), and while it
+	// drains the cluster still serves every object; undrain brings it back.
+	admin(t, c, 0, "node", "drain", "node2")
+	drained := expect("node1", "node3")
+	drained["node2"] = 0
+	settled("node2 to drain", drained)
+	admin(t, c, 0, "node", "undrain", "node2")
+	settled("node2 to take its copies back", want3)
 
 	// A pass by hand finds nothing left to do.
 	out := admin(t, c, 0, "rebalance")
