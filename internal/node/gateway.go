@@ -438,11 +438,20 @@ func (g *gateway) DeleteObject(ctx context.Context, bucket, key string) error {
 		return err
 	}
 	at := g.now().UTC()
-	targets, _ := g.readTargets(m, b, key)
+	targets, others := g.readTargets(m, b, key)
 	if b.Mode == cluster.ModeWriteback && len(targets) > 1 {
 		// The owner's tier journals the delete and tells its replica
 		// holders itself; deleting on them too would race it.
 		targets = targets[:1]
+	}
+	if b.Mode == cluster.ModeLocal {
+		// A draining node is up but out of placement: it may still hold
+		// a copy it has not moved yet.
+		for _, id := range others {
+			if n, _ := m.Node(id); n.State == cluster.StateUp && n.Draining {
+				targets = append(targets, id)
+			}
+		}
 	}
 	errs := make([]error, len(targets))
 	var wg sync.WaitGroup

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/http/httptest"
 	"reflect"
+	"slices"
 	"sync"
 	"syscall"
 	"testing"
@@ -274,6 +275,45 @@ func TestReadFallsOverFailedHolder(t *testing.T) {
 			if !errors.Is(err, object.ErrNotFound) {
 				t.Errorf("%s: %v, want not found", key, err)
 			}
+		}
+	}
+}
+
+// deleteRecorder remembers the keys deleted through it.
+type deleteRecorder struct {
+	peer.Local
+	mu   sync.Mutex
+	keys []string
+}
+
+func (d *deleteRecorder) Delete(_ context.Context, _, key string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.keys = append(d.keys, key)
+	return object.ErrNotFound
+}
+
+// TestDeleteReachesDrainingNode: a draining node is out of placement but may
+// still hold a copy it has not moved; a delete must reach it too.
+func TestDeleteReachesDrainingNode(t *testing.T) {
+	self, up, draining := &deleteRecorder{}, &deleteRecorder{}, &deleteRecorder{}
+	srvUp := httptest.NewServer(peer.NewHandler(up))
+	defer srvUp.Close()
+	srvDr := httptest.NewServer(peer.NewHandler(draining))
+	defer srvDr.Close()
+	m := cluster.NewMap()
+	m.Buckets["b"] = cluster.BucketProps{Name: "b", Copies: 1, Mode: cluster.ModeLocal}
+	m.Nodes["n1"] = cluster.NodeInfo{ID: "n1", State: cluster.StateUp}
+	m.Nodes["n2"] = cluster.NodeInfo{ID: "n2", State: cluster.StateUp, IntraAddrs: []string{srvUp.URL}}
+	m.Nodes["n3"] = cluster.NodeInfo{ID: "n3", State: cluster.StateUp, Draining: true, IntraAddrs: []string{srvDr.URL}}
+	g := &gateway{self: "n1", meta: fixedMeta{fixedMap{m}}, local: self, log: slog.New(slog.DiscardHandler), now: time.Now,
+		peers: &peer.Client{Doer: &peer.HTTPDoer{Client: srvUp.Client()}}}
+	if err := g.DeleteObject(context.Background(), "b", "k"); err != nil {
+		t.Fatal(err)
+	}
+	for name, r := range map[string]*deleteRecorder{"the draining node": draining, "the up node": up, "this node": self} {
+		if !slices.Contains(r.keys, "k") {
+			t.Errorf("%s was not asked to delete the key", name)
 		}
 	}
 }

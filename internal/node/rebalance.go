@@ -276,11 +276,21 @@ func (r *rebalancer) place(ctx context.Context, info object.Info, pace func(cont
 		return res // the bucket is being deleted
 	}
 	holders := r.holders(m, info.Bucket, b.Copies, info.Key)
+	here := slices.Contains(holders, r.self)
 	switch {
-	case info.Dirty && slices.Contains(holders, r.self):
-		return res // in place; its replicas are the destager's
+	case here && (info.Dirty || tiered(b)):
+		return res // in place; a dirty copy's replicas are the destager's
 	case info.Dirty || r.rejoin.suspect(info):
 		res.Skipped = 1 // moved by a later pass, once destaged or checked
+		return res
+	case tiered(b):
+		// A clean copy of a tiered bucket is a cache of the backend: it is
+		// dropped, not sent (its owner fills on demand). Sending it could
+		// bring back an object deleted through the owner, which keeps no
+		// tombstones for tiered buckets.
+		if err := r.store.DeleteVersion(ctx, info.Bucket, info.Key, info); err == nil {
+			res.Dropped = 1
+		}
 		return res
 	}
 	// Ask every holder first: one that remembers a later delete means this
