@@ -19,20 +19,22 @@ import (
 )
 
 // rebalancer puts the copies this node holds where HRW places them now.
-// When the set of nodes changes (a node joins, leaves, comes back, or has
-// been down for longer than downAfter and counts as gone), objects have new
-// homes: a pass walks the local store and, for every copy, makes sure each
-// node among the bucket's first `copies` in HRW order holds that version or
-// a newer one, sending it where it is missing; a copy on a node that is no
-// longer among them is then dropped. Both the old and the new holders can
-// serve while this runs (reads try nodes past the replicas).
+// When the set of nodes that hold copies changes (a node joins, is drained
+// or removed, comes back, or has been down for longer than downAfter and
+// counts as gone), objects have new homes: a pass walks the local store
+// and, for every copy of a local bucket, makes sure each node among the
+// bucket's first `copies` in HRW order holds that version or a newer one,
+// sending it where it is missing; a copy on a node that is no longer among
+// them is then dropped. Both the old and the new holders can serve while
+// this runs (reads try nodes past the replicas).
 //
 // A copy is sent with KeepNewer, so it never replaces a newer write or
 // resurrects a later delete, and dropped only once every placed node has
 // answered that it holds the key, and only if it is still the version that
-// was sent (store.DeleteVersion). Dirty copies of writeback buckets are left
-// to the destager (they move once clean), and copies a node that came back
-// has not checked yet are left to the rejoin pass.
+// was sent (store.DeleteVersion). Clean copies of tiered buckets are never
+// sent, only dropped where they no longer belong; dirty ones wait until
+// they are destaged, and copies a node that came back has not checked yet
+// wait for the rejoin pass.
 type rebalancer struct {
 	self      string
 	meta      mapView
