@@ -206,10 +206,10 @@ func (s *scrubber) repair(ctx context.Context, info object.Info) error {
 		}
 		return err
 	}
-	up, _ := placementOf(m, info.Bucket, info.Key)
+	up, others := placementOf(m, info.Bucket, info.Key)
 	var errs []error
-	for _, id := range up {
-		if id == s.self {
+	for _, id := range append(up, others...) { // draining nodes last
+		if ni, _ := m.Node(id); id == s.self || ni.State != cluster.StateUp {
 			continue
 		}
 		err := s.copyFrom(ctx, m, id, info)
