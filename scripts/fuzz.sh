@@ -6,20 +6,22 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 t=${1:-10s}
 n=0
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
 for pkg in $(go list ./...); do
 	dir=$(go list -f '{{.Dir}}' "$pkg")
 	for f in $(grep -ho '^func Fuzz[A-Za-z0-9_]*' "$dir"/*_test.go 2>/dev/null | sed 's/^func //' | sort -u); do
 		n=$((n + 1))
 		echo "fuzz $pkg $f ($t)"
 		for try in 1 2; do
-			if go test -run '^$' -fuzz "^$f\$" -fuzztime "$t" "$pkg" >/tmp/fuzz.log 2>&1; then
+			if go test -run '^$' -fuzz "^$f\$" -fuzztime "$t" "$pkg" >"$log" 2>&1; then
 				break
 			fi
-			if [ "$try" = 1 ] && grep -q 'context deadline exceeded' /tmp/fuzz.log && ! grep -q 'Failing input' /tmp/fuzz.log; then
+			if [ "$try" = 1 ] && grep -q 'context deadline exceeded' "$log" && ! grep -q 'Failing input' "$log"; then
 				echo "  (fuzzer start-up timed out; trying again)"
 				continue
 			fi
-			cat /tmp/fuzz.log
+			cat "$log"
 			exit 1
 		done
 	done

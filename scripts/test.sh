@@ -12,8 +12,8 @@ unformatted=$(gofmt -l .)
 if [ -n "$unformatted" ]; then echo "gofmt needed: $unformatted"; exit 1; fi
 
 echo "== tests"
-go test -count=1 -timeout 40m -p 2 ./... 2>&1 | tee /tmp/slipstream-test.log
+go test -count=1 -timeout 40m -p 2 ./...
 echo "== race detector (unit tests, -short)"
-go test -race -short -count=1 -timeout 20m -p 2 ./internal/... 2>&1 | tee -a /tmp/slipstream-test.log
+go test -race -short -count=1 -timeout 20m -p 2 ./internal/...
 echo "== fuzz (short)"
 bash scripts/fuzz.sh 5s
