@@ -105,33 +105,45 @@ func (r *Reader) WriteTo(w io.Writer) (int64, error) {
 // Close closes the file.
 func (r *Reader) Close() error { return r.f.Close() }
 
-// Get opens bucket/key, or the range rng of it (object.ErrInvalidRange if
-// unsatisfiable), and records the access in memory.
-func (s *Store) Get(ctx context.Context, bucket, key string, rng *object.Range) (*Reader, error) {
+// open opens bucket/key's file and returns it with its index entry and
+// metadata, taken under the key lock so that they are the same version.
+// The metadata comes back also when the file cannot be opened (other than
+// object.ErrNotFound).
+func (s *Store) open(ctx context.Context, bucket, key string) (*os.File, *entry, object.Info, error) {
 	if err := validate(bucket, key); err != nil {
-		return nil, err
+		return nil, nil, object.Info{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return nil, nil, object.Info{}, err
 	}
 	l := s.keyLock(bucket, key)
 	l.RLock()
 	e := s.lookup(bucket, key)
 	if e == nil {
 		l.RUnlock()
-		return nil, fmt.Errorf("%w: %s/%s", object.ErrNotFound, bucket, key)
+		return nil, nil, object.Info{}, fmt.Errorf("%w: %s/%s", object.ErrNotFound, bucket, key)
 	}
-	mp := s.mps[e.mp]
-	_, file := mp.objectPath(bucket, key)
+	_, file := s.mps[e.mp].objectPath(bucket, key)
 	f, err := os.Open(file)
 	info := *e.info
 	l.RUnlock()
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("%w: %s/%s", object.ErrNotFound, bucket, key)
+			return nil, nil, object.Info{}, fmt.Errorf("%w: %s/%s", object.ErrNotFound, bucket, key)
 		}
-		return nil, fmt.Errorf("store: open %s/%s: %w", bucket, key, err)
+		return nil, e, info, fmt.Errorf("store: open %s/%s: %w", bucket, key, err)
 	}
+	return f, e, info, nil
+}
+
+// Get opens bucket/key, or the range rng of it (object.ErrInvalidRange if
+// unsatisfiable), and records the access in memory.
+func (s *Store) Get(ctx context.Context, bucket, key string, rng *object.Range) (*Reader, error) {
+	f, e, info, err := s.open(ctx, bucket, key)
+	if err != nil {
+		return nil, err
+	}
+	mp := s.mps[e.mp]
 	off, n := int64(0), info.Size
 	if rng != nil {
 		off, n, err = rng.Resolve(info.Size)

@@ -26,26 +26,11 @@ var ErrCorrupt = errors.New("store: object does not match its checksum")
 // before each read with its size (a rate limit). It returns the version
 // it checked, and an error wrapping ErrCorrupt if it does not match.
 func (s *Store) Verify(ctx context.Context, bucket, key string, pace func(ctx context.Context, n int) error) (object.Info, error) {
-	if err := validate(bucket, key); err != nil {
-		return object.Info{}, err
-	}
-	l := s.keyLock(bucket, key)
-	l.RLock()
-	e := s.lookup(bucket, key)
-	if e == nil {
-		l.RUnlock()
-		return object.Info{}, fmt.Errorf("%w: %s/%s", object.ErrNotFound, bucket, key)
-	}
-	_, file := s.mps[e.mp].objectPath(bucket, key)
-	f, err := os.Open(file)
-	info := cloneInfo(*e.info)
-	l.RUnlock()
+	f, _, info, err := s.open(ctx, bucket, key)
 	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return object.Info{}, fmt.Errorf("%w: %s/%s", object.ErrNotFound, bucket, key)
-		}
-		return info, fmt.Errorf("store: open %s/%s: %w", bucket, key, err)
+		return cloneInfo(info), err
 	}
+	info = cloneInfo(info)
 	defer f.Close()
 	r := io.ReaderAt(f)
 	if d, err := os.OpenFile(fmt.Sprintf("/proc/self/fd/%d", f.Fd()), os.O_RDONLY|unix.O_DIRECT, 0); err == nil {
