@@ -123,8 +123,8 @@ func (n *Node) registerRebalance(rb *rebalancer) {
 		p := rb.run(r.Context(), r.URL.Query().Get("bucket"), func(p RebalanceProgress) { progress.send(p, false) })
 		progress.send(p, true)
 	})
-	n.statusExtras["rebalance"] = func() any { return rb.status() }
-	n.reg.MustRegister(newRebalanceCollector(rb.status))
+	n.statusExtras["rebalance"] = func() any { return rb.passes.status() }
+	n.reg.MustRegister(newRebalanceCollector(rb.passes.status))
 }
 
 // registerScrub adds the scrub job to the admin API, like rebalance.
@@ -134,8 +134,8 @@ func (n *Node) registerScrub(sc *scrubber) {
 		p := sc.run(r.Context(), r.URL.Query().Get("bucket"), func(p ScrubProgress) { progress.send(p, false) })
 		progress.send(p, true)
 	})
-	n.statusExtras["scrub"] = func() any { return sc.status() }
-	n.reg.MustRegister(newScrubCollector(sc.status))
+	n.statusExtras["scrub"] = func() any { return sc.passes.status() }
+	n.reg.MustRegister(newScrubCollector(sc.passes.status))
 }
 
 // tierCollector exports the tier's GET counters and destage backlog.

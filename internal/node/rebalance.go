@@ -48,27 +48,14 @@ type rebalancer struct {
 	settle    time.Duration // a change of the node set must last this long before a pass
 	now       func() time.Time
 
-	pass sync.Mutex // one pass at a time
+	passes passLog[RebalanceProgress, *RebalanceProgress]
 
 	mu        sync.Mutex
 	downSince map[string]time.Time // when this node first saw each node down
-	st        RebalanceStatus
 }
 
-// RebalanceStatus is what `admin status` shows of a node's passes.
-type RebalanceStatus struct {
-	Running  bool               `json:"running"`
-	Passes   int                `json:"passes"`
-	Last     *RebalanceProgress `json:"last,omitempty"` // the last finished pass
-	LastDone time.Time          `json:"lastDone,omitzero"`
-	Total    RebalanceProgress  `json:"total"` // every pass since start, the running one included
-}
-
-func (r *rebalancer) status() RebalanceStatus {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.st
-}
+// RebalanceStatus is what `admin status` shows of a node's rebalances.
+type RebalanceStatus = PassStatus[RebalanceProgress]
 
 // RebalanceProgress is one line of a rebalance job's NDJSON progress
 // stream (and a pass's result).
@@ -214,11 +201,7 @@ func (r *rebalancer) watch(ctx context.Context) {
 // run makes one pass over the local copies (of bucket, or of every bucket),
 // calling progress as it goes; it returns the totals.
 func (r *rebalancer) run(ctx context.Context, bucket string, progress func(RebalanceProgress)) RebalanceProgress {
-	r.pass.Lock()
-	defer r.pass.Unlock()
-	r.mu.Lock()
-	r.st.Running = true
-	r.mu.Unlock()
+	r.passes.begin()
 	pace := pacer(r.rate)
 	var (
 		mu  sync.Mutex
@@ -231,9 +214,7 @@ func (r *rebalancer) run(ctx context.Context, bucket string, progress func(Rebal
 		tot.Add(o)
 		p := tot
 		mu.Unlock()
-		r.mu.Lock()
-		r.st.Total.Add(o)
-		r.mu.Unlock()
+		r.passes.add(o)
 		if progress != nil {
 			progress(p)
 		}
@@ -254,22 +235,19 @@ func (r *rebalancer) run(ctx context.Context, bucket string, progress func(Rebal
 	if err != nil {
 		report(RebalanceProgress{LastErr: err.Error()})
 	}
-	mu.Lock()
-	tot.Done = true
-	p := tot
-	mu.Unlock()
-	r.mu.Lock()
-	r.st.Running, r.st.Passes, r.st.Last, r.st.LastDone = false, r.st.Passes+1, &p, r.now()
-	r.mu.Unlock()
-	return p
+	tot.Done = true // every goroutine has reported
+	r.passes.end(tot, r.now())
+	return tot
 }
 
 // place puts one local copy where it belongs and reports what it did.
 func (r *rebalancer) place(ctx context.Context, info object.Info, pace func(context.Context, int) error) RebalanceProgress {
 	res := RebalanceProgress{Scanned: 1}
-	fail := func(err error) RebalanceProgress {
-		r.log.Debug("rebalance: copy not placed", "bucket", info.Bucket, "key", info.Key, "err", err)
-		res.Failed, res.LastErr = 1, fmt.Sprintf("%s/%s: %v", info.Bucket, info.Key, err)
+	// drop removes the local copy if it is still the version looked at.
+	drop := func() RebalanceProgress {
+		if err := r.store.DeleteVersion(ctx, info.Bucket, info.Key, info); err == nil {
+			res.Dropped = 1
+		}
 		return res
 	}
 	m := r.meta.Map()
@@ -290,10 +268,7 @@ func (r *rebalancer) place(ctx context.Context, info object.Info, pace func(cont
 		// dropped, not sent (its owner fills on demand). Sending it could
 		// bring back an object deleted through the owner, which keeps no
 		// tombstones for tiered buckets.
-		if err := r.store.DeleteVersion(ctx, info.Bucket, info.Key, info); err == nil {
-			res.Dropped = 1
-		}
-		return res
+		return drop()
 	}
 	// Ask every holder first: one that remembers a later delete means this
 	// copy must go, and must not be sent anywhere.
@@ -306,10 +281,7 @@ func (r *rebalancer) place(ctx context.Context, info object.Info, pace func(cont
 		held, err := r.ask(ctx, m, id, info)
 		switch {
 		case errors.Is(err, errDeletedThere):
-			if err := r.store.DeleteVersion(ctx, info.Bucket, info.Key, info); err == nil {
-				res.Dropped = 1
-			}
-			return res
+			return drop()
 		case errors.Is(err, errHolderDown):
 			placed = false // nothing is dropped in favour of a node that may come back
 		case err != nil:
@@ -325,10 +297,7 @@ func (r *rebalancer) place(ctx context.Context, info object.Info, pace func(cont
 		case errors.Is(err, errGone):
 			return res // deleted or overwritten here meanwhile
 		case errors.Is(err, errDeletedThere):
-			if err := r.store.DeleteVersion(ctx, info.Bucket, info.Key, info); err == nil {
-				res.Dropped = 1
-			}
-			return res
+			return drop()
 		case err != nil:
 			placed = false
 			res.Failed, res.LastErr = 1, fmt.Sprintf("%s/%s on %s: %v", info.Bucket, info.Key, holders[i], err)
@@ -337,16 +306,17 @@ func (r *rebalancer) place(ctx context.Context, info object.Info, pace func(cont
 			res.Bytes += info.Size
 		}
 	}
-	if !placed || slices.Contains(holders, r.self) || len(holders) == 0 {
+	if !placed || here || len(holders) == 0 {
 		return res
 	}
-	if err := r.store.DeleteVersion(ctx, info.Bucket, info.Key, info); err != nil {
-		if errors.Is(err, store.ErrChanged) || errors.Is(err, object.ErrNotFound) {
-			return res
-		}
-		return fail(err)
+	err := r.store.DeleteVersion(ctx, info.Bucket, info.Key, info)
+	switch {
+	case err == nil:
+		res.Dropped = 1
+	case !errors.Is(err, store.ErrChanged) && !errors.Is(err, object.ErrNotFound):
+		r.log.Debug("rebalance: copy not placed", "bucket", info.Bucket, "key", info.Key, "err", err)
+		res.Failed, res.LastErr = 1, fmt.Sprintf("%s/%s: %v", info.Bucket, info.Key, err)
 	}
-	res.Dropped = 1
 	return res
 }
 

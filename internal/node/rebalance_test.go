@@ -188,7 +188,7 @@ func TestRebalancePlacesCopies(t *testing.T) {
 		t.Fatalf("pass = %+v, want %d sent and %d dropped", p, sent, dropped)
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(newRebalanceCollector(rb.status))
+	reg.MustRegister(newRebalanceCollector(rb.passes.status))
 	for name, want := range map[string]float64{
 		"slipstream_rebalance_passes_total": 1, "slipstream_rebalance_copies_sent_total": float64(sent),
 		"slipstream_rebalance_copies_dropped_total": float64(dropped), "slipstream_rebalance_running": 0,

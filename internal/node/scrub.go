@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -39,9 +38,7 @@ type scrubber struct {
 	stateFile string        // holds the time the last pass finished
 	now       func() time.Time
 
-	pass sync.Mutex // one pass at a time
-	mu   sync.Mutex
-	st   ScrubStatus
+	passes passLog[ScrubProgress, *ScrubProgress]
 }
 
 // ScrubProgress is one line of a scrub job's NDJSON progress stream (and a
@@ -70,19 +67,7 @@ func (p *ScrubProgress) Add(o ScrubProgress) {
 }
 
 // ScrubStatus is what `admin status` shows of a node's scrubs.
-type ScrubStatus struct {
-	Running  bool           `json:"running"`
-	Passes   int            `json:"passes"`
-	Last     *ScrubProgress `json:"last,omitempty"` // the last finished pass
-	LastDone time.Time      `json:"lastDone,omitzero"`
-	Total    ScrubProgress  `json:"total"` // every pass since start, the running one included
-}
-
-func (s *scrubber) status() ScrubStatus {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.st
-}
+type ScrubStatus = PassStatus[ScrubProgress]
 
 // scrubTimeout bounds a question to another node during a repair.
 const scrubTimeout = 10 * time.Second
@@ -139,18 +124,12 @@ func (s *scrubber) saveLast(t time.Time) {
 // run makes one pass over the local copies (of bucket, or of every bucket),
 // calling progress as it goes; it returns the totals.
 func (s *scrubber) run(ctx context.Context, bucket string, progress func(ScrubProgress)) ScrubProgress {
-	s.pass.Lock()
-	defer s.pass.Unlock()
-	s.mu.Lock()
-	s.st.Running = true
-	s.mu.Unlock()
+	s.passes.begin()
 	pace := pacer(s.rate)
 	tot := ScrubProgress{Node: s.self}
 	report := func(o ScrubProgress) {
 		tot.Add(o)
-		s.mu.Lock()
-		s.st.Total.Add(o)
-		s.mu.Unlock()
+		s.passes.add(o)
 		if progress != nil {
 			progress(tot)
 		}
@@ -163,11 +142,8 @@ func (s *scrubber) run(ctx context.Context, bucket string, progress func(ScrubPr
 		report(ScrubProgress{LastErr: err.Error()})
 	}
 	tot.Done = true
-	p := tot
-	s.mu.Lock()
-	s.st.Running, s.st.Passes, s.st.Last, s.st.LastDone = false, s.st.Passes+1, &p, s.now()
-	s.mu.Unlock()
-	return p
+	s.passes.end(tot, s.now())
+	return tot
 }
 
 // check reads one copy back and repairs it if it is damaged.

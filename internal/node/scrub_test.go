@@ -82,7 +82,7 @@ func TestScrubRepairsDamagedCopies(t *testing.T) {
 		t.Fatalf("second scrub = %+v, want 3 checked, the unrepairable one still corrupt", p)
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(newScrubCollector(sc.status))
+	reg.MustRegister(newScrubCollector(sc.passes.status))
 	for name, want := range map[string]float64{
 		"slipstream_scrub_passes_total": 2, "slipstream_scrub_corrupt_total": 4,
 		"slipstream_scrub_repaired_total": 2, "slipstream_scrub_unrepaired_total": 2,
