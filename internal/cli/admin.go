@@ -345,13 +345,7 @@ func adminPrefetch(ctx context.Context, env Env, args []string) error {
 		return err
 	}
 	q := "?bucket=" + url.QueryEscape(bucket) + "&prefix=" + url.QueryEscape(prefix)
-	sum := func(ps []node.Progress) (t node.Progress) {
-		for _, p := range ps {
-			t.Add(p)
-		}
-		return t
-	}
-	t, err := runJob(ctx, env, a, "prefetch"+q, sum, progressBar, func(p node.Progress) (int, string) { return p.Failed, p.LastErr })
+	t, err := runJob(ctx, env, a, "prefetch"+q, progressBar, func(p node.Progress) (int, string) { return p.Failed, p.LastErr })
 	fmt.Fprintf(env.Stdout, "prefetch %s: %d objects (%d fetched, %d already warm, %d failed), %s fetched\n",
 		bucket, t.Filled+t.Warm+t.Failed, t.Filled, t.Warm, t.Failed, humanBytes(t.Bytes))
 	return err
@@ -414,19 +408,11 @@ func adminScrub(ctx context.Context, env Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	sum := func(ps []node.ScrubProgress) node.ScrubProgress {
-		t := node.ScrubProgress{Node: "all", Done: len(ps) > 0}
-		for _, p := range ps {
-			t.Add(p)
-			t.Done = t.Done && p.Done
-		}
-		return t
-	}
 	bar := func(p node.ScrubProgress) string {
 		return fmt.Sprintf("%d copies checked (%s), %d corrupt, %d repaired, %d not repaired",
 			p.Checked, humanBytes(p.Bytes), p.Corrupt, p.Repaired, p.Unrepaired)
 	}
-	t, err := runJob(ctx, env, a, "scrub?bucket="+url.QueryEscape(bucket), sum, bar,
+	t, err := runJob(ctx, env, a, "scrub?bucket="+url.QueryEscape(bucket), bar,
 		func(p node.ScrubProgress) (int, string) { return p.Unrepaired, p.LastErr })
 	fmt.Fprintf(env.Stdout, "scrub: %s\n", bar(t))
 	return err
@@ -455,28 +441,23 @@ func adminRebalance(ctx context.Context, env Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	sum := func(ps []node.RebalanceProgress) node.RebalanceProgress {
-		t := node.RebalanceProgress{Node: "all", Done: len(ps) > 0}
-		for _, p := range ps {
-			t.Add(p)
-			t.Done = t.Done && p.Done
-		}
-		return t
-	}
 	bar := func(p node.RebalanceProgress) string {
 		return fmt.Sprintf("%d copies scanned, %d sent (%s), %d dropped, %d left for later, %d failed",
 			p.Scanned, p.Sent, humanBytes(p.Bytes), p.Dropped, p.Skipped, p.Failed)
 	}
-	t, err := runJob(ctx, env, a, "rebalance?bucket="+url.QueryEscape(bucket), sum, bar,
+	t, err := runJob(ctx, env, a, "rebalance?bucket="+url.QueryEscape(bucket), bar,
 		func(p node.RebalanceProgress) (int, string) { return p.Failed, p.LastErr })
 	fmt.Fprintf(env.Stdout, "rebalance: %s\n", bar(t))
 	return err
 }
 
 // runJob starts the admin job at path on every up node, shows the
-// progress that sum adds up from their NDJSON streams, and returns the
+// sum of the progress of their NDJSON streams, and returns the
 // total; the error names every node that failed or reported failures.
-func runJob[P any](ctx context.Context, env Env, a *adminClient, path string, sum func([]P) P, bar func(P) string, failures func(P) (int, string)) (P, error) {
+func runJob[P any, PP interface {
+	*P
+	Add(P)
+}](ctx context.Context, env Env, a *adminClient, path string, bar func(P) string, failures func(P) (int, string)) (P, error) {
 	var zero P
 	urls, err := a.upNodes(ctx)
 	if err != nil {
@@ -507,11 +488,11 @@ func runJob[P any](ctx context.Context, env Env, a *adminClient, path string, su
 	total := func() P {
 		mu.Lock()
 		defer mu.Unlock()
-		ps := make([]P, 0, len(state))
+		var t P
 		for _, p := range state {
-			ps = append(ps, p)
+			PP(&t).Add(p)
 		}
-		return sum(ps)
+		return t
 	}
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
