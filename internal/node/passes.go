@@ -1,8 +1,12 @@
 package node
 
 import (
+	"context"
+	"io"
 	"sync"
 	"time"
+
+	"golang.org/x/time/rate"
 )
 
 // PassStatus is what `admin status` shows of a node's passes of a
@@ -52,4 +56,41 @@ func (l *passLog[P, PP]) end(p P, at time.Time) {
 	l.st.Running, l.st.Passes, l.st.Last, l.st.LastDone = false, l.st.Passes+1, &p, at
 	l.mu.Unlock()
 	l.pass.Unlock()
+}
+
+// pacer returns a function that waits until n more bytes fit in
+// bytesPerSec (shared by every caller), or nil if bytesPerSec is 0.
+func pacer(bytesPerSec int64) func(ctx context.Context, n int) error {
+	if bytesPerSec <= 0 {
+		return nil
+	}
+	const burst = 1 << 20
+	lim := rate.NewLimiter(rate.Limit(bytesPerSec), burst)
+	return func(ctx context.Context, n int) error {
+		for n > 0 {
+			k := min(n, burst)
+			if err := lim.WaitN(ctx, k); err != nil {
+				return err
+			}
+			n -= k
+		}
+		return nil
+	}
+}
+
+// pacedReader reads r no faster than pace allows.
+type pacedReader struct {
+	ctx  context.Context
+	r    io.Reader
+	pace func(ctx context.Context, n int) error
+}
+
+func (p pacedReader) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	if n > 0 {
+		if perr := p.pace(p.ctx, n); perr != nil {
+			return n, perr
+		}
+	}
+	return n, err
 }

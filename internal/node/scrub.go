@@ -4,13 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"strings"
 	"time"
-
-	"golang.org/x/time/rate"
 
 	"github.com/slipstream-io/slipstream/internal/cluster"
 	"github.com/slipstream-io/slipstream/internal/object"
@@ -223,41 +220,4 @@ func (s *scrubber) copyFrom(ctx context.Context, m *cluster.Map, id string, info
 		Dirty: info.Dirty, Replaces: &info, Checksum: info.Checksum,
 	})
 	return err
-}
-
-// pacer returns a function that waits until n more bytes fit in
-// bytesPerSec (shared by every caller), or nil if bytesPerSec is 0.
-func pacer(bytesPerSec int64) func(ctx context.Context, n int) error {
-	if bytesPerSec <= 0 {
-		return nil
-	}
-	const burst = 1 << 20
-	lim := rate.NewLimiter(rate.Limit(bytesPerSec), burst)
-	return func(ctx context.Context, n int) error {
-		for n > 0 {
-			k := min(n, burst)
-			if err := lim.WaitN(ctx, k); err != nil {
-				return err
-			}
-			n -= k
-		}
-		return nil
-	}
-}
-
-// pacedReader reads r no faster than pace allows.
-type pacedReader struct {
-	ctx  context.Context
-	r    io.Reader
-	pace func(ctx context.Context, n int) error
-}
-
-func (p pacedReader) Read(b []byte) (int, error) {
-	n, err := p.r.Read(b)
-	if n > 0 {
-		if perr := p.pace(p.ctx, n); perr != nil {
-			return n, perr
-		}
-	}
-	return n, err
 }
