@@ -278,11 +278,7 @@ func TestCopiesSurviveNodeLoss(t *testing.T) {
 
 // nodeObjects is the number of objects node i's store holds.
 func nodeObjects(t *testing.T, c *localcluster.Cluster, i int) int {
-	total := 0
-	for _, mp := range nodeStatus(t, c, i).Mountpaths {
-		total += mp.Objects
-	}
-	return total
+	return nodeStatus(t, c, i).objects()
 }
 
 // TestKillNineDuringPuts SIGKILLs a node while clients PUT, restarts it,

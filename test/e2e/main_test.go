@@ -95,22 +95,33 @@ func admin(t *testing.T, c *localcluster.Cluster, i int, args ...string) string 
 	return string(out)
 }
 
-// nodeStatus is node i's entry in `slipstream admin status --json`, asked
-// of node 0 (which reaches every node).
-func nodeStatus(t *testing.T, c *localcluster.Cluster, i int) statusEntry {
+// clusterStatus is every node's entry in `slipstream admin status --json`,
+// asked of node 0 (which reaches every node), by node ID; nodes that did
+// not answer are left out.
+func clusterStatus(t *testing.T, c *localcluster.Cluster) map[string]statusEntry {
 	t.Helper()
 	var st []struct{ Status statusEntry }
 	out := admin(t, c, 0, "status", "--json")
 	if err := json.Unmarshal([]byte(out), &st); err != nil {
 		t.Fatalf("admin status --json: %v\n%s", err, out)
 	}
+	entries := map[string]statusEntry{}
 	for _, s := range st {
-		if s.Status.Node == c.Configs[i].ID {
-			return s.Status
+		if s.Status.Node != "" {
+			entries[s.Status.Node] = s.Status
 		}
 	}
-	t.Fatalf("node %s missing from admin status:\n%s", c.Configs[i].ID, out)
-	return statusEntry{}
+	return entries
+}
+
+// nodeStatus is node i's entry in `slipstream admin status --json`.
+func nodeStatus(t *testing.T, c *localcluster.Cluster, i int) statusEntry {
+	t.Helper()
+	st, ok := clusterStatus(t, c)[c.Configs[i].ID]
+	if !ok {
+		t.Fatalf("node %s missing from admin status", c.Configs[i].ID)
+	}
+	return st
 }
 
 // statusEntry is the part of a node's admin status the tests read.
@@ -122,4 +133,13 @@ type statusEntry struct {
 		Objects int
 	}
 	Extra struct{ Destage struct{ Objects int } }
+}
+
+// objects is the number of objects the node's store holds.
+func (s statusEntry) objects() int {
+	total := 0
+	for _, mp := range s.Mountpaths {
+		total += mp.Objects
+	}
+	return total
 }

@@ -3,7 +3,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io/fs"
 	"maps"
@@ -194,23 +193,9 @@ func damageOneObject(t *testing.T, mountpaths []string) {
 // not answer are left out), from one `admin status --json`.
 func objectCounts(t *testing.T, c *localcluster.Cluster) map[string]int {
 	t.Helper()
-	var st []struct {
-		Status statusEntry
-		Error  string
-	}
-	out := admin(t, c, 0, "status", "--json")
-	if err := json.Unmarshal([]byte(out), &st); err != nil {
-		t.Fatalf("admin status --json: %v\n%s", err, out)
-	}
 	counts := map[string]int{}
-	for _, s := range st {
-		if s.Error != "" || s.Status.Node == "" {
-			continue
-		}
-		counts[s.Status.Node] = 0
-		for _, mp := range s.Status.Mountpaths {
-			counts[s.Status.Node] += mp.Objects
-		}
+	for id, st := range clusterStatus(t, c) {
+		counts[id] = st.objects()
 	}
 	return counts
 }
