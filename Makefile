@@ -25,7 +25,7 @@ e2e: build
 	$(GO) test -count=1 -timeout 30m ./test/e2e/...
 
 fuzz:
-	bash scripts/fuzz.sh 30s
+	bash scripts/fuzz.sh 500000x
 
 lint:
 	$(GO) vet $(PKGS)
