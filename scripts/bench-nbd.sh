@@ -9,7 +9,9 @@
 # Usage: scripts/bench-nbd.sh [output.md]
 # Environment: BENCH_RUNTIME (s per job, default 5), BENCH_JOBS (fio jobs =
 # NBD connections, default 2), BENCH_ONLY (comma-separated job names),
-# BENCH_CPUPROFILE (a directory: CPU profiles of the NBD server per job and target).
+# BENCH_CPUPROFILE (a directory: CPU profiles of the NBD server per job and target),
+# BENCH_PIN (set: two hosts of one CPU each: fio, nbdkit, the NBD server and
+# node a on CPU 0, node b on CPU 1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 for tool in fio nbdkit; do

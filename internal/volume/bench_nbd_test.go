@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	goruntime "runtime"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -27,7 +28,8 @@ import (
 
 // TestBenchNBD is the NBD benchmark behind scripts/bench-nbd.sh. It runs only
 // when SLIPSTREAM_BENCH_NBD is set: the fio matrix against our server
-// (a file device, copies=1 and copies=2 volumes on two in-process nodes)
+// (a file device, copies=1 and copies=2 volumes on two nodes, and a
+// copies=1 volume on node a alone: every chunk local, FVP's WB+0)
 // and, in the same run, against nbdkit null, nbdkit memory and a local file
 // through libaio, and prints ratios.
 func TestBenchNBD(t *testing.T) {
@@ -45,6 +47,9 @@ func TestBenchNBD(t *testing.T) {
 	// Node a (in this process) coordinates the volumes and serves NBD;
 	// node b runs in a process of its own, as a node of a real cluster.
 	a, b := startNode(t, "a"), startNodeProcess(t, "b")
+	if os.Getenv("BENCH_PIN") != "" {
+		pinHosts(t, b.pid)
+	}
 	mkvol := func(name string, copies int) *volume.Volume {
 		return openVolume(t, volume.Spec{Name: name, Size: region, Copies: copies}, filepath.Join(dir, "state"), a, b)
 	}
@@ -53,7 +58,8 @@ func TestBenchNBD(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fd.Close()
-	sock := serveNBD(t, nbd.Map{"file": fd, "c1": mkvol("c1", 1), "c2": mkvol("c2", 2)})
+	local := openVolume[*procNode](t, volume.Spec{Name: "c1local", Size: region, Copies: 1}, filepath.Join(dir, "state"), a)
+	sock := serveNBD(t, nbd.Map{"file": fd, "c1": mkvol("c1", 1), "c2": mkvol("c2", 2), "c1local": local})
 
 	pids := map[string]int{}
 	nbdkit := func(name string, args ...string) string {
@@ -91,6 +97,7 @@ func TestBenchNBD(t *testing.T) {
 		{"ours-file", "our server, file device", nbdArgs(sock, "file")},
 		{"c1", "our server, volume copies=1 (2 nodes)", nbdArgs(sock, "c1")},
 		{"c2", "our server, volume copies=2 (2 nodes)", nbdArgs(sock, "c2")},
+		{"c1local", "our server, volume copies=1 on this node only", nbdArgs(sock, "c1local")},
 	}
 	type job struct {
 		name string
@@ -167,7 +174,7 @@ func TestBenchNBD(t *testing.T) {
 		for _, depth := range sweepDepths {
 			for _, sz := range []string{"4k", "32k", "256k"} {
 				for _, tg := range targets {
-					if tg.name != "c1" && tg.name != "c2" && tg.name != "disk" {
+					if tg.name != "c1" && tg.name != "c2" && tg.name != "c1local" && tg.name != "disk" {
 						continue
 					}
 					args := append(append([]string{}, common...), tg.args...)
@@ -193,10 +200,12 @@ func TestBenchNBD(t *testing.T) {
 				x.iops/r["nbdkit-null"].iops, x.iops/r["nbdkit-memory"].iops, x.iops/r["disk"].iops)
 		}
 	}
-	fmt.Fprintf(&md, "\nKey ratios (same run):\n\n| job | c1 / nbdkit null | ours-file / nbdkit null | c2 / c1 (WB+1 vs WB+0) |\n|---|---:|---:|---:|\n")
+	fmt.Fprintf(&md, "\nKey ratios (same run):\n\n| job | c1 / nbdkit null | c1local / nbdkit null | ours-file / nbdkit null | c2 / c1 (WB+1 vs WB+0) | c2 / c1local |\n|---|---:|---:|---:|---:|---:|\n")
 	for _, j := range matrix {
 		r := results[j.name]
-		fmt.Fprintf(&md, "| %s | %.2f | %.2f | %.2f |\n", j.name, r["c1"].iops/r["nbdkit-null"].iops, r["ours-file"].iops/r["nbdkit-null"].iops, r["c2"].iops/r["c1"].iops)
+		null := r["nbdkit-null"].iops
+		fmt.Fprintf(&md, "| %s | %.2f | %.2f | %.2f | %.2f | %.2f |\n", j.name, r["c1"].iops/null, r["c1local"].iops/null, r["ours-file"].iops/null,
+			r["c2"].iops/r["c1"].iops, r["c2"].iops/r["c1local"].iops)
 	}
 	// Both nodes write to the one disk here, so copies=2 puts twice c2's
 	// bytes on it: c2 / c1 cannot exceed disk / (2 × c1) in bytes.
@@ -213,11 +222,13 @@ func TestBenchNBD(t *testing.T) {
 	}
 	if len(sweep) > 0 {
 		fmt.Fprintf(&md, "\nThe same sweep with two fio jobs (two workers, as in the PernixData test) and few writes in flight:\n\n"+
-			"| size | writes in flight per job | disk IOPS | c1 IOPS | c1 p50 µs | c1 p99 µs | c2 IOPS | c2 p50 µs | c2 p99 µs | c2 / c1 |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+			"| size | writes in flight per job | disk IOPS | c1 IOPS | c1 p50 µs | c1 p99 µs | c1local IOPS | c2 IOPS | c2 p50 µs | c2 p99 µs | c2 / c1 | c2 / c1local |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, depth := range sweepDepths {
 			for _, sz := range []string{"4k", "32k", "256k"} {
-				d, c1, c2 := sweep[fmt.Sprintf("disk/%s/%d", sz, depth)], sweep[fmt.Sprintf("c1/%s/%d", sz, depth)], sweep[fmt.Sprintf("c2/%s/%d", sz, depth)]
-				fmt.Fprintf(&md, "| %s | %d | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | **%.2f** |\n", sz, depth, d.iops, c1.iops, c1.p50, c1.p99, c2.iops, c2.p50, c2.p99, c2.iops/c1.iops)
+				at := func(tg string) fioResult { return sweep[fmt.Sprintf("%s/%s/%d", tg, sz, depth)] }
+				d, c1, cl, c2 := at("disk"), at("c1"), at("c1local"), at("c2")
+				fmt.Fprintf(&md, "| %s | %d | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | **%.2f** | %.2f |\n", sz, depth, d.iops, c1.iops, c1.p50, c1.p99,
+					cl.iops, c2.iops, c2.p50, c2.p99, c2.iops/c1.iops, c2.iops/cl.iops)
 			}
 		}
 	}
@@ -331,6 +342,19 @@ func benchPlots(dir string, jobs, targets []string, results map[string]map[strin
 		"IOPS", sizes, sweep)
 }
 
+// pinHosts makes the machine two hosts of one CPU each: this process (the
+// NBD server and node a) and every child it starts from now on (fio,
+// nbdkit) run on CPU 0, node b's process on CPU 1.
+func pinHosts(t *testing.T, nodeB int) {
+	t.Helper()
+	for _, c := range [][]string{{"-a", "-p", "-c", "0", strconv.Itoa(os.Getpid())}, {"-a", "-p", "-c", "1", strconv.Itoa(nodeB)}} {
+		if out, err := exec.Command("taskset", c...).CombinedOutput(); err != nil {
+			t.Fatalf("taskset %v: %v\n%s", c, err, out)
+		}
+	}
+	goruntime.GOMAXPROCS(1)
+}
+
 // nodeChildEnv makes the test binary serve one node's chunk replicas (see
 // TestBenchNodeChild).
 const nodeChildEnv = "SLIPSTREAM_BENCH_NODE_DIR"
@@ -371,6 +395,9 @@ func startNodeProcess(t *testing.T, id string) *procNode {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run", "^TestBenchNodeChild$")
 	cmd.Env = append(os.Environ(), nodeChildEnv+"="+t.TempDir())
+	if os.Getenv("BENCH_PIN") != "" {
+		cmd.Env = append(cmd.Env, "GOMAXPROCS=1") // a host of one CPU (pinHosts)
+	}
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
