@@ -18,8 +18,19 @@ for tool in fio nbdkit; do
 	command -v "$tool" >/dev/null || { echo "bench-nbd: $tool is required (scripts/setup.sh installs it)" >&2; exit 1; }
 done
 out=${1:-/tmp/bench-nbd.md}
+img=${BENCH_IMG:-$(dirname "$out")/img}
+fiodir=$(mktemp -d)
+trap 'rm -rf "$fiodir"' EXIT
 echo "bench-nbd: $(nproc) CPUs, load average: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
-SLIPSTREAM_BENCH_NBD=1 BENCH_OUT="$out" BENCH_IMG="${BENCH_IMG:-$(dirname "$out")/img}" go test -count=1 -timeout 60m -run '^TestBenchNBD$' -v ./internal/volume/ |
+SLIPSTREAM_BENCH_NBD=1 BENCH_OUT="$out" BENCH_IMG="$img" BENCH_FIO_DIR="$fiodir" go test -count=1 -timeout 60m -run '^TestBenchNBD$' -v ./internal/volume/ |
 	grep -v -E '^(=== RUN|--- PASS|PASS|ok )' || true
 test -s "$out" || { echo "bench-nbd: no results" >&2; exit 1; }
+# The two-worker sweep's fio outputs, drawn by `slipstream report`.
+for d in "$fiodir"/qd*; do
+	[ -d "$d" ] || continue
+	q=${d##*/}
+	go run ./cmd/slipstream report "$d"/*.json -table=false -o "$img/nbd-sweep-$q" >/dev/null
+	printf '\n`slipstream report` of the sweep, %s writes in flight per job: [report](%s/index.html)\n\n![IOPS](%s/compare-requests.png)\n\n![latency](%s/compare-latency.png)\n' \
+		"${q#qd}" "img/nbd-sweep-$q" "img/nbd-sweep-$q" "img/nbd-sweep-$q" >>"$out"
+done
 echo "bench-nbd: results in $out" >&2

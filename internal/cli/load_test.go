@@ -125,3 +125,31 @@ func TestLoadAndReportCommands(t *testing.T) {
 		}
 	}
 }
+
+// fio's JSON output goes into the same report: a table row per job and the
+// comparison charts.
+func TestReportFio(t *testing.T) {
+	dir := t.TempDir()
+	var out, errb bytes.Buffer
+	code := Main(context.Background(), []string{"report", "../loader/testdata/fio-randwrite.json", "../loader/testdata/fio-randrw.json", "-o", dir}, &out, &errb)
+	if code != 0 {
+		t.Fatalf("report exited %d:\n%s%s", code, out.String(), errb.String())
+	}
+	for _, want := range []string{"fio-randwrite", "fio-randrw/mixed.1", "fio-randrw/mixed.2", "write", "read", "3 charts"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("report output lacks %q:\n%s", want, out.String())
+		}
+	}
+	for _, f := range []string{"index.html", "compare-throughput.png", "compare-requests.png", "compare-latency.png"} {
+		if fi, err := os.Stat(filepath.Join(dir, f)); err != nil || fi.Size() < 1000 {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+	bad := filepath.Join(dir, "bad.json")
+	if err := os.WriteFile(bad, []byte(`{"fio version": "fio-3.33", "jobs": [`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code := Main(context.Background(), []string{"report", bad, "-o", dir}, &out, &errb); code == 0 {
+		t.Fatal("report of truncated fio output exited 0")
+	}
+}

@@ -13,7 +13,7 @@ import (
 
 func reportCommand() Command {
 	return Command{
-		Summary: "render result files into plots and an HTML page",
+		Summary: "render result files (of load, or fio's JSON output) into plots and an HTML page",
 		Run:     runReport,
 	}
 }
@@ -26,6 +26,7 @@ func runReport(ctx context.Context, env Env) error {
 	merge := fs.String("merge", "", "merge all result files (loaders that ran together) into one run with this label")
 	fs.Usage = func() {
 		fmt.Fprintln(env.Stderr, "usage: slipstream report RESULT.json [RESULT.json...] [-o DIR] [-merge LABEL]")
+		fmt.Fprintln(env.Stderr, "RESULT.json: a result of slipstream load, or fio --output-format=json output (labelled by file name)")
 		fs.PrintDefaults()
 	}
 	// Flags may come before or after the result files.
@@ -46,11 +47,11 @@ func runReport(ctx context.Context, env Env) error {
 	}
 	var results []*loader.Result
 	for _, p := range paths {
-		r, err := loader.ReadResult(p)
+		rs, err := loader.ReadResults(p)
 		if err != nil {
 			return err
 		}
-		results = append(results, r)
+		results = append(results, rs...)
 	}
 	if *merge != "" {
 		m, err := loader.Merge(*merge, results...)

@@ -48,15 +48,16 @@ func Render(results []*loader.Result, dir string) error {
 	return err
 }
 
-// RenderFiles reads result files and renders them into dir.
+// RenderFiles reads result files (of load, or fio's JSON output) and
+// renders them into dir.
 func RenderFiles(paths []string, dir string) error {
 	var rs []*loader.Result
 	for _, p := range paths {
-		r, err := loader.ReadResult(p)
+		r, err := loader.ReadResults(p)
 		if err != nil {
 			return err
 		}
-		rs = append(rs, r)
+		rs = append(rs, r...)
 	}
 	return Render(rs, dir)
 }

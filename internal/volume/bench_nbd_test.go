@@ -118,13 +118,14 @@ func TestBenchNBD(t *testing.T) {
 		fmt.Sprintf("--size=%d", region/jobs), fmt.Sprintf("--offset_increment=%d", region/jobs),
 		"--group_reporting", "--output-format=json", "--percentile_list=50:99:99.9"}
 
-	runFio := func(args ...string) fioResult {
+	runFioOut := func(args ...string) []byte {
 		out, err := exec.Command("fio", args...).CombinedOutput()
 		if err != nil {
 			t.Fatalf("fio %v: %v\n%s", args, err, out)
 		}
-		return parseFio(t, out)
+		return out
 	}
+	runFio := func(args ...string) fioResult { return parseFio(t, runFioOut(args...)) }
 	// Fill every target first so that reads read data, not holes.
 	for _, tg := range targets {
 		runFio(append(append(append([]string{}, common...), tg.args...), "--rw=write", "--bs=1m")...)
@@ -180,7 +181,19 @@ func TestBenchNBD(t *testing.T) {
 					args := append(append([]string{}, common...), tg.args...)
 					args = append(args, fmt.Sprintf("--iodepth=%d", depth), "--rw=randwrite", "--bs="+sz,
 						"--time_based", fmt.Sprintf("--runtime=%d", runtime), "--ramp_time=1")
-					sweep[fmt.Sprintf("%s/%s/%d", tg.name, sz, depth)] = runFio(args...)
+					out := runFioOut(args...)
+					sweep[fmt.Sprintf("%s/%s/%d", tg.name, sz, depth)] = parseFio(t, out)
+					if fioDir := os.Getenv("BENCH_FIO_DIR"); fioDir != "" && tg.name != "disk" {
+						// For `slipstream report` (scripts/bench-nbd.sh): 004k-c1.json...
+						d := filepath.Join(fioDir, fmt.Sprintf("qd%d", depth))
+						if err := os.MkdirAll(d, 0o755); err != nil {
+							t.Fatal(err)
+						}
+						name := fmt.Sprintf("%04s-%s.json", sz, tg.name)
+						if err := os.WriteFile(filepath.Join(d, name), out, 0o644); err != nil {
+							t.Fatal(err)
+						}
+					}
 				}
 			}
 		}
