@@ -3,7 +3,6 @@ package volume_test
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -19,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slipstream-io/slipstream/internal/loader"
 	"github.com/slipstream-io/slipstream/internal/report"
 	"github.com/slipstream-io/slipstream/internal/sysstat"
 	"github.com/slipstream-io/slipstream/internal/volume"
@@ -289,39 +289,18 @@ func selfCPU() time.Duration {
 	return time.Duration(r.Utime.Nano() + r.Stime.Nano())
 }
 
-// parseFio reads fio's JSON output (after any text the nbd engine prints).
+// parseFio reads fio's JSON output (after any text the nbd engine prints)
+// with the parser `slipstream report` uses; latency percentiles of a mixed
+// job are the worse of its reads' and writes'.
 func parseFio(t *testing.T, out []byte) fioResult {
 	t.Helper()
-	i := bytes.IndexByte(out, '{')
-	if i < 0 {
-		t.Fatalf("no JSON in fio output:\n%s", out)
+	rs, err := loader.ParseFio(out, "fio")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
 	}
-	var doc struct {
-		Jobs []struct {
-			Read, Write fioSide
-		} `json:"jobs"`
-	}
-	if err := json.NewDecoder(bytes.NewReader(out[i:])).Decode(&doc); err != nil || len(doc.Jobs) == 0 {
-		t.Fatalf("fio JSON: %v\n%s", err, out)
-	}
-	j := doc.Jobs[0]
-	r := fioResult{iops: j.Read.IOPS + j.Write.IOPS, mibs: float64(j.Read.BW+j.Write.BW) / (1 << 20)}
-	side := j.Read
-	if j.Read.IOPS == 0 {
-		side = j.Write
-	}
-	r.p50 = side.Clat.Percentile["50.000000"] / 1000
-	r.p99 = side.Clat.Percentile["99.000000"] / 1000
-	r.p999 = side.Clat.Percentile["99.900000"] / 1000
-	return r
-}
-
-type fioSide struct {
-	IOPS float64 `json:"iops"`
-	BW   int64   `json:"bw_bytes"`
-	Clat struct {
-		Percentile map[string]float64 `json:"percentile"`
-	} `json:"clat_ns"`
+	tot := rs[0].Main.Total
+	return fioResult{iops: tot.OpsPerSec, mibs: tot.BytesPerSec / (1 << 20),
+		p50: tot.Latency.P50 * 1000, p99: tot.Latency.P99 * 1000, p999: tot.Latency.P999 * 1000}
 }
 
 // benchPlots draws the matrix (IOPS of every target relative to nbdkit
