@@ -126,8 +126,8 @@ func TestLoadAndReportCommands(t *testing.T) {
 	}
 }
 
-// fio's JSON output goes into the same report: a table row per job and the
-// comparison charts.
+// fio's JSON output goes into the same report: a table row per job, the
+// comparison charts and, from fio's per-second logs, the time series.
 func TestReportFio(t *testing.T) {
 	dir := t.TempDir()
 	var out, errb bytes.Buffer
@@ -135,12 +135,14 @@ func TestReportFio(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("report exited %d:\n%s%s", code, out.String(), errb.String())
 	}
-	for _, want := range []string{"fio-randwrite", "fio-randrw/mixed.1", "fio-randrw/mixed.2", "write", "read", "3 charts"} {
+	for _, want := range []string{"fio-randwrite", "fio-randrw/mixed.1", "fio-randrw/mixed.2", "write", "read"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("report output lacks %q:\n%s", want, out.String())
 		}
 	}
-	for _, f := range []string{"index.html", "compare-throughput.png", "compare-requests.png", "compare-latency.png"} {
+	// The per-second logs next to the JSON files give time series.
+	for _, f := range []string{"index.html", "compare-throughput.png", "compare-requests.png", "compare-latency.png", "compare-timeline.png",
+		"01-fio-randwrite-throughput.png", "01-fio-randwrite-latency.png", "03-fio-randrw-mixed-2-requests.png"} {
 		if fi, err := os.Stat(filepath.Join(dir, f)); err != nil || fi.Size() < 1000 {
 			t.Errorf("%s: %v", f, err)
 		}

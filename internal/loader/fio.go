@@ -137,14 +137,22 @@ func ParseFio(b []byte, name string) ([]*Result, error) {
 }
 
 // ReadResults reads a result file of `slipstream load` or fio's JSON
-// output; results are labelled by file name.
+// output; results are labelled by file name. fio's per-second logs next to
+// X.json (see readFioLogs) become the results' time series.
 func ReadResults(path string) ([]*Result, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("loader: %w", err)
 	}
 	if IsFio(b) {
-		return ParseFio(b, strings.TrimSuffix(filepath.Base(path), filepath.Ext(path)))
+		rs, err := ParseFio(b, strings.TrimSuffix(filepath.Base(path), filepath.Ext(path)))
+		if err != nil {
+			return nil, err
+		}
+		if err := readFioLogs(strings.TrimSuffix(path, filepath.Ext(path)), rs); err != nil {
+			return nil, err
+		}
+		return rs, nil
 	}
 	r, err := ReadResult(path)
 	if err != nil {

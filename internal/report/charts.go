@@ -100,6 +100,15 @@ func linePlot(title, xlabel, ylabel string, ss []series, ax axes) (*plot.Plot, e
 			l.Dashes = []vg.Length{vg.Points(5), vg.Points(3)}
 		}
 		p.Add(l)
+		if len(xy) < 3 {
+			// Too few points for a line to show: mark them.
+			pts, err := plotter.NewScatter(xy)
+			if err != nil {
+				return nil, fmt.Errorf("report: %s: %w", title, err)
+			}
+			pts.Color = l.Color
+			p.Add(pts)
+		}
 		if len(ss) <= maxLegend {
 			p.Legend.Add(s.name, l)
 		}
@@ -273,11 +282,14 @@ func throughputSeries(r *loader.Result) []series {
 			get = append(get, plotter.XY{X: mid(off, s), Y: float64(s.ReadBytes) / s.Dur / mib})
 			put = append(put, plotter.XY{X: mid(off, s), Y: float64(s.WriteBytes) / s.Dur / mib})
 		}
-		if _, ok := ph.Ops["GET"]; ok {
-			ss = append(ss, series{name: prefix + "GET", xy: get, dashed: dashed})
-		}
-		if _, ok := ph.Ops["PUT"]; ok {
-			ss = append(ss, series{name: prefix + "PUT", xy: put, dashed: dashed})
+		// S3 loads have GET and PUT, fio results read and write.
+		for _, op := range []struct {
+			name string
+			xy   plotter.XYs
+		}{{"GET", get}, {"read", get}, {"PUT", put}, {"write", put}} {
+			if _, ok := ph.Ops[op.name]; ok {
+				ss = append(ss, series{name: prefix + op.name, xy: op.xy, dashed: dashed})
+			}
 		}
 	}
 	add(r.Fill, "fill ", true)

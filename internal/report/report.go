@@ -140,6 +140,9 @@ func writeCharts(dir, base string, fns []chartFn) ([]Chart, error) {
 
 func describe(r *loader.Result) string {
 	pp := r.Params
+	if strings.HasPrefix(pp.Workload, "fio ") { // loader.ParseFio
+		return fmt.Sprintf("%s, %s blocks, %d jobs", pp.Workload, pp.SizeRange(), pp.Workers)
+	}
 	s := fmt.Sprintf("%s, %s objects, %d workers", pp.Workload, pp.SizeRange(), pp.Workers)
 	if pp.Objects > 0 {
 		s += fmt.Sprintf(", dataset %d objects", pp.Objects)

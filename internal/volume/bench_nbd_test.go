@@ -181,16 +181,23 @@ func TestBenchNBD(t *testing.T) {
 					args := append(append([]string{}, common...), tg.args...)
 					args = append(args, fmt.Sprintf("--iodepth=%d", depth), "--rw=randwrite", "--bs="+sz,
 						"--time_based", fmt.Sprintf("--runtime=%d", runtime), "--ramp_time=1")
-					out := runFioOut(args...)
-					sweep[fmt.Sprintf("%s/%s/%d", tg.name, sz, depth)] = parseFio(t, out)
+					// For `slipstream report` (scripts/bench-nbd.sh): the
+					// JSON output as DIR/qdN/004k-c1.json and fio's
+					// per-second logs next to it.
+					var save string
 					if fioDir := os.Getenv("BENCH_FIO_DIR"); fioDir != "" && tg.name != "disk" {
-						// For `slipstream report` (scripts/bench-nbd.sh): 004k-c1.json...
 						d := filepath.Join(fioDir, fmt.Sprintf("qd%d", depth))
 						if err := os.MkdirAll(d, 0o755); err != nil {
 							t.Fatal(err)
 						}
-						name := fmt.Sprintf("%04s-%s.json", sz, tg.name)
-						if err := os.WriteFile(filepath.Join(d, name), out, 0o644); err != nil {
+						save = filepath.Join(d, fmt.Sprintf("%04s-%s", sz, tg.name))
+						args = append(args, "--write_iops_log="+save, "--write_bw_log="+save, "--write_hist_log="+save,
+							"--log_avg_msec=1000", "--log_hist_msec=1000")
+					}
+					out := runFioOut(args...)
+					sweep[fmt.Sprintf("%s/%s/%d", tg.name, sz, depth)] = parseFio(t, out)
+					if save != "" {
+						if err := os.WriteFile(save+".json", out, 0o644); err != nil {
 							t.Fatal(err)
 						}
 					}
@@ -245,7 +252,7 @@ func TestBenchNBD(t *testing.T) {
 			}
 		}
 	}
-	if img := os.Getenv("BENCH_IMG"); img != "" {
+	if img := os.Getenv("BENCH_IMG"); img != "" && os.Getenv("BENCH_ONLY") == "" { // the plots of a full run
 		var jobNames, targetNames []string
 		for _, j := range matrix {
 			jobNames = append(jobNames, j.name)
