@@ -29,8 +29,13 @@ test -s "$out" || { echo "bench-nbd: no results" >&2; exit 1; }
 for d in "$fiodir"/qd*; do
 	[ -d "$d" ] || continue
 	q=${d##*/}
-	go run ./cmd/slipstream report "$d"/*.json -table=false -o "$img/nbd-sweep-$q" >/dev/null
-	printf '\n`slipstream report` of the sweep, %s writes in flight per job: [report](%s/index.html)\n\n![IOPS](%s/compare-requests.png)\n\n![latency](%s/compare-latency.png)\n' \
-		"${q#qd}" "img/nbd-sweep-$q" "img/nbd-sweep-$q" "img/nbd-sweep-$q" >>"$out"
+	rep="$img/nbd-sweep-$q"
+	rm -rf "$rep"
+	go run ./cmd/slipstream report "$d"/*.json -table=false -o "$rep" >/dev/null
+	# index.html embeds every chart; keep only the PNGs the page below shows.
+	find "$rep" -name '*.png' ! -name 'compare-requests.png' ! -name 'compare-latency.png' ! -name 'compare-timeline.png' -delete
+	r="img/nbd-sweep-$q"
+	printf '\n`slipstream report` of the sweep, %s writes in flight per job (every run over time in the [report](%s/index.html)):\n\n![IOPS](%s/compare-requests.png)\n\n![latency](%s/compare-latency.png)\n\n![over time](%s/compare-timeline.png)\n' \
+		"${q#qd}" "$r" "$r" "$r" "$r" >>"$out"
 done
 echo "bench-nbd: results in $out" >&2

@@ -51,8 +51,8 @@ func IsFio(b []byte) bool {
 // comparison charts as load runs. name labels the results (job names are
 // appended when there are several). Latency is fio's completion latency
 // (clat); a job that reads and writes gets the larger of the two
-// percentiles in its total. fio's JSON has no per-second series, so the
-// results have none.
+// percentiles in its total. fio's JSON has no per-second series:
+// ReadResults takes them from fio's logs.
 func ParseFio(b []byte, name string) ([]*Result, error) {
 	i := bytes.IndexByte(b, '{')
 	if i < 0 {
@@ -109,7 +109,7 @@ func ParseFio(b []byte, name string) ([]*Result, error) {
 			workers = 1
 		}
 		r := &Result{Version: ResultVersion, Label: label, Start: end.Add(-time.Duration(secs * float64(time.Second))), End: end,
-			Params: Params{Workload: strings.TrimSpace("fio " + opt("rw") + " iodepth " + orOne(opt("iodepth"))), Workers: workers, MinSize: bs, MaxSize: bs}}
+			Params: Params{Workload: "fio " + opt("rw") + " iodepth " + orOne(opt("iodepth")), Workers: workers, MinSize: bs, MaxSize: bs}}
 		r.Main = Phase{Name: "main", Start: r.Start, End: end, Seconds: secs, Ops: map[string]OpSummary{}}
 		for _, s := range []struct {
 			op   string
