@@ -59,8 +59,8 @@ func applyCommand(m *Map, c command) (*Map, error) {
 		}
 		nn := c.Node.Clone()
 		if old, ok := m.Nodes[c.Node.ID]; ok {
-			nn.Downs = max(nn.Downs, old.Downs) // the count survives re-announcements
-			nn.Draining = old.Draining          // and so does a drain
+			nn.Downs = max(nn.Downs, old.Downs)               // the count survives re-announcements
+			nn.Draining, nn.Drains = old.Draining, old.Drains // and so does a drain
 			if nodeEqual(old, nn) {
 				return m, nil
 			}
@@ -95,6 +95,7 @@ func applyCommand(m *Map, c command) (*Map, error) {
 		}
 		mut = func(n *Map) error {
 			old.Draining = c.Drain
+			old.Drains++
 			n.Nodes[c.Name] = old
 			return nil
 		}
@@ -192,7 +193,7 @@ func applyCommand(m *Map, c command) (*Map, error) {
 }
 
 func nodeEqual(a, b NodeInfo) bool {
-	return a.sameIdentity(b) && a.State == b.State && a.Voter == b.Voter && a.Joined.Equal(b.Joined) && a.Downs == b.Downs && a.Draining == b.Draining
+	return a.sameIdentity(b) && a.State == b.State && a.Voter == b.Voter && a.Joined.Equal(b.Joined) && a.Downs == b.Downs && a.Draining == b.Draining && a.Drains == b.Drains
 }
 
 func bucketEqual(a, b BucketProps) bool {

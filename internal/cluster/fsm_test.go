@@ -197,21 +197,23 @@ func TestDrain(t *testing.T) {
 		cmd      command
 		draining bool
 		places   bool
+		drains   uint64
 	}{
-		{command{Op: opNodePut, Node: &n}, false, true},
-		{command{Op: opNodeDrain, Name: "n1", Drain: true}, true, false},
-		{command{Op: opNodePut, Node: &n}, true, false}, // re-announced after a restart
-		{command{Op: opNodeState, Name: "n1", State: StateDown}, true, false},
-		{command{Op: opNodeState, Name: "n1", State: StateUp}, true, false},
-		{command{Op: opNodeDrain, Name: "n1", Drain: false}, false, true},
+		{command{Op: opNodePut, Node: &n}, false, true, 0},
+		{command{Op: opNodeDrain, Name: "n1", Drain: true}, true, false, 1},
+		{command{Op: opNodeDrain, Name: "n1", Drain: true}, true, false, 1}, // already draining
+		{command{Op: opNodePut, Node: &n}, true, false, 1},                  // re-announced after a restart
+		{command{Op: opNodeState, Name: "n1", State: StateDown}, true, false, 1},
+		{command{Op: opNodeState, Name: "n1", State: StateUp}, true, false, 1},
+		{command{Op: opNodeDrain, Name: "n1", Drain: false}, false, true, 2},
 	}
 	for i, st := range steps {
 		var err error
 		if m, err = applyCommand(m, st.cmd); err != nil {
 			t.Fatalf("step %d: %v", i, err)
 		}
-		if got := m.Nodes["n1"]; got.Draining != st.draining || got.Places() != st.places {
-			t.Fatalf("step %d: draining %v, places %v; want %v, %v", i, got.Draining, got.Places(), st.draining, st.places)
+		if got := m.Nodes["n1"]; got.Draining != st.draining || got.Places() != st.places || got.Drains != st.drains {
+			t.Fatalf("step %d: draining %v, places %v, drains %d; want %v, %v, %d", i, got.Draining, got.Places(), got.Drains, st.draining, st.places, st.drains)
 		}
 	}
 	if _, err := applyCommand(m, command{Op: opNodeDrain, Name: "nope", Drain: true}); !errors.Is(err, ErrNodeNotFound) {

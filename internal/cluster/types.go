@@ -46,6 +46,10 @@ type NodeInfo struct {
 	// moves its copies away, so that it can be removed without losing
 	// a copy (admin node drain). Kept across re-announcements.
 	Draining bool `json:"draining,omitempty"`
+	// Drains counts the times Draining changed. Nodes compare it with the
+	// count they last moved copies at: a drain undone before a node looked
+	// still made the drained node give its copies away.
+	Drains uint64 `json:"drains,omitempty"`
 }
 
 // Places reports whether new copies are placed on the node: it is up and

@@ -133,7 +133,10 @@ func (r *rebalancer) counts(m *cluster.Map, id string) bool {
 }
 
 // observe records when nodes went down in m and returns the set of nodes
-// that count, as a string to compare.
+// that count, with the drain counts of the nodes that have any, as a string
+// to compare. The drain counts make a drain undone before this node passed
+// still count as a change: the drained node gave its copies away in
+// between, and the others must send them back.
 func (r *rebalancer) observe(m *cluster.Map) string {
 	r.mu.Lock()
 	now := r.now()
@@ -147,14 +150,21 @@ func (r *rebalancer) observe(m *cluster.Map) string {
 		}
 	}
 	r.mu.Unlock()
-	var set []string
+	var set, drains []string
 	for _, id := range m.NodeIDs() {
 		if r.counts(m, id) {
 			set = append(set, id)
 		}
+		if ni, _ := m.Node(id); ni.Drains > 0 {
+			drains = append(drains, fmt.Sprintf("%s:%d", id, ni.Drains))
+		}
 	}
 	slices.Sort(set)
-	return strings.Join(set, ",")
+	slices.Sort(drains)
+	if len(drains) == 0 {
+		return strings.Join(set, ",")
+	}
+	return strings.Join(set, ",") + " drains " + strings.Join(drains, ",")
 }
 
 // watch runs a pass whenever the set of nodes that count has changed and

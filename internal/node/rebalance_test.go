@@ -354,3 +354,26 @@ func TestRebalanceDrainsANode(t *testing.T) {
 		}
 	}
 }
+
+// TestRebalanceSeesAnUndoneDrain: a node that did not pass while another
+// was drained (drain and undrain came within its settle time) still sees a
+// change once the drain is undone, because the drained node gave its
+// copies away in between and they must be sent back to it.
+func TestRebalanceSeesAnUndoneDrain(t *testing.T) {
+	r := newRebalanceRig(t, "a", "b", "c")
+	rb := r.rebalancer("b", time.Minute)
+	before := rb.observe(r.m)
+	a := r.m.Nodes["a"]
+	a.Draining, a.Drains = true, 1
+	r.m.Nodes["a"] = a
+	draining := rb.observe(r.m)
+	a.Draining, a.Drains = false, 2
+	r.m.Nodes["a"] = a
+	undone := rb.observe(r.m)
+	if draining == before || undone == before || undone == draining {
+		t.Fatalf("observed node sets: before %q, draining %q, undone %q; want three different", before, draining, undone)
+	}
+	if again := rb.observe(r.m); again != undone {
+		t.Fatalf("the same map observed twice: %q then %q", undone, again)
+	}
+}

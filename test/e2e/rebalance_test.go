@@ -60,11 +60,13 @@ func TestRebalance(t *testing.T) {
 	}
 	settled := func(what string, want map[string]int) {
 		t.Helper()
-		var got map[string]int
-		waitFor(t, 60*time.Second, what+fmt.Sprintf(" (want %v, last %v)", want, got), func() bool {
-			got = objectCounts(t, c)
-			return maps.Equal(got, want)
-		})
+		deadline := time.Now().Add(60 * time.Second)
+		for got := objectCounts(t, c); !maps.Equal(got, want); got = objectCounts(t, c) {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out after 60s waiting for %s: want %v, last %v", what, want, got)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
 		for i := range n {
 			if b, err := getObject(ctx, w, "two", key(i)); err != nil || !bytes.Equal(b, randomBytes(int64(i), 32<<10)) {
 				t.Fatalf("%s: GET %s: %d bytes, %v", what, key(i), len(b), err)
