@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 unset AWS_CA_BUNDLE || true
 export SLIPSTREAM_BENCH=1
-only=${BENCH_SUITES:-core,tier,evict,multihome,nbd,fabric}
+only=${BENCH_SUITES:-core,tier,evict,store,multihome,nbd,fabric}
 want() { [[ ",$only," == *",$1,"* ]]; }
 show() { grep -E '^\||^(--- |ok|FAIL)|hit ratio' || true; }
 
@@ -31,6 +31,17 @@ if want evict; then
 		echo "$out" | grep 'hit ratio'
 		echo '```'
 	} >docs/bench-evict.md
+fi
+if want store; then
+	echo "== store: work files over one directory vs spread, after a burst of deletes"
+	out=$(go test -count=1 -timeout 10m -run 'TestWorkDirSpread' -v ./internal/store 2>&1)
+	echo "$out" | show
+	{
+		echo "<!-- written by scripts/bench.sh from internal/store TestWorkDirSpread on $(date -u '+%Y-%m-%d %H:%M UTC') -->"
+		echo "3000 PUTs of 4 KiB into one mountpath right after 3000 objects were deleted (as an eviction pass does), 3 rounds interleaved, median shown; CPU is the test process's user + system time. The machine's ext4 has no journal (see docs/architecture.md, store)."
+		echo
+		echo "$out" | grep -E '^\||^CPU per PUT'
+	} >docs/bench-store.md
 fi
 if want multihome && [ -f test/multihome/bench_test.go ]; then
 	echo "== multihoming: one NIC vs two (network namespaces, root)"

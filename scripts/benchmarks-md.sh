@@ -31,6 +31,7 @@ HDR
 		printf '\n'
 	fi
 	section "Eviction: S3-FIFO vs LRU under scans" bench-evict.md
+	section "Store: work files spread over directories (file creation on ext4 without a journal)" bench-store.md
 	section "Multihoming: one NIC vs two NICs per node" bench-multihoming.md
 	section "Block volumes over NBD: the fio matrix (analysis of the set-up in docs/bench-nbd.md)" bench-nbd-run.md
 	section "Fabric analyzer" bench-fabric.md

@@ -201,8 +201,12 @@ func verifyAfterCrash(t *testing.T, mps []string, acked, meta map[string]string)
 	t.Helper()
 	leftovers := 0
 	for _, mp := range mps {
-		ents, _ := os.ReadDir(filepath.Join(mp, "tmp"))
-		leftovers += len(ents)
+		filepath.WalkDir(filepath.Join(mp, "tmp"), func(_ string, d os.DirEntry, err error) error {
+			if err == nil && !d.IsDir() {
+				leftovers++
+			}
+			return nil
+		})
 	}
 	s, err := Open(context.Background(), Config{Mountpaths: mps}, nil)
 	if err != nil {

@@ -66,7 +66,7 @@ type work struct {
 }
 
 func (s *Store) newWork(mp *mountpath, direct bool) (*work, error) {
-	f, err := s.createWork(mp.tmpDir, direct)
+	f, err := s.createWork(mp.workDir(), direct)
 	if err != nil {
 		if isNoSpace(err) {
 			return nil, noSpace(mp, err)

@@ -2,9 +2,12 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"time"
 
@@ -105,19 +108,10 @@ func accessOf(info object.Info) (t time.Time) {
 
 // scanMountpath empties tmp/ and reads every object of mp.
 func (s *Store) scanMountpath(ctx context.Context, mp *mountpath) ([]found, error) {
-	tmp, err := os.ReadDir(mp.tmpDir)
-	if err != nil {
-		return nil, fmt.Errorf("store: recover %s: %w", mp.path, err)
-	}
-	for _, d := range tmp {
-		p := filepath.Join(mp.tmpDir, d.Name())
-		s.log.Info("store: removing leftover work file", "path", p)
-		if err := os.RemoveAll(p); err != nil {
+	for _, dir := range append([]string{mp.tmpDir}, mp.workDirs...) {
+		if err := s.removeLeftovers(dir, mp.workDirs); err != nil {
 			return nil, fmt.Errorf("store: recover %s: %w", mp.path, err)
 		}
-	}
-	if len(tmp) > 0 {
-		_ = syncDir(mp.tmpDir)
 	}
 	var out []found
 	buckets, err := os.ReadDir(mp.objDir)
@@ -188,4 +182,32 @@ func (s *Store) checkObjectFile(p, bucket, fan string, d os.DirEntry) (object.In
 		return object.Info{}, fmt.Errorf("file has %d bytes, metadata says %d", st.Size(), info.Size)
 	}
 	return info, nil
+}
+
+// removeLeftovers removes what a crash left in dir (work files, and
+// directories other than the work directories keep).
+func (s *Store) removeLeftovers(dir string, keep []string) error {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil // a work directory a read-only mountpath never had
+	}
+	if err != nil {
+		return err
+	}
+	removed := false
+	for _, d := range ents {
+		p := filepath.Join(dir, d.Name())
+		if d.IsDir() && slices.Contains(keep, p) {
+			continue
+		}
+		s.log.Info("store: removing leftover work file", "path", p)
+		if err := os.RemoveAll(p); err != nil {
+			return err
+		}
+		removed = true
+	}
+	if removed {
+		_ = syncDir(dir)
+	}
+	return nil
 }

@@ -42,7 +42,9 @@ func TestRecoverOrphans(t *testing.T) {
 		}
 	}
 	debris := []string{
-		filepath.Join(mp0.tmpDir, "work-123"),                                   // interrupted PUT
+		filepath.Join(mp0.tmpDir, "work-123"),                                   // interrupted PUT (older layout)
+		filepath.Join(mp0.workDirs[3], "work-456"),                              // interrupted PUT
+		filepath.Join(mp0.tmpDir, "stray", "x"),                                 // not a work directory
 		filepath.Join(mp0.objDir, "bkt", "ab", strings.Repeat("ab", 32)),        // no metadata
 		filepath.Join(mp0.objDir, "bkt", "zz"),                                  // stray file in place of a fan dir
 		filepath.Join(mp0.objDir, "Not_A_Bucket", "ab", "x"),                    // invalid bucket dir
@@ -67,9 +69,14 @@ func TestRecoverOrphans(t *testing.T) {
 	debris = append(debris, truncated, moved)
 
 	s = openTest(t, Config{Mountpaths: paths})
-	for _, d := range debris {
+	for _, d := range append(debris, filepath.Join(mp0.tmpDir, "stray")) {
 		if _, err := os.Stat(d); !os.IsNotExist(err) {
 			t.Errorf("debris %s survived Open (%v)", d, err)
+		}
+	}
+	for _, d := range s.mps[0].workDirs {
+		if fi, err := os.Stat(d); err != nil || !fi.IsDir() {
+			t.Errorf("work directory %s gone after Open: %v", d, err)
 		}
 	}
 	if got, _ := get(t, s, "bkt", "good", nil); !bytes.Equal(got, good) {

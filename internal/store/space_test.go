@@ -225,7 +225,7 @@ func TestENOSPC(t *testing.T) {
 			faultOn.Store(true)
 			s.createWork = func(dir string, _ bool) (workFile, error) {
 				f, err := os.CreateTemp(dir, "work-*")
-				if err != nil || !faultOn.Load() || dir != s.mps[0].tmpDir {
+				if err != nil || !faultOn.Load() || filepath.Dir(dir) != s.mps[0].tmpDir {
 					return f, err
 				}
 				return c.inject(f, &fails), nil

@@ -110,6 +110,8 @@ type Config struct {
 	LowWatermark  float64  // eviction stops below this (default 80)
 	Policy        string   // eviction policy: "lru" or "s3fifo" (default "s3fifo")
 	MaxBytes      int64    // optional cap on bytes stored per mountpath (0 = filesystem capacity); lets tests and demos model a small cache
+
+	workDirs int // directories work files are spread over (default defaultWorkDirs); see workdirs.go
 }
 
 func (c Config) withDefaults() Config {
@@ -121,6 +123,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Policy == "" {
 		c.Policy = "s3fifo"
+	}
+	if c.workDirs == 0 {
+		c.workDirs = defaultWorkDirs
 	}
 	c.Mountpaths = append([]string(nil), c.Mountpaths...)
 	return c
@@ -230,7 +235,7 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Store, error) {
 	s.bufs.New = func() any { b := make([]byte, bufSize); return &b }
 	s.createWork = createWorkFile
 	for i, p := range cfg.Mountpaths {
-		mp, err := openMountpath(i, p, cfg.Policy)
+		mp, err := openMountpath(i, p, cfg.Policy, cfg.workDirs)
 		if err != nil {
 			s.closeMountpaths()
 			return nil, err
@@ -284,6 +289,8 @@ type mountpath struct {
 	path                   string      // as configured
 	root                   string
 	tmpDir, objDir, mpuDir string
+	workDirs               []string      // under tmpDir, where work files are created in turn
+	nextWork               atomic.Uint32 // the next work directory
 	lock                   *os.File
 
 	polMu sync.Mutex
@@ -298,7 +305,7 @@ type mountpath struct {
 	reserved  int64
 }
 
-func openMountpath(idx int, path, policy string) (*mountpath, error) {
+func openMountpath(idx int, path, policy string, workDirs int) (*mountpath, error) {
 	root := filepath.Clean(path)
 	mp := &mountpath{
 		idx: idx, path: path, root: root,
@@ -306,6 +313,7 @@ func openMountpath(idx int, path, policy string) (*mountpath, error) {
 		objDir: filepath.Join(root, "obj"),
 		mpuDir: filepath.Join(root, "mpu"),
 	}
+	mp.workDirs = workDirNames(mp.tmpDir, workDirs)
 	pol, err := evict.New(policy)
 	if err != nil {
 		return nil, err
@@ -337,6 +345,10 @@ func openMountpath(idx int, path, policy string) (*mountpath, error) {
 	if err := probeXattr(mp.tmpDir); err != nil {
 		mp.close()
 		return nil, fmt.Errorf("%w: %s: %v", ErrNoXattr, path, err)
+	}
+	if err := makeWorkDirs(mp.tmpDir, mp.workDirs); err != nil {
+		mp.close()
+		return nil, fmt.Errorf("store: mountpath %s: %w", path, err)
 	}
 	return mp, nil
 }

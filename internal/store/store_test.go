@@ -633,14 +633,8 @@ func TestKeepNewer(t *testing.T) {
 		t.Fatalf("Put of a version newer than the delete = %v", err)
 	}
 	// A refused body leaves no work file behind.
-	for _, mp := range s.mps {
-		ents, err := os.ReadDir(mp.tmpDir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(ents) != 0 {
-			t.Fatalf("%s holds %d work files", mp.tmpDir, len(ents))
-		}
+	if f := files(t, s, "tmp"); len(f) != 0 {
+		t.Fatalf("work files left: %v", f)
 	}
 }
 
