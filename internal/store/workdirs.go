@@ -64,18 +64,6 @@ func markTopDir(dir string) {
 	_ = unix.IoctlSetPointerInt(fd, unix.FS_IOC_SETFLAGS, int(flags|fsTopdirFl))
 }
 
-// isTopDir reports whether dir carries FS_TOPDIR_FL (false where the file
-// system has no such flag).
-func isTopDir(dir string) bool {
-	f, err := os.Open(dir)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	flags, err := unix.IoctlGetUint32(int(f.Fd()), unix.FS_IOC_GETFLAGS)
-	return err == nil && flags&fsTopdirFl != 0
-}
-
 // workDir returns the directory of mp's next work file.
 func (mp *mountpath) workDir() string {
 	return mp.workDirs[int(mp.nextWork.Add(1))%len(mp.workDirs)]
