@@ -38,7 +38,7 @@ if want store; then
 	echo "$out" | show
 	{
 		echo "<!-- written by scripts/bench.sh from internal/store TestWorkDirSpread on $(date -u '+%Y-%m-%d %H:%M UTC') -->"
-		echo "3000 PUTs of 4 KiB into one mountpath right after 3000 objects were deleted (as an eviction pass does), 3 rounds interleaved, median shown; CPU is the test process's user + system time. The machine's ext4 has no journal (see docs/architecture.md, store)."
+		echo "3000 PUTs of 4 KiB into one mountpath right after 3000 objects were deleted (as an eviction pass does), 3 rounds interleaved, median shown; CPU is the test process's user + system time. The machine's ext4 has no journal (see docs/architecture.md, Durability)."
 		echo
 		echo "$out" | grep -E '^\||^CPU per PUT'
 	} >docs/bench-store.md

@@ -201,12 +201,7 @@ func verifyAfterCrash(t *testing.T, mps []string, acked, meta map[string]string)
 	t.Helper()
 	leftovers := 0
 	for _, mp := range mps {
-		filepath.WalkDir(filepath.Join(mp, "tmp"), func(_ string, d os.DirEntry, err error) error {
-			if err == nil && !d.IsDir() {
-				leftovers++
-			}
-			return nil
-		})
+		leftovers += len(filesUnder(filepath.Join(mp, "tmp")))
 	}
 	s, err := Open(context.Background(), Config{Mountpaths: mps}, nil)
 	if err != nil {

@@ -74,14 +74,22 @@ func files(t testing.TB, s *Store, sub string) []string {
 	t.Helper()
 	var out []string
 	for _, mp := range s.mps {
-		root := filepath.Join(mp.root, sub)
-		filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
-			if err == nil && !d.IsDir() {
-				out = append(out, strings.TrimPrefix(p, mp.root))
-			}
-			return nil
-		})
+		for _, p := range filesUnder(filepath.Join(mp.root, sub)) {
+			out = append(out, strings.TrimPrefix(p, mp.root))
+		}
 	}
+	return out
+}
+
+// filesUnder lists the files (not directories) under root.
+func filesUnder(root string) []string {
+	var out []string
+	filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			out = append(out, p)
+		}
+		return nil
+	})
 	return out
 }
 
