@@ -27,9 +27,10 @@ e2e: build
 fuzz:
 	bash scripts/fuzz.sh 500000x
 
-lint:
+lint: setup
 	$(GO) vet $(PKGS)
 	@test -z "$$(gofmt -l .)" || (gofmt -l .; echo "gofmt needed"; exit 1)
+	$$($(GO) env GOPATH)/bin/staticcheck $(PKGS)
 
 bench: setup build
 	bash scripts/bench.sh

@@ -2,7 +2,7 @@
 # Installs everything the tests, benchmarks and demo need on a fresh Debian
 # machine: Debian packages (fio, qemu tools, libnbd tools, nbdkit, iproute2),
 # the AWS CLI and boto3 from PyPI, and versitygw (a real S3 server used as the
-# remote backend in integration tests), cached in $GOPATH/bin.
+# remote backend in integration tests) and staticcheck, cached in $GOPATH/bin.
 # Safe to run again: each step is skipped when already done.
 set -euo pipefail
 
@@ -27,5 +27,9 @@ GOBIN=$(go env GOPATH)/bin
 if [ ! -x "$GOBIN/versitygw" ]; then
 	echo "setup: building versitygw v1.8.0 (once; cached in $GOBIN)"
 	go install github.com/versity/versitygw/cmd/versitygw@v1.8.0
+fi
+if [ ! -x "$GOBIN/staticcheck" ] || ! "$GOBIN/staticcheck" -version | grep -q "(0.8.2)"; then
+	echo "setup: building staticcheck v0.8.2 (once; cached in $GOBIN)"
+	go install honnef.co/go/tools/cmd/staticcheck@v0.8.2
 fi
 echo "setup: ok"

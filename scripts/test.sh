@@ -10,6 +10,7 @@ echo "== lint"
 go vet ./...
 unformatted=$(gofmt -l .)
 if [ -n "$unformatted" ]; then echo "gofmt needed: $unformatted"; exit 1; fi
+"$(go env GOPATH)/bin/staticcheck" ./...
 
 echo "== tests"
 # The multi-NIC test measures throughput ratios on shaped links; it runs on

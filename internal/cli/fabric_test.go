@@ -103,8 +103,8 @@ func TestFabricTextAndErrors(t *testing.T) {
 		t.Errorf("csv: %d lines (exit %d)", strings.Count(out, "\n"), code)
 	}
 	out, _, code = runFabric(t, "diff", before, filepath.Join(fabricSamples, "ft3-k4-h16/ftree/after"))
-	if code != 0 {
-		t.Errorf("diff of different fabrics: exit %d", code)
+	if code != 0 || !strings.Contains(out, "routes changed: 234 of 240") || !strings.Contains(out, "cable up:") {
+		t.Errorf("diff of different fabrics (exit %d):\n%s", code, out)
 	}
 	out, _, code = runFabric(t, "diff", filepath.Join(fabricSamples, "ft3-k4-h16/ftree/before"), filepath.Join(fabricSamples, "ft3-k4-h16/ftree/after"))
 	if code != 0 || !strings.Contains(out, "96 of 240") || !strings.Contains(out, "fell back from ftree to minhop") {

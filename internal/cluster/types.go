@@ -194,7 +194,7 @@ func ParseValidate(s string) (ValidatePolicy, time.Duration, error) {
 	}
 	d, err := time.ParseDuration(rest)
 	if err != nil || d <= 0 {
-		return "", 0, fmt.Errorf("%w: validate %q: want a positive duration after ttl:", object.ErrInvalidArgument, s)
+		return "", 0, fmt.Errorf("%w: validate %q: want ttl:<positive duration>", object.ErrInvalidArgument, s)
 	}
 	return ValidateTTL, d, nil
 }

@@ -103,12 +103,11 @@ type secAcc struct {
 // kind, and a per-second series. It takes every time from its arguments, so
 // tests drive it with a synthetic clock. It is safe for concurrent use.
 type Recorder struct {
-	mu      sync.Mutex
-	start   time.Time
-	ops     map[Op]*opAcc
-	errs    map[string]int64
-	secs    []*secAcc
-	maxOpen int
+	mu    sync.Mutex
+	start time.Time
+	ops   map[Op]*opAcc
+	errs  map[string]int64
+	secs  []*secAcc
 }
 
 // NewRecorder starts a recorder whose series begins at start.

@@ -131,8 +131,15 @@ func Start(ctx context.Context, cfg Config) (*Remote, error) {
 
 func (r *Remote) startProxy(cfg Config) error {
 	target, _ := url.Parse(r.DirectEndpoint)
-	rp := httputil.NewSingleHostReverseProxy(target)
-	rp.Transport = &http.Transport{MaxIdleConnsPerHost: 256, DisableCompression: true}
+	// Forward the Host header unchanged: clients sign it (SigV4) for the
+	// proxy's address, and the server verifies the Host it receives.
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			pr.Out.Host = pr.In.Host
+		},
+		Transport: &http.Transport{MaxIdleConnsPerHost: 256, DisableCompression: true},
+	}
 	var lim *rate.Limiter
 	if cfg.Rate > 0 {
 		burst := int(cfg.Rate / 50) // 20 ms worth
@@ -140,14 +147,6 @@ func (r *Remote) startProxy(cfg Config) error {
 			burst = 64 << 10
 		}
 		lim = rate.NewLimiter(rate.Limit(cfg.Rate), burst)
-	}
-	// Forward the Host header unchanged: clients sign it (SigV4) for the
-	// proxy's address, and the server verifies the Host it receives.
-	director := rp.Director
-	rp.Director = func(req *http.Request) {
-		host := req.Host
-		director(req)
-		req.Host = host
 	}
 	h := http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		r.requests.Add(1)

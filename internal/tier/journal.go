@@ -324,7 +324,8 @@ func (j *journal) rewrite(snapshot func() []Record) error {
 	for _, r := range recs {
 		buf = r.Encode(buf)
 	}
-	if _, err := f.Write(buf); err == nil {
+	_, err = f.Write(buf)
+	if err == nil {
 		err = f.Sync()
 	}
 	if err != nil {

@@ -35,7 +35,6 @@ import (
 
 // result of one GET run.
 type result struct {
-	name     string
 	size     int64
 	ops      int64
 	bytes    int64
