@@ -144,7 +144,7 @@ func (p listParams) elems(res object.ListResult) ([]objectElem, []prefixElem) {
 }
 
 func (h *handler) listObjectsV2(w http.ResponseWriter, rq *request) error {
-	q := rq.URL.Query()
+	q := rq.q
 	p, err := readListParams(q)
 	if err != nil {
 		return err
@@ -179,7 +179,7 @@ func (h *handler) listObjectsV2(w http.ResponseWriter, rq *request) error {
 }
 
 func (h *handler) listObjectsV1(w http.ResponseWriter, rq *request) error {
-	q := rq.URL.Query()
+	q := rq.q
 	p, err := readListParams(q)
 	if err != nil {
 		return err

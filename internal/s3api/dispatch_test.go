@@ -64,7 +64,7 @@ func TestDispatch(t *testing.T) {
 		}
 		w := httptest.NewRecorder()
 		b, k, _ := h.route(r)
-		rq := &request{Request: r, bucket: b, key: k, auth: &sigv4.Result{Size: tt.size, Body: r.Body}, body: &errRecorder{r: r.Body}}
+		rq := &request{Request: r, bucket: b, key: k, q: r.URL.Query(), auth: &sigv4.Result{Size: tt.size, Body: r.Body}, body: &errRecorder{r: r.Body}}
 		if err := h.dispatch(w, rq); err != nil {
 			h.writeError(w, r, err)
 		}

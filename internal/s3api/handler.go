@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -77,6 +78,7 @@ func NewHandler(cfg Config, objs Objects) (http.Handler, error) {
 type request struct {
 	*http.Request
 	bucket, key string
+	q           url.Values // the query, parsed once
 	auth        *sigv4.Result
 	body        *errRecorder // the verified body
 }
@@ -113,12 +115,12 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hdr.Set("Server", "Slipstream")
 
 	bucket, key, vhost := h.route(r)
-	rq := &request{Request: r, bucket: bucket, key: key}
+	rq := &request{Request: r, bucket: bucket, key: key, q: r.URL.Query()}
 	vb := ""
 	if vhost {
 		vb = bucket
 	}
-	res, err := h.verifier.Verify(r, vb)
+	res, err := h.verifier.Verify(r, rq.q, vb)
 	if err != nil {
 		h.writeError(w, r, err)
 		return
@@ -156,7 +158,7 @@ func hostname(hostport string) string {
 
 // dispatch picks the operation from the method, bucket, key and query.
 func (h *handler) dispatch(w http.ResponseWriter, rq *request) error {
-	q := rq.URL.Query()
+	q := rq.q
 	if rq.bucket == "" {
 		if rq.Method == http.MethodGet {
 			return h.listBuckets(w, rq)

@@ -38,7 +38,7 @@ func partArgs(q url.Values) (uploadID string, part int, err error) {
 }
 
 func (h *handler) uploadPart(w http.ResponseWriter, rq *request) error {
-	id, part, err := partArgs(rq.URL.Query())
+	id, part, err := partArgs(rq.q)
 	if err != nil {
 		return err
 	}
@@ -71,7 +71,7 @@ func parseCopySourceRange(s string) (*object.Range, error) {
 }
 
 func (h *handler) uploadPartCopy(w http.ResponseWriter, rq *request) error {
-	id, part, err := partArgs(rq.URL.Query())
+	id, part, err := partArgs(rq.q)
 	if err != nil {
 		return err
 	}
@@ -106,7 +106,7 @@ func (h *handler) uploadPartCopy(w http.ResponseWriter, rq *request) error {
 }
 
 func (h *handler) completeMultipartUpload(w http.ResponseWriter, rq *request) error {
-	id := rq.URL.Query().Get("uploadId")
+	id := rq.q.Get("uploadId")
 	body, err := readXMLBody(rq)
 	if err != nil {
 		return err
@@ -128,7 +128,7 @@ func (h *handler) completeMultipartUpload(w http.ResponseWriter, rq *request) er
 }
 
 func (h *handler) abortMultipartUpload(w http.ResponseWriter, rq *request) error {
-	if err := h.objs.AbortMultipartUpload(rq.Context(), rq.bucket, rq.key, rq.URL.Query().Get("uploadId")); err != nil {
+	if err := h.objs.AbortMultipartUpload(rq.Context(), rq.bucket, rq.key, rq.q.Get("uploadId")); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -149,7 +149,7 @@ func intParam(q url.Values, name string, def, max int) (int, error) {
 }
 
 func (h *handler) listParts(w http.ResponseWriter, rq *request) error {
-	q := rq.URL.Query()
+	q := rq.q
 	id := q.Get("uploadId")
 	maxParts, err := intParam(q, "max-parts", 1000, 1000)
 	if err != nil {
@@ -183,7 +183,7 @@ func (h *handler) listParts(w http.ResponseWriter, rq *request) error {
 }
 
 func (h *handler) listMultipartUploads(w http.ResponseWriter, rq *request) error {
-	q := rq.URL.Query()
+	q := rq.q
 	maxUploads, err := intParam(q, "max-uploads", 1000, 1000)
 	if err != nil {
 		return err

@@ -136,7 +136,7 @@ func readRange(rq *request) (*object.Range, error) {
 }
 
 func checkPartNumber(rq *request) error {
-	if pn := rq.URL.Query().Get("partNumber"); pn != "" && pn != "1" {
+	if pn := rq.q.Get("partNumber"); pn != "" && pn != "1" {
 		return fmt.Errorf("%w: GET by partNumber", errNotImplemented)
 	}
 	return nil
@@ -195,7 +195,7 @@ func (h *handler) sendObject(w http.ResponseWriter, rq *request, rd object.Reade
 	}
 	hdr := w.Header()
 	setObjectHeaders(hdr, info)
-	applyOverrides(hdr, rq.URL.Query())
+	applyOverrides(hdr, rq.q)
 	off, n := rd.Range()
 	hdr.Set("Content-Length", strconv.FormatInt(n, 10))
 	status := http.StatusOK
@@ -261,7 +261,7 @@ func (h *handler) headObject(w http.ResponseWriter, rq *request) error {
 		}
 	}
 	setObjectHeaders(hdr, info)
-	applyOverrides(hdr, rq.URL.Query())
+	applyOverrides(hdr, rq.q)
 	hdr.Set("Content-Length", strconv.FormatInt(n, 10))
 	if rng != nil {
 		hdr.Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", off, off+n-1, info.Size))

@@ -27,11 +27,11 @@ type directFile struct {
 // createWorkFile creates a work file in dir; with direct, it writes
 // around the page cache when the file system allows O_DIRECT.
 func createWorkFile(dir string, direct bool) (workFile, error) {
-	f, err := os.CreateTemp(dir, "work-*")
+	f, err := createTemp(dir, "work-")
 	if err != nil || !direct {
 		return f, err
 	}
-	d, err := os.OpenFile(f.Name(), os.O_WRONLY|unix.O_DIRECT, 0)
+	d, err := openFile(f.Name(), os.O_WRONLY|unix.O_DIRECT, 0)
 	if err != nil {
 		if errors.Is(err, unix.EINVAL) {
 			return f, nil

@@ -124,7 +124,7 @@ func (s *Store) open(ctx context.Context, bucket, key string) (*os.File, *entry,
 		return nil, nil, object.Info{}, fmt.Errorf("%w: %s/%s", object.ErrNotFound, bucket, key)
 	}
 	_, file := s.mps[e.mp].objectPath(bucket, key)
-	f, err := os.Open(file)
+	f, err := openFile(file, os.O_RDONLY, 0)
 	info := *e.info
 	l.RUnlock()
 	if err != nil {

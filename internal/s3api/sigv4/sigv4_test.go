@@ -90,7 +90,7 @@ func examplePresigned() *http.Request {
 
 // readAll verifies r and reads its body.
 func readAll(v *Verifier, r *http.Request) ([]byte, error) {
-	res, err := v.Verify(r, "")
+	res, err := v.Verify(r, r.URL.Query(), "")
 	if err != nil {
 		return nil, err
 	}
@@ -164,7 +164,7 @@ func TestVerifyExamples(t *testing.T) {
 // the declared size (and never sees EOF on its own) still gets the error.
 func TestChunkedErrorWithLastByte(t *testing.T) {
 	r := exampleChunked(func(b []byte) []byte { return bytes.Replace(b, []byte("b6c6ea8a"), []byte("a6c6ea8a"), 1) })
-	res, err := exampleVerifier(exampleNow).Verify(r, "")
+	res, err := exampleVerifier(exampleNow).Verify(r, r.URL.Query(), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +173,7 @@ func TestChunkedErrorWithLastByte(t *testing.T) {
 		t.Fatalf("CopyN of the declared size: err = %v, want the final chunk's signature mismatch", err)
 	}
 	r = examplePut("Welcome to Amazon S4.")
-	res, err = exampleVerifier(exampleNow).Verify(r, "")
+	res, err = exampleVerifier(exampleNow).Verify(r, r.URL.Query(), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -399,13 +399,56 @@ func TestV2Example(t *testing.T) {
 	r := httptest.NewRequest("GET", "http://johnsmith.s3.amazonaws.com/photos/puppy.jpg", nil)
 	r.Header.Set("Date", "Tue, 27 Mar 2007 19:36:42 +0000")
 	r.Header.Set("Authorization", "AWS "+exampleKey+":bWq2s1WEIj+Ydj0vQ697zp+IXMU=")
-	if _, err := exampleVerifier(now).Verify(r, "johnsmith"); err != nil {
+	if _, err := exampleVerifier(now).Verify(r, r.URL.Query(), "johnsmith"); err != nil {
 		t.Fatalf("documented V2 request: %v", err)
 	}
-	if _, err := exampleVerifier(now).Verify(r, ""); !errors.Is(err, ErrSignatureMismatch) {
+	if _, err := exampleVerifier(now).Verify(r, r.URL.Query(), ""); !errors.Is(err, ErrSignatureMismatch) {
 		t.Fatalf("without the virtual-host bucket: %v", err)
 	}
-	if _, err := exampleVerifier(now.Add(time.Hour)).Verify(r, "johnsmith"); !errors.Is(err, ErrTimeSkewed) {
+	if _, err := exampleVerifier(now.Add(time.Hour)).Verify(r, r.URL.Query(), "johnsmith"); !errors.Is(err, ErrTimeSkewed) {
 		t.Fatalf("an hour later: %v", err)
+	}
+}
+
+// TestSigningKeyCache verifies requests of several access keys and regions
+// on one Verifier, each twice, so that the second verification uses a
+// cached signing key: none may be taken for another's, and the cache stays
+// bounded.
+func TestSigningKeyCache(t *testing.T) {
+	const otherKey, otherSecret = "AKIDOTHEREXAMPLE", "other/secret"
+	v := NewVerifier(Config{Credentials: map[string]string{exampleKey: exampleSecret, otherKey: otherSecret}, Now: func() time.Time { return exampleNow }})
+	signAs := func(key, secret, region string) *http.Request {
+		r := httptest.NewRequest("GET", "http://examplebucket.s3.amazonaws.com/test.txt", nil)
+		r.Header.Set("X-Amz-Date", exampleTime)
+		r.Header.Set("X-Amz-Content-Sha256", EmptySHA256)
+		signed := []string{"host", "x-amz-content-sha256", "x-amz-date"}
+		scope := "20130524/" + region + "/s3/aws4_request"
+		sig := Sign(SigningKey(secret, "20130524", region, "s3"), StringToSign(exampleNow, scope, CanonicalRequest(r, signed, EmptySHA256, false)))
+		r.Header.Set("Authorization", Algorithm+" Credential="+key+"/"+scope+", SignedHeaders="+strings.Join(signed, ";")+", Signature="+sig)
+		return r
+	}
+	for round := 0; round < 2; round++ {
+		for _, c := range []struct{ key, secret, region string }{
+			{exampleKey, exampleSecret, "us-east-1"}, {exampleKey, exampleSecret, "eu-west-1"}, {otherKey, otherSecret, "us-east-1"},
+		} {
+			r := signAs(c.key, c.secret, c.region)
+			if _, err := v.Verify(r, r.URL.Query(), ""); err != nil {
+				t.Errorf("round %d, %s in %s: %v", round, c.key, c.region, err)
+			}
+		}
+		// Another key's secret must not pass on the strength of a cached key.
+		r := signAs(otherKey, exampleSecret, "us-east-1")
+		if _, err := v.Verify(r, r.URL.Query(), ""); !errors.Is(err, ErrSignatureMismatch) {
+			t.Errorf("round %d: %s signed with the wrong secret: %v", round, otherKey, err)
+		}
+	}
+	for i := 0; i < 2*maxSigningKeys; i++ {
+		r := signAs(exampleKey, exampleSecret, fmt.Sprintf("region-%d", i))
+		if _, err := v.Verify(r, r.URL.Query(), ""); err != nil {
+			t.Fatalf("region-%d: %v", i, err)
+		}
+	}
+	if n := len(v.keys); n > maxSigningKeys {
+		t.Errorf("%d signing keys cached, bound %d", n, maxSigningKeys)
 	}
 }
