@@ -23,13 +23,17 @@ HDR
 			printf '\n'
 		fi
 	}
+	notes() { # file
+		if [ -f "docs/$1" ]; then
+			sed -e "s/^#/##/" "docs/$1"
+			printf '\n'
+		fi
+	}
 	section "Warm GET through the S3 API vs http.ServeContent (issue: core)" bench-core.md
+	notes bench-core-notes.md
 	section "Fast tier: cold and warm epochs vs reading the backend directly" bench-tier-read.md
 	section "Write paths: write-back copies=1 vs copies=2 (WB+0 vs WB+1) vs write-through" bench-tier-write.md
-	if [ -f docs/bench-tier-write-notes.md ]; then
-		sed -e "s/^#/##/" docs/bench-tier-write-notes.md
-		printf '\n'
-	fi
+	notes bench-tier-write-notes.md
 	section "Eviction: S3-FIFO vs LRU under scans" bench-evict.md
 	section "Store: work files spread over directories (file creation on ext4 without a journal)" bench-store.md
 	section "Multihoming: one NIC vs two NICs per node" bench-multihoming.md
