@@ -23,7 +23,7 @@ HDR
 			printf '\n'
 		fi
 	}
-	notes() { # file
+	notes() { # file: a part with its own title, or notes under the part before
 		if [ -f "docs/$1" ]; then
 			sed -e "s/^#/##/" "docs/$1"
 			printf '\n'
@@ -36,8 +36,8 @@ HDR
 	notes bench-tier-write-notes.md
 	section "Eviction: S3-FIFO vs LRU under scans" bench-evict.md
 	section "Store: work files spread over directories (file creation on ext4 without a journal)" bench-store.md
-	section "Multihoming: one NIC vs two NICs per node" bench-multihoming.md
+	notes bench-multihoming.md # has its own title
 	section "Block volumes over NBD: the fio matrix (analysis of the set-up in docs/bench-nbd.md)" bench-nbd-run.md
-	section "Fabric analyzer" bench-fabric.md
+	notes bench-fabric.md # has its own title
 } >"$out"
 echo "wrote $out"
