@@ -81,7 +81,7 @@ func (l *localService) Put(ctx context.Context, bucket, key string, r io.Reader,
 	case opts.KeepNewer:
 		// A rebalance copy: refused (under the key lock, at commit) if a
 		// newer version or a later delete got here first.
-		so := storePutOptions(opts)
+		so := storePutOptions(opts, b)
 		so.DeletedAt = func() (time.Time, bool) { return l.tombs.get(bucket, key) }
 		return l.store.Put(ctx, bucket, key, r, so)
 	case opts.Replica && b.Mode == cluster.ModeWriteback:
@@ -92,16 +92,18 @@ func (l *localService) Put(ctx context.Context, bucket, key string, r io.Reader,
 	case opts.Replica || !tiered(b):
 		// Plain copies: local buckets, and replicas of cache buckets (the
 		// owner wrote through to the backend).
-		return l.store.Put(ctx, bucket, key, r, storePutOptions(opts))
+		return l.store.Put(ctx, bucket, key, r, storePutOptions(opts, b))
 	default:
 		return withTier(ctx, l, func() (object.Info, error) { return l.tier.Put(ctx, bucket, key, r, opts.PutOptions) })
 	}
 }
 
-func storePutOptions(o peer.PutOptions) store.PutOptions {
+// storePutOptions are the store's options for a copy of an object of b:
+// a local bucket's copies are the only ones there are, so they are pinned.
+func storePutOptions(o peer.PutOptions, b cluster.BucketProps) store.PutOptions {
 	return store.PutOptions{
 		PutOptions: o.PutOptions, ModTime: o.ModTime, ETag: o.ETag,
-		BackendETag: o.BackendETag, BackendVersion: o.BackendVersion, Dirty: o.Dirty,
+		BackendETag: o.BackendETag, BackendVersion: o.BackendVersion, Dirty: o.Dirty, Pinned: !tiered(b),
 		NoCache:   o.Replica, // reads go to the owner first
 		KeepNewer: o.KeepNewer,
 	}
@@ -182,10 +184,11 @@ func (l *localService) DeleteBucket(ctx context.Context, bucket string) error {
 }
 
 func (l *localService) CreateUpload(ctx context.Context, bucket, key string, opts object.PutOptions) (string, error) {
-	if _, err := l.bucket(ctx, bucket); err != nil {
+	b, err := l.bucket(ctx, bucket)
+	if err != nil {
 		return "", err
 	}
-	return l.store.CreateUpload(ctx, bucket, key, opts)
+	return l.store.CreateUpload(ctx, bucket, key, store.UploadOptions{PutOptions: opts, Pinned: !tiered(b)})
 }
 
 func (l *localService) PutPart(ctx context.Context, bucket, key, uploadID string, part int, r io.Reader, opts object.PutOptions) (object.PartInfo, error) {

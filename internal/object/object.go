@@ -56,7 +56,14 @@ type Info struct {
 	BackendVersion string    `json:"backendVersion,omitempty"`
 	ValidatedAt    time.Time `json:"validatedAt,omitempty"`
 	Dirty          bool      `json:"dirty,omitempty"` // not yet in the backend: never evicted
+	// Pinned: an object of a local bucket, which no backend holds: the
+	// cluster's copies are the only ones, so it is never evicted.
+	Pinned bool `json:"pinned,omitempty"`
 }
+
+// Evictable reports whether the store may drop the object to make room:
+// only a copy of what a backend holds (clean, not pinned).
+func (i Info) Evictable() bool { return !i.Dirty && !i.Pinned }
 
 // BucketInfo describes a bucket as ListBuckets shows it.
 type BucketInfo struct {

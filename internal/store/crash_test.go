@@ -84,7 +84,7 @@ func TestCrashChild(t *testing.T) {
 
 // crashMultipart uploads key as two parts (first of the minimum size).
 func crashMultipart(ctx context.Context, s *Store, key string, p1, p2 []byte) (object.Info, error) {
-	id, err := s.CreateUpload(ctx, "crash", key, object.PutOptions{})
+	id, err := s.CreateUpload(ctx, "crash", key, UploadOptions{})
 	if err != nil {
 		return object.Info{}, err
 	}

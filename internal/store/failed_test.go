@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -48,6 +49,10 @@ func TestFailedDriveTakesNoWrites(t *testing.T) {
 			mp.lock.Close()
 		}
 	}
+	// A work file the failure cut short stays behind.
+	if err := os.WriteFile(filepath.Join(broken, "tmp", "w03", "work-1234"), []byte("partial"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if err := unix.Mount("", broken, "", unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
 		t.Fatalf("remount read-only: %v", err)
 	}
@@ -71,8 +76,8 @@ func TestFailedDriveTakesNoWrites(t *testing.T) {
 		}
 	}
 
-	// A restart with the drive still read-only serves what it holds and
-	// keeps writes away from it.
+	// A restart with the drive still read-only (the leftover work file
+	// cannot be removed) serves what it holds and keeps writes away from it.
 	s.Close()
 	s = openTest(t, Config{Mountpaths: []string{broken, filepath.Join(dir, "mp2"), filepath.Join(dir, "mp3")}})
 	if st := s.Mountpaths()[0]; !st.Failed {

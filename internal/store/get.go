@@ -155,7 +155,7 @@ func (s *Store) Get(ctx context.Context, bucket, key string, rng *object.Range) 
 	now := s.now()
 	e.atime.Store(now.UnixNano())
 	info.AccessTime = now.UTC()
-	if !info.Dirty {
+	if info.Evictable() {
 		mp.polTouch(placement.ObjectName(bucket, key))
 	}
 	return &Reader{f: f, info: cloneInfo(info), off: off, n: n}, nil

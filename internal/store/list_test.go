@@ -183,7 +183,7 @@ func TestWalkAndDeleteBucket(t *testing.T) {
 	if err := s.DeleteBucket(ctx, "one"); !errors.Is(err, object.ErrBucketNotEmpty) {
 		t.Fatalf("DeleteBucket(non-empty) = %v", err)
 	}
-	id, err := s.CreateUpload(ctx, "three", "k", object.PutOptions{})
+	id, err := s.CreateUpload(ctx, "three", "k", UploadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,6 +34,13 @@ type uploadMeta struct {
 	Initiated   time.Time         `json:"initiated"`
 	ContentType string            `json:"contentType,omitempty"`
 	UserMeta    map[string]string `json:"userMeta,omitempty"`
+	Pinned      bool              `json:"pinned,omitempty"` // the object will be Pinned
+}
+
+// UploadOptions go with CreateUpload.
+type UploadOptions struct {
+	object.PutOptions
+	Pinned bool // the completed object is a local bucket's: never evicted
 }
 
 // upload is a multipart upload in progress, kept on the mountpath of its
@@ -76,7 +83,7 @@ func (s *Store) getUpload(bucket, key, id string) (*upload, error) {
 
 // CreateUpload starts a multipart upload of bucket/key on the mountpath
 // that will hold the object.
-func (s *Store) CreateUpload(ctx context.Context, bucket, key string, opts object.PutOptions) (string, error) {
+func (s *Store) CreateUpload(ctx context.Context, bucket, key string, opts UploadOptions) (string, error) {
 	if err := validate(bucket, key); err != nil {
 		return "", err
 	}
@@ -106,7 +113,7 @@ func (s *Store) CreateUpload(ctx context.Context, bucket, key string, opts objec
 		return "", s.checkDrive(mp, fmt.Errorf("store: create upload: %w", err))
 	}
 	meta := uploadMeta{V: metaFormat, Bucket: bucket, Key: key, UploadID: id, Initiated: s.now().UTC(),
-		ContentType: opts.ContentType, UserMeta: maps.Clone(opts.UserMeta)}
+		ContentType: opts.ContentType, UserMeta: maps.Clone(opts.UserMeta), Pinned: opts.Pinned}
 	if err := writeFileAtomic(filepath.Join(dir, uploadMetaFile), meta); err != nil {
 		os.RemoveAll(dir)
 		if isNoSpace(err) {
@@ -415,6 +422,7 @@ func (s *Store) CompleteUpload(ctx context.Context, bucket, key, uploadID string
 		ContentType: u.meta.ContentType,
 		UserMeta:    maps.Clone(u.meta.UserMeta),
 		ModTime:     now, AccessTime: now,
+		Pinned: u.meta.Pinned,
 	}
 	if err := s.commit(ctx, w, info, nil); err != nil {
 		return object.Info{}, err

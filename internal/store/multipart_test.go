@@ -43,7 +43,7 @@ func TestMultipartHappyPath(t *testing.T) {
 	s := openTest(t, Config{})
 	ctx := context.Background()
 	key := "big/object.bin"
-	id, err := s.CreateUpload(ctx, "bkt", key, object.PutOptions{ContentType: "application/x-test", UserMeta: map[string]string{"m": "v"}})
+	id, err := s.CreateUpload(ctx, "bkt", key, UploadOptions{PutOptions: object.PutOptions{ContentType: "application/x-test", UserMeta: map[string]string{"m": "v"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +63,7 @@ func TestMultipartHappyPath(t *testing.T) {
 	if err != nil || len(parts) != 3 || parts[0].PartNumber != 1 || parts[1].ETag != e2.ETag || parts[2].PartNumber != 5 {
 		t.Fatalf("ListParts = %+v, %v", parts, err)
 	}
-	id2, _ := s.CreateUpload(ctx, "bkt", "another", object.PutOptions{})
+	id2, _ := s.CreateUpload(ctx, "bkt", "another", UploadOptions{})
 	ups, err := s.ListUploads(ctx, "bkt", "big/")
 	if err != nil || len(ups) != 1 || ups[0].UploadID != id || ups[0].Key != key {
 		t.Fatalf("ListUploads(prefix) = %+v, %v", ups, err)
@@ -124,7 +124,7 @@ func TestMultipartErrors(t *testing.T) {
 	s := openTest(t, Config{})
 	ctx := context.Background()
 	key := "k"
-	id, err := s.CreateUpload(ctx, "bkt", key, object.PutOptions{})
+	id, err := s.CreateUpload(ctx, "bkt", key, UploadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,10 +147,10 @@ func TestMultipartErrors(t *testing.T) {
 		do   func() error
 		err  error
 	}{
-		{"create: bad key", func() error { _, err := s.CreateUpload(ctx, "bkt", "../x", object.PutOptions{}); return err }, object.ErrInvalidKey},
-		{"create: bad bucket", func() error { _, err := s.CreateUpload(ctx, "X", "x", object.PutOptions{}); return err }, object.ErrInvalidBucketName},
+		{"create: bad key", func() error { _, err := s.CreateUpload(ctx, "bkt", "../x", UploadOptions{}); return err }, object.ErrInvalidKey},
+		{"create: bad bucket", func() error { _, err := s.CreateUpload(ctx, "X", "x", UploadOptions{}); return err }, object.ErrInvalidBucketName},
 		{"create: metadata too large", func() error {
-			_, err := s.CreateUpload(ctx, "bkt", "x", object.PutOptions{UserMeta: map[string]string{"a": strings.Repeat("b", MaxMetaBytes)}})
+			_, err := s.CreateUpload(ctx, "bkt", "x", UploadOptions{PutOptions: object.PutOptions{UserMeta: map[string]string{"a": strings.Repeat("b", MaxMetaBytes)}}})
 			return err
 		}, ErrMetaTooLarge},
 		{"part: unknown upload", func() error {
@@ -225,7 +225,7 @@ func TestMultipartErrors(t *testing.T) {
 		t.Fatalf("CompleteUpload(1,3) = %+v, %v", info, err)
 	}
 	// Abort removes everything; later calls see no upload.
-	id, _ = s.CreateUpload(ctx, "bkt", key, object.PutOptions{})
+	id, _ = s.CreateUpload(ctx, "bkt", key, UploadOptions{})
 	putPart(t, s, "bkt", key, id, 1, small)
 	if err := s.AbortUpload(ctx, "bkt", key, id); err != nil {
 		t.Fatal(err)

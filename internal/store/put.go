@@ -28,6 +28,7 @@ type PutOptions struct {
 	BackendETag       string
 	BackendVersion    string
 	Dirty             bool // not yet destaged: never evicted
+	Pinned            bool // a local bucket's object, held nowhere else: never evicted
 	// NoCache writes the body around the page cache (O_DIRECT where the
 	// file system has it), for copies unlikely to be read soon such as
 	// replicas: they cost no page allocation and copy, and do not evict
@@ -262,6 +263,7 @@ func (s *Store) Put(ctx context.Context, bucket, key string, r io.Reader, opts P
 		BackendETag:    opts.BackendETag,
 		BackendVersion: opts.BackendVersion,
 		Dirty:          opts.Dirty,
+		Pinned:         opts.Pinned,
 	}
 	if info.ModTime.IsZero() {
 		info.ModTime = s.now().UTC()
@@ -400,10 +402,10 @@ func (s *Store) commit(ctx context.Context, w *work, info object.Info, check fun
 			os.Remove(ofile)
 		}
 	}
-	if info.Dirty {
-		mp.polRemove(pk)
-	} else {
+	if info.Evictable() {
 		mp.polAdd(pk, info.Size)
+	} else {
+		mp.polRemove(pk)
 	}
 	l.Unlock()
 	if err := syncDir(dir); err != nil {
@@ -503,7 +505,8 @@ func (s *Store) Stat(ctx context.Context, bucket, key string) (object.Info, erro
 // UpdateMeta rewrites the metadata of bucket/key atomically and durably:
 // fn edits a copy, which replaces the stored metadata unless fn fails.
 // Bucket, Key, Size and Checksum cannot change (object.ErrInvalidArgument).
-// Clearing Dirty makes the object evictable; setting it protects it.
+// Clearing Dirty makes the object evictable unless it is Pinned; setting
+// Dirty or Pinned protects it.
 func (s *Store) UpdateMeta(ctx context.Context, bucket, key string, fn func(*object.Info) error) (object.Info, error) {
 	if err := validate(bucket, key); err != nil {
 		return object.Info{}, err
@@ -546,9 +549,9 @@ func (s *Store) UpdateMeta(ctx context.Context, bucket, key string, fn func(*obj
 	bi.set(key, ne)
 	pk := placement.ObjectName(bucket, key)
 	switch {
-	case ni.Dirty && !old.Dirty:
+	case !ni.Evictable() && old.Evictable():
 		mp.polRemove(pk)
-	case !ni.Dirty && old.Dirty:
+	case ni.Evictable() && !old.Evictable():
 		mp.polAdd(pk, ni.Size)
 	}
 	return cloneInfo(ni), nil

@@ -79,7 +79,7 @@ func (s *Store) recover(ctx context.Context) error {
 		mp := s.mps[f.mp]
 		mp.objBytes += f.info.Size
 		mp.objCount++
-		if !f.info.Dirty {
+		if f.info.Evictable() {
 			mp.pol.Add(placement.ObjectName(f.info.Bucket, f.info.Key), f.info.Size)
 		}
 	}
@@ -110,7 +110,12 @@ func accessOf(info object.Info) (t time.Time) {
 func (s *Store) scanMountpath(ctx context.Context, mp *mountpath) ([]found, error) {
 	for _, dir := range append([]string{mp.tmpDir}, mp.workDirs...) {
 		if err := s.removeLeftovers(dir, mp.workDirs); err != nil {
-			return nil, fmt.Errorf("store: recover %s: %w", mp.path, err)
+			if !isDriveFailure(err) {
+				return nil, fmt.Errorf("store: recover %s: %w", mp.path, err)
+			}
+			// Work files are never read as objects: on a failed drive
+			// they stay, and its objects are still served.
+			s.log.Warn("store: leftover work files not removed from a failed drive", "mountpath", mp.path, "err", err)
 		}
 	}
 	var out []found

@@ -23,7 +23,7 @@ func TestRecoverOrphans(t *testing.T) {
 	put(t, s, "bkt", "good", good)
 	put(t, s, "bkt", "truncated", randBytes(2, 5000))
 	put(t, s, "bkt", "renamed", randBytes(3, 10))
-	id, _ := s.CreateUpload(ctx, "bkt", "up", object.PutOptions{})
+	id, _ := s.CreateUpload(ctx, "bkt", "up", UploadOptions{})
 	putPart(t, s, "bkt", "up", id, 1, []byte("part"))
 	paths := s.paths
 	mp0 := s.mps[0]

@@ -122,7 +122,9 @@ func (s *Store) Mountpaths() []MountpathStats {
 }
 
 // reserve sets n bytes aside on mp for a write in progress, evicting on mp
-// if they do not fit; object.ErrNoSpace if eviction cannot make room.
+// if they do not fit; object.ErrNoSpace if eviction cannot make room. A
+// write that all of mp's evictable copies could not make room for fails
+// before any is evicted.
 func (s *Store) reserve(ctx context.Context, mp *mountpath, n int64) error {
 	for attempt := 0; ; attempt++ {
 		var short int64
@@ -143,6 +145,12 @@ func (s *Store) reserve(ctx context.Context, mp *mountpath, n int64) error {
 		mp.spaceMu.Unlock()
 		if attempt > 0 {
 			return fmt.Errorf("%w: mountpath %s: %d more bytes needed after eviction", object.ErrNoSpace, mp.path, short)
+		}
+		mp.polMu.Lock()
+		evictable := mp.pol.Bytes()
+		mp.polMu.Unlock()
+		if short > evictable {
+			return fmt.Errorf("%w: mountpath %s: %d more bytes needed, evicting every copy would free %d", object.ErrNoSpace, mp.path, short, evictable)
 		}
 		s.evictMountpath(ctx, mp, short)
 	}
@@ -230,7 +238,7 @@ func (s *Store) evictUntil(ctx context.Context, mp *mountpath, done func(freed i
 		bucket, key, _ := strings.Cut(k, "/")
 		var size int64
 		_, err := s.remove(bucket, key, func(e *entry) error {
-			if e.mp != mp.idx || e.info.Dirty {
+			if e.mp != mp.idx || !e.info.Evictable() {
 				return ErrDirty
 			}
 			size = e.info.Size
@@ -245,7 +253,7 @@ func (s *Store) evictUntil(ctx context.Context, mp *mountpath, done func(freed i
 }
 
 // EvictObject evicts one clean object: ErrDirty if it is not yet destaged,
-// object.ErrNotFound if absent.
+// ErrPinned if it is a local bucket's, object.ErrNotFound if absent.
 func (s *Store) EvictObject(ctx context.Context, bucket, key string) error {
 	if err := validate(bucket, key); err != nil {
 		return err
@@ -256,6 +264,9 @@ func (s *Store) EvictObject(ctx context.Context, bucket, key string) error {
 	_, err := s.remove(bucket, key, func(e *entry) error {
 		if e.info.Dirty {
 			return fmt.Errorf("%w: %s/%s", ErrDirty, bucket, key)
+		}
+		if e.info.Pinned {
+			return fmt.Errorf("%w: %s/%s", ErrPinned, bucket, key)
 		}
 		return nil
 	})

@@ -74,7 +74,7 @@ func TestMaxBytesNoSpace(t *testing.T) {
 	// The other mountpath is unaffected.
 	put(t, s, "bkt", other, randBytes(7, chunk))
 	// Multipart on the full mountpath fails the same way.
-	id, err := s.CreateUpload(ctx, "bkt", full[4], object.PutOptions{})
+	id, err := s.CreateUpload(ctx, "bkt", full[4], UploadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -332,5 +332,102 @@ func TestStoreScanResistance(t *testing.T) {
 	}
 	if ratio["s3fifo"] < 0.9 || ratio["lru"] > 0.5 {
 		t.Fatalf("hot-set hit ratios: s3fifo %.2f (want >= 0.9), lru %.2f (want <= 0.5)", ratio["s3fifo"], ratio["lru"])
+	}
+}
+
+// TestPinnedNeverEvicted: a local bucket's objects (Pinned), a completed
+// multipart upload among them, survive the eviction that PUTs into a full
+// mountpath and Evict cause, before and after a restart, and EvictObject
+// refuses them; the clean copies beside them are evicted.
+func TestPinnedNeverEvicted(t *testing.T) {
+	const chunk = 64 << 10
+	dir := t.TempDir()
+	cfg := Config{Mountpaths: []string{filepath.Join(dir, "mp1"), filepath.Join(dir, "mp2")}, MaxBytes: 8 * chunk, Policy: "lru"}
+	s := openTest(t, cfg)
+	ctx := context.Background()
+	keys := keysOn(s, "bkt", 0, 12)
+	pinned, mpu, fill := keys[:3], keys[3], keys[4:]
+	for i, k := range pinned {
+		if _, err := s.Put(ctx, "bkt", k, bytes.NewReader(randBytes(uint64(i), chunk)), PutOptions{PutOptions: object.PutOptions{Size: chunk}, Pinned: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	id, err := s.CreateUpload(ctx, "bkt", mpu, UploadOptions{Pinned: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pi := putPart(t, s, "bkt", mpu, id, 1, randBytes(9, chunk))
+	if info, err := s.CompleteUpload(ctx, "bkt", mpu, id, []object.CompletePart{{PartNumber: 1, ETag: pi.ETag}}); err != nil || !info.Pinned {
+		t.Fatalf("CompleteUpload: %+v, %v", info, err)
+	}
+	// Clearing Dirty leaves a pinned object pinned.
+	if info, err := s.UpdateMeta(ctx, "bkt", pinned[0], func(i *object.Info) error { i.Dirty = false; return nil }); err != nil || !info.Pinned {
+		t.Fatalf("UpdateMeta: %+v, %v", info, err)
+	}
+	check := func(stage string) {
+		t.Helper()
+		// Twice the room left, in clean objects: each PUT must evict.
+		for round := 0; round < 2; round++ {
+			for i, k := range fill {
+				if _, err := s.Put(ctx, "bkt", k, bytes.NewReader(randBytes(uint64(100+i), chunk)), putOpts(chunk, false)); err != nil {
+					t.Fatalf("%s: clean PUT %s: %v", stage, k, err)
+				}
+			}
+		}
+		if _, err := s.Evict(ctx); err != nil {
+			t.Fatalf("%s: Evict: %v", stage, err)
+		}
+		for _, k := range append([]string{mpu}, pinned...) {
+			if _, err := s.Stat(ctx, "bkt", k); err != nil {
+				t.Fatalf("%s: pinned %s was evicted: %v", stage, k, err)
+			}
+			if err := s.EvictObject(ctx, "bkt", k); !errors.Is(err, ErrPinned) {
+				t.Fatalf("%s: EvictObject(%s) = %v, want ErrPinned", stage, k, err)
+			}
+		}
+		evicted := 0
+		for _, k := range fill {
+			if _, err := s.Stat(ctx, "bkt", k); errors.Is(err, object.ErrNotFound) {
+				evicted++
+			}
+		}
+		if evicted == 0 {
+			t.Fatalf("%s: no clean object was evicted", stage)
+		}
+	}
+	check("before a restart")
+	s.Close()
+	s = openTest(t, cfg)
+	check("after a restart")
+}
+
+// TestHopelessPutEvictsNothing: a PUT that evicting every clean copy of
+// its mountpath could not make room for (a huge declared size, or room
+// taken by dirty objects) fails with ErrNoSpace and evicts nothing.
+func TestHopelessPutEvictsNothing(t *testing.T) {
+	const chunk = 64 << 10
+	s := openTest(t, Config{MaxBytes: 16 * chunk, Policy: "lru"})
+	ctx := context.Background()
+	keys := keysOn(s, "bkt", 0, 13)
+	for i, k := range keys[:8] {
+		if _, err := s.Put(ctx, "bkt", k, bytes.NewReader(randBytes(uint64(i), chunk)), putOpts(chunk, i >= 4)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// 8 chunks free, 4 chunks of clean copies: 13 chunks cannot fit.
+	for _, size := range []int64{1 << 40, 13 * chunk} {
+		_, err := s.Put(ctx, "bkt", keys[12], bytes.NewReader(nil), putOpts(size, false))
+		if !errors.Is(err, object.ErrNoSpace) {
+			t.Fatalf("Put of %d bytes = %v, want ErrNoSpace", size, err)
+		}
+		for _, k := range keys[:8] {
+			if _, err := s.Stat(ctx, "bkt", k); err != nil {
+				t.Fatalf("Put of %d bytes evicted %s: %v", size, k, err)
+			}
+		}
+	}
+	// 12 chunks fit once the 4 clean copies go.
+	if _, err := s.Put(ctx, "bkt", keys[12], bytes.NewReader(randBytes(99, 12*chunk)), putOpts(12*chunk, false)); err != nil {
+		t.Fatalf("Put that eviction makes room for: %v", err)
 	}
 }

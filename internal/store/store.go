@@ -93,6 +93,7 @@ var (
 	ErrConfig       = errors.New("store: invalid config")
 	ErrClosed       = errors.New("store: closed")
 	ErrDirty        = errors.New("store: object is dirty (not yet destaged) and cannot be evicted")
+	ErrPinned       = errors.New("store: object is a local bucket's only copy and cannot be evicted")
 	ErrChanged      = errors.New("store: object changed since it was read")
 	ErrMetaTooLarge = errors.New("store: object metadata too large")
 	ErrBusy         = errors.New("store: mountpath in use by another process")

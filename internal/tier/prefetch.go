@@ -182,12 +182,12 @@ func (t *Tier) Prefetch(ctx context.Context, bucket string, opts PrefetchOptions
 }
 
 // Evict drops the clean local copies of bucket's objects under prefix (a
-// dirty object is never dropped). It returns how many objects and bytes
+// dirty or pinned object is never dropped). It returns how many objects and bytes
 // were dropped.
 func (t *Tier) Evict(ctx context.Context, bucket, prefix string) (objects int, bytes int64, err error) {
 	var victims []object.Info
 	err = t.local.Walk(ctx, bucket, func(i object.Info) error {
-		if !i.Dirty && strings.HasPrefix(i.Key, prefix) {
+		if i.Evictable() && strings.HasPrefix(i.Key, prefix) {
 			victims = append(victims, i)
 		}
 		return nil

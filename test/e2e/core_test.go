@@ -451,6 +451,28 @@ func TestBadInput(t *testing.T) {
 			t.Errorf("a small PUT failed after the big one: %v", err)
 		}
 	})
+	t.Run("local bucket full", func(t *testing.T) {
+		// A local bucket's objects exist nowhere else: filling the drives
+		// (6 mountpaths of 8 MiB) must end in an error, never in evictions.
+		var acked []string
+		var last error
+		for i := 0; i < 60 && last == nil; i++ { // bounded: 60 MiB cannot fit in 48
+			key := fmt.Sprintf("fill-%02d", i)
+			if last = putObject(ctx, w, "bad", key, bytes.Repeat([]byte{byte(i)}, 1<<20)); last == nil {
+				acked = append(acked, key)
+			}
+		}
+		if code := apiCode(last); code != "InsufficientStorage" {
+			t.Fatalf("filling a local bucket ended with %q (%v) after %d PUTs", code, last, len(acked))
+		}
+		for i, key := range acked {
+			got, err := getObject(ctx, w, "bad", key)
+			if err != nil || !bytes.Equal(got, bytes.Repeat([]byte{byte(i)}, 1<<20)) {
+				t.Fatalf("acknowledged %s lost after the drives filled (%d bytes): %v", key, len(got), err)
+			}
+		}
+		t.Logf("%d objects of 1 MiB acknowledged before InsufficientStorage, all intact", len(acked))
+	})
 }
 
 type rawRequest struct{ host, path string }

@@ -1,0 +1,77 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/slipstream-io/slipstream/internal/cluster"
+	"github.com/slipstream-io/slipstream/internal/object"
+	"github.com/slipstream-io/slipstream/internal/peer"
+	"github.com/slipstream-io/slipstream/internal/store"
+)
+
+// TestLocalBucketCopiesArePinned: every way a copy of a local bucket's
+// object reaches a node's store (a PUT to the owner, a replica, a
+// rebalance copy, a completed multipart upload) stores it pinned, so the
+// store never evicts it; a replica of a cache bucket stays evictable.
+func TestLocalBucketCopiesArePinned(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, store.Config{Mountpaths: []string{filepath.Join(t.TempDir(), "mp")}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	tombs, err := openTombstones(filepath.Join(t.TempDir(), "tombstones"), time.Hour, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tombs.close() })
+	m := cluster.NewMap()
+	m.Buckets["loc"] = cluster.BucketProps{Name: "loc", Copies: 2, Mode: cluster.ModeLocal}
+	m.Buckets["cached"] = cluster.BucketProps{Name: "cached", Copies: 2, Mode: cluster.ModeCache}
+	l := &localService{meta: fixedMap{m}, store: st, tombs: tombs}
+	body := []byte("the only copies are ours")
+	put := func(bucket, key string, o peer.PutOptions) object.Info {
+		t.Helper()
+		o.Size = int64(len(body))
+		info, err := l.Put(ctx, bucket, key, bytes.NewReader(body), o)
+		if err != nil {
+			t.Fatalf("Put %s/%s: %v", bucket, key, err)
+		}
+		return info
+	}
+	id, err := l.CreateUpload(ctx, "loc", "multipart", object.PutOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pi, err := l.PutPart(ctx, "loc", "multipart", id, 1, bytes.NewReader(body), object.PutOptions{Size: int64(len(body))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mpu, err := l.CompleteUpload(ctx, "loc", "multipart", id, []object.CompletePart{{PartNumber: 1, ETag: pi.ETag}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name   string
+		info   object.Info
+		pinned bool
+	}{
+		{"owner's copy", put("loc", "owner", peer.PutOptions{}), true},
+		{"replica", put("loc", "replica", peer.PutOptions{Replica: true, Owner: "x"}), true},
+		{"rebalance copy", put("loc", "moved", peer.PutOptions{KeepNewer: true, ModTime: time.Now()}), true},
+		{"multipart upload", mpu, true},
+		{"replica of a cache bucket", put("cached", "replica", peer.PutOptions{Replica: true, Owner: "x"}), false},
+	} {
+		stored, err := st.Stat(ctx, tt.info.Bucket, tt.info.Key)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		if stored.Pinned != tt.pinned || stored.Evictable() == tt.pinned {
+			t.Errorf("%s: pinned %v, evictable %v; want pinned %v", tt.name, stored.Pinned, stored.Evictable(), tt.pinned)
+		}
+	}
+}
