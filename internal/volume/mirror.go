@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -72,7 +73,9 @@ type Volume struct {
 	locks  [256]sync.RWMutex           // chunk stripes: I/O shares, resync excludes
 
 	umu      sync.Mutex
-	unsynced map[int64]struct{}
+	unsynced map[int64]uint64 // chunk -> generation of its last write not known durable
+	ugen     uint64
+	flushing chan struct{} // held by the running Flush (capacity 1)
 
 	stale *staleStore
 
@@ -137,7 +140,8 @@ func Open(ctx context.Context, cfg Config) (*Volume, error) {
 		key:      cfg.Spec.Key(),
 		chunks:   cfg.Spec.Chunks(),
 		nodes:    map[string]*mirror{},
-		unsynced: map[int64]struct{}{},
+		unsynced: map[int64]uint64{},
+		flushing: make(chan struct{}, 1),
 		kick:     make(chan struct{}, 1),
 	}
 	for s := cfg.Spec.ChunkSize; s > 1; s >>= 1 {
@@ -430,9 +434,12 @@ func (v *Volume) mutate(ctx context.Context, chunk int64, op func(ctx context.Co
 	return nil
 }
 
+// noteUnsynced records that an acknowledged write to chunk is not known
+// durable yet. It stays recorded until a Flush makes it durable.
 func (v *Volume) noteUnsynced(chunk int64) {
 	v.umu.Lock()
-	v.unsynced[chunk] = struct{}{}
+	v.ugen++
+	v.unsynced[chunk] = v.ugen
 	v.umu.Unlock()
 }
 
@@ -481,25 +488,58 @@ func (v *Volume) zero(ctx context.Context, off, n int64, fua, punch bool) error 
 }
 
 // Flush implements nbd.Device: every chunk written since the last flush is
-// synced on every mirror that holds it.
+// synced on every mirror that holds it. It returns nil only once every
+// write acknowledged before it began is durable on every live in-sync
+// mirror. Flushes run one at a time: a Flush that arrives while another
+// runs waits for it and then syncs what is still not durable (writes that
+// came meanwhile, and those the other one could not make durable), so
+// concurrent flushes share the work and none is acknowledged early. A
+// chunk stays in the unsynced set until a Flush made it durable.
+//
+// On failure: a mirror that held a chunk's unsynced writes but did not
+// make them durable (its sync failed, or it was down) may have lost them,
+// and is marked stale for the chunk (saved, and recorded in StaleMarks)
+// before Flush returns, as long as another mirror made the chunk durable.
+// If none did, Flush fails (ErrNoMirror, with the mirrors' errors), the
+// chunk stays unsynced for the next Flush, and exactly one of its mirrors
+// stays current, the others being marked stale and later copied from it:
+// the mirrors never disagree, and the chunk never loses its last good
+// copy. The one kept is a mirror that was up, the local one first, since
+// a remote that failed may have restarted and lost its cache. A Flush
+// whose context ends while syncing fails without marking anything.
 func (v *Volume) Flush(ctx context.Context) error {
+	select {
+	case v.flushing <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-v.flushing }()
 	v.umu.Lock()
-	pending := v.unsynced
-	v.unsynced = map[int64]struct{}{}
+	pending := maps.Clone(v.unsynced)
 	v.umu.Unlock()
 	if len(pending) == 0 {
 		return nil
 	}
+	// Bit i of held[c] is set when owner i is in sync for chunk c, and so
+	// holds its unsynced writes; of tried[c], when Flush syncs c there
+	// (the owner is up).
+	held := make(map[int64]uint8, len(pending))
+	tried := make(map[int64]uint8, len(pending))
 	per := map[*mirror][]int64{}
 	for c := range pending {
-		for _, m := range v.ownersOf(c) {
-			if !m.down.Load() && !v.stale.isStale(m.id, c) {
+		for i, m := range v.ownersOf(c) {
+			if v.stale.isStale(m.id, c) {
+				continue
+			}
+			held[c] |= 1 << i
+			if !m.down.Load() {
 				per[m] = append(per[m], c)
+				tried[c] |= 1 << i
 			}
 		}
 	}
 	var mu sync.Mutex
-	failed := map[*mirror]bool{}
+	failed := map[*mirror]error{}
 	var wg sync.WaitGroup
 	for m, cs := range per {
 		wg.Add(1)
@@ -508,38 +548,114 @@ func (v *Volume) Flush(ctx context.Context) error {
 			octx, cancel := v.opCtx(ctx)
 			defer cancel()
 			if err := m.r.Sync(octx, v.key, cs); err != nil {
-				v.fail(m, err)
 				mu.Lock()
-				failed[m] = true
+				failed[m] = err
 				mu.Unlock()
 			}
 		}()
 	}
 	wg.Wait()
-	if len(failed) == 0 {
-		return nil
+	if len(failed) != 0 && ctx.Err() != nil {
+		return ctx.Err() // the chunks stay unsynced
 	}
-	// Chunks a failed mirror could not make durable are stale there; the
-	// flush fails only for chunks no mirror made durable.
-	var lost error
+	for m, err := range failed {
+		v.fail(m, err)
+	}
+	// A chunk some mirror made durable is done; the other mirrors that
+	// held its writes, those that failed to sync and those that were down
+	// (they may have lost the writes), are stale for it. A chunk no mirror
+	// made durable fails the flush and stays unsynced (the next Flush
+	// tries again); of its mirrors one stays current (see source) and the
+	// others are marked stale, so that they are copied from it and never
+	// disagree with it, and the chunk never loses its last good copy. The
+	// marks are saved and recorded before Flush returns.
+	lost, first := 0, int64(-1)
+	newly := map[*mirror]bool{}
 	for c := range pending {
-		good := 0
-		for _, m := range v.ownersOf(c) {
-			if failed[m] {
-				v.stale.mark(m.id, c)
-			} else if !m.down.Load() && !v.stale.isStale(m.id, c) {
-				good++
+		owners := v.ownersOf(c)
+		var good uint8
+		for i, m := range owners {
+			if tried[c]&(1<<i) != 0 && failed[m] == nil {
+				good |= 1 << i
 			}
 		}
+		keep := good
 		if good == 0 {
-			lost = fmt.Errorf("%w: chunk %d of %s", ErrNoMirror, c, v.spec.Name)
+			if i := v.source(owners, c, tried[c]); i >= 0 {
+				keep = 1 << i
+			}
+			lost++
+			if first < 0 || c < first {
+				first = c
+			}
+			delete(pending, c)
+		}
+		for i, m := range owners {
+			if keep&(1<<i) == 0 && held[c]&(1<<i) != 0 && v.stale.mark(m.id, c) {
+				newly[m] = true
+			}
 		}
 	}
-	if err := v.stale.save(); err != nil {
-		return err
+	if len(newly) != 0 {
+		if err := v.stale.save(); err != nil {
+			return fmt.Errorf("volume: persisting the stale map: %w", err)
+		}
+		for m := range newly {
+			if time.Since(time.Unix(0, m.markAt.Load())) > marksBackoff {
+				v.record(ctx, m)
+			}
+		}
+		v.poke()
 	}
-	v.poke()
-	return lost
+	v.synced(pending)
+	if lost != 0 {
+		var errs []error
+		for _, err := range failed {
+			errs = append(errs, err)
+		}
+		return fmt.Errorf("%w: no mirror made %d chunks of %s durable (chunk %d first): %w", ErrNoMirror, lost, v.spec.Name, first, errors.Join(errs...))
+	}
+	return nil
+}
+
+// source picks, among the owners of chunk c not marked stale for it, the
+// one whose copy counts as current when no mirror could make c durable:
+// one that was up (bit set in up) before one that was not, then the local
+// mirror, then the first in placement order. It returns -1 if every owner
+// is stale.
+func (v *Volume) source(owners []*mirror, c int64, up uint8) int {
+	best := -1
+	score := func(i int) int {
+		s := 0
+		if up&(1<<i) != 0 {
+			s += 2
+		}
+		if owners[i].local {
+			s++
+		}
+		return s
+	}
+	for i, m := range owners {
+		if v.stale.isStale(m.id, c) {
+			continue
+		}
+		if best < 0 || score(i) > score(best) {
+			best = i
+		}
+	}
+	return best
+}
+
+// synced drops the chunks of done from the unsynced set, unless they were
+// written again since done was taken.
+func (v *Volume) synced(done map[int64]uint64) {
+	v.umu.Lock()
+	for c, gen := range done {
+		if v.unsynced[c] == gen {
+			delete(v.unsynced, c)
+		}
+	}
+	v.umu.Unlock()
 }
 
 func (v *Volume) poke() {
@@ -576,6 +692,10 @@ func (v *Volume) resyncLoop(ctx context.Context) {
 				if err != nil {
 					continue
 				}
+				if err := v.markUnsynced(ctx, m); err != nil {
+					v.cfg.Logger.Warn("saving the stale map", "volume", v.spec.Name, "err", err)
+					continue
+				}
 				v.cfg.Logger.Info("volume mirror is back", "volume", v.spec.Name, "node", id)
 				m.down.Store(false)
 			}
@@ -589,6 +709,38 @@ func (v *Volume) resyncLoop(ctx context.Context) {
 			v.record(ctx, m)
 		}
 	}
+}
+
+// markUnsynced marks m, a failed mirror about to be used again, stale for
+// every chunk it holds with writes no Flush made durable yet: it may have
+// lost them (a crash), and a Flush would then sync its old copy and count
+// it as current. A chunk is only marked where another in-sync owner is
+// up, so that it keeps a copy that can be read.
+func (v *Volume) markUnsynced(ctx context.Context, m *mirror) error {
+	v.umu.Lock()
+	chunks := slices.Collect(maps.Keys(v.unsynced))
+	v.umu.Unlock()
+	marked := false
+	for _, c := range chunks {
+		owners := v.ownersOf(c)
+		if !slices.Contains(owners, m) || v.stale.isStale(m.id, c) {
+			continue
+		}
+		for _, o := range owners {
+			if o != m && !o.down.Load() && !v.stale.isStale(o.id, c) {
+				marked = v.stale.mark(m.id, c) || marked
+				break
+			}
+		}
+	}
+	if !marked {
+		return nil
+	}
+	if err := v.stale.save(); err != nil {
+		return err
+	}
+	v.record(ctx, m)
+	return nil
 }
 
 // record brings m's mark in StaleMarks in line with its stale chunks: set
@@ -696,7 +848,12 @@ func (v *Volume) resyncChunk(ctx context.Context, dst *mirror, c int64, buf []by
 		}
 	}
 	if src == nil {
-		return nil // no good copy reachable now; try again later
+		if src = v.rescue(dst, c); src == nil {
+			return nil // no good copy reachable now; try again later
+		}
+		if src == dst {
+			return nil
+		}
 	}
 	size := min(v.spec.ChunkSize, v.spec.Size-c*v.spec.ChunkSize)
 	for off := int64(0); off < size; off += int64(len(buf)) {
@@ -726,6 +883,31 @@ func (v *Volume) resyncChunk(ctx context.Context, dst *mirror, c int64, buf []by
 	}
 	v.stale.clear(dst.id, c)
 	return nil
+}
+
+// rescue handles chunk c when dst, a mirror that is up, misses it and no
+// other owner has it in sync. If some owner is merely down, the chunk
+// waits for it (nil). If every owner is stale (Flush never leaves that,
+// but an older version did after a flush failed on every mirror), no copy
+// is known better than another, so rather than leave the chunk unreadable
+// for good, the copy of the local owner if it is up, else dst's, is taken
+// as current (its mark is cleared) and the others are copied from it.
+// Marks learnt from StaleMarks are left to the writer. The caller holds
+// the chunk's lock; rescue returns the new source, or nil.
+func (v *Volume) rescue(dst *mirror, c int64) *mirror {
+	src := dst
+	for _, m := range v.ownersOf(c) {
+		if !v.stale.isStale(m.id, c) || m.noted.Load() {
+			return nil
+		}
+		if m.local && !m.down.Load() {
+			src = m
+		}
+	}
+	v.cfg.Logger.Warn("volume chunk was stale on every mirror; taking one mirror's copy as current",
+		"volume", v.spec.Name, "chunk", c, "node", src.id)
+	v.stale.clear(src.id, c)
+	return src
 }
 
 func allZero(b []byte) bool {

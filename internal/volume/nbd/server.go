@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"time"
 )
 
 // Config configures a Server.
@@ -22,6 +23,17 @@ type Config struct {
 	// MaxInFlight bounds the requests one connection runs at once; the
 	// reader stops reading while the bound is reached. Default 128.
 	MaxInFlight int
+	// MaxReplyBytes bounds the bytes of replies (READ data included) one
+	// connection holds that are not written to the client yet: a handler
+	// waits for room before it reads into a new buffer or queues a reply,
+	// so a client that does not read its replies stops the server from
+	// reading its requests instead of growing the queue. A reply larger
+	// than the bound goes alone. Default 32 MiB.
+	MaxReplyBytes int64
+	// ReplyTimeout bounds the writing of each batch of replies; a client
+	// that does not take them in time is disconnected, which ends the
+	// connection's requests and frees its buffers. Default 60s.
+	ReplyTimeout time.Duration
 	// PreferredBlock is the advertised preferred block size. Default 4096.
 	PreferredBlock uint32
 	// Logger receives connection-level errors. Default: discard.
@@ -50,6 +62,12 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxInFlight <= 0 {
 		cfg.MaxInFlight = 128
+	}
+	if cfg.MaxReplyBytes <= 0 {
+		cfg.MaxReplyBytes = 32 << 20
+	}
+	if cfg.ReplyTimeout <= 0 {
+		cfg.ReplyTimeout = 60 * time.Second
 	}
 	if cfg.PreferredBlock == 0 {
 		cfg.PreferredBlock = 4096
@@ -164,6 +182,7 @@ func (s *Server) ServeConn(ctx context.Context, c net.Conn) error {
 		structured: neg.structured,
 		alloc:      neg.alloc,
 	}
+	tc.room.L = &tc.rmu
 	tc.out.Flush = tc.writeReplies
 	return tc.serve(ctx)
 }

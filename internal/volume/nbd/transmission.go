@@ -8,6 +8,7 @@ import (
 	"math/bits"
 	"net"
 	"sync"
+	"time"
 
 	"github.com/slipstream-io/slipstream/internal/combine"
 )
@@ -15,7 +16,10 @@ import (
 // conn is one connection in the transmission phase. A reader goroutine
 // parses requests and starts a handler per request (bounded by sem); the
 // handlers queue their replies, and whichever handler finds the writer idle
-// writes out everything queued with one writev.
+// writes out everything queued with one writev. The bytes of replies not
+// written yet are bounded (reserve), and each write has a deadline, so a
+// client that stops reading its replies holds a bounded amount of memory
+// and is disconnected after Config.ReplyTimeout.
 type conn struct {
 	s          *Server
 	c          net.Conn
@@ -31,6 +35,41 @@ type conn struct {
 	out    combine.Queue[reply] // flushed by writeReplies
 	failed bool                 // writeReplies' own state
 	bufs   net.Buffers
+
+	// The bytes of replies reserved by handlers and not written yet are
+	// bounded by Config.MaxReplyBytes (see reserve).
+	rmu     sync.Mutex
+	room    sync.Cond // signalled when reserved bytes are released
+	held    int64     // bytes reserved
+	waiting int       // handlers waiting in reserve
+	dead    bool      // the connection failed: reserve no longer waits
+}
+
+// reserve takes n bytes of the connection's reply budget, waiting while
+// they do not fit (a reply larger than the budget waits until nothing else
+// is held). It does not wait once the connection failed: the reply is
+// then dropped by writeReplies.
+func (c *conn) reserve(n int64) {
+	c.rmu.Lock()
+	for !c.dead && c.held > 0 && c.held+n > c.s.cfg.MaxReplyBytes {
+		c.waiting++
+		c.room.Wait()
+		c.waiting--
+	}
+	c.held += n
+	c.rmu.Unlock()
+}
+
+// release gives back n bytes of the reply budget; with dead the
+// connection has failed and no waiter waits any longer.
+func (c *conn) release(n int64, dead bool) {
+	c.rmu.Lock()
+	c.held -= n
+	c.dead = c.dead || dead
+	if c.waiting > 0 {
+		c.room.Broadcast()
+	}
+	c.rmu.Unlock()
 }
 
 // work is one request handed to a worker.
@@ -75,6 +114,7 @@ type reply struct {
 	n    int
 	data []byte
 	pool *[]byte
+	cost int64 // bytes reserved for it (reserve)
 }
 
 func (c *conn) serve(ctx context.Context) error {
@@ -134,13 +174,16 @@ func (c *conn) handle(ctx context.Context, req Request, payload *[]byte) {
 			c.sendError(req, EINVAL)
 			return
 		}
+		cost := int64(len(reply{}.hdr)) + n
+		c.reserve(cost)
 		buf := c.s.pool.get(int(n))
 		if err := c.dev.ReadAt(ctx, *buf, off); err != nil {
 			c.s.pool.put(buf)
+			c.release(cost, false)
 			c.sendError(req, errnoOf(err))
 			return
 		}
-		c.sendRead(req, buf)
+		c.sendRead(req, buf, cost)
 	case CmdWrite:
 		if !inRange {
 			c.sendError(req, ENOSPC)
@@ -251,8 +294,8 @@ func (c *conn) blockStatus(ctx context.Context, req Request, off, n int64) {
 	c.send(r)
 }
 
-func (c *conn) sendRead(req Request, buf *[]byte) {
-	r := reply{data: *buf, pool: buf}
+func (c *conn) sendRead(req Request, buf *[]byte, cost int64) {
+	r := reply{data: *buf, pool: buf, cost: cost}
 	if c.structured {
 		putStructuredHeader(r.hdr[:], replyFlagDone, replyTypeOffsetData, req.Cookie, uint32(8+len(*buf)))
 		binary.BigEndian.PutUint64(r.hdr[20:28], req.Offset)
@@ -265,13 +308,22 @@ func (c *conn) sendRead(req Request, buf *[]byte) {
 }
 
 // send queues r; if no other goroutine is writing, this one writes out the
-// queue (its own reply and any that arrive meanwhile) in batches.
-func (c *conn) send(r reply) { c.out.Add(r) }
+// queue (its own reply and any that arrive meanwhile) in batches. A reply
+// that has no room reserved reserves it first.
+func (c *conn) send(r reply) {
+	if r.cost == 0 {
+		r.cost = int64(r.n + len(r.data))
+		c.reserve(r.cost)
+	}
+	c.out.Add(r)
+}
 
 // writeReplies writes a batch of replies with one writev (the out queue's
-// Flush) and returns their buffers to the pool.
+// Flush), within Config.ReplyTimeout, and returns their buffers to the
+// pool and their bytes to the reply budget.
 func (c *conn) writeReplies(batch []reply) {
 	if !c.failed {
+		_ = c.c.SetWriteDeadline(time.Now().Add(c.s.cfg.ReplyTimeout))
 		c.bufs = c.bufs[:0]
 		for i := range batch {
 			c.bufs = append(c.bufs, batch[i].hdr[:batch[i].n])
@@ -286,11 +338,14 @@ func (c *conn) writeReplies(batch []reply) {
 			_ = c.c.Close()
 		}
 	}
+	cost := int64(0)
 	for i := range batch {
 		if batch[i].pool != nil {
 			c.s.pool.put(batch[i].pool)
 		}
+		cost += batch[i].cost
 	}
+	c.release(cost, c.failed)
 }
 
 // bufPool hands out byte slices in power-of-two size classes.
