@@ -188,7 +188,7 @@ func (l *localService) CreateUpload(ctx context.Context, bucket, key string, opt
 	if err != nil {
 		return "", err
 	}
-	return l.store.CreateUpload(ctx, bucket, key, store.UploadOptions{PutOptions: opts, Pinned: !tiered(b)})
+	return l.store.CreateUpload(ctx, bucket, key, store.UploadOptions{PutOptions: opts, Pinned: !tiered(b), Dirty: b.Mode == cluster.ModeWriteback})
 }
 
 func (l *localService) PutPart(ctx context.Context, bucket, key, uploadID string, part int, r io.Reader, opts object.PutOptions) (object.PartInfo, error) {

@@ -16,7 +16,8 @@ import (
 // TestLocalBucketCopiesArePinned: every way a copy of a local bucket's
 // object reaches a node's store (a PUT to the owner, a replica, a
 // rebalance copy, a completed multipart upload) stores it pinned, so the
-// store never evicts it; a replica of a cache bucket stays evictable.
+// store never evicts it; a replica of a cache bucket stays evictable, and
+// a write-back bucket's completed upload is dirty from its commit.
 func TestLocalBucketCopiesArePinned(t *testing.T) {
 	ctx := context.Background()
 	st, err := store.Open(ctx, store.Config{Mountpaths: []string{filepath.Join(t.TempDir(), "mp")}}, nil)
@@ -32,6 +33,7 @@ func TestLocalBucketCopiesArePinned(t *testing.T) {
 	m := cluster.NewMap()
 	m.Buckets["loc"] = cluster.BucketProps{Name: "loc", Copies: 2, Mode: cluster.ModeLocal}
 	m.Buckets["cached"] = cluster.BucketProps{Name: "cached", Copies: 2, Mode: cluster.ModeCache}
+	m.Buckets["wback"] = cluster.BucketProps{Name: "wback", Copies: 1, Mode: cluster.ModeWriteback}
 	l := &localService{meta: fixedMap{m}, store: st, tombs: tombs}
 	body := []byte("the only copies are ours")
 	put := func(bucket, key string, o peer.PutOptions) object.Info {
@@ -54,6 +56,21 @@ func TestLocalBucketCopiesArePinned(t *testing.T) {
 	mpu, err := l.CompleteUpload(ctx, "loc", "multipart", id, []object.CompletePart{{PartNumber: 1, ETag: pi.ETag}})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// A write-back bucket's upload is committed dirty: if the node dies
+	// before the tier adopts it (journals it), it is neither evicted nor
+	// forgotten (the tier's restart journals dirty objects it lacks).
+	wid, err := l.CreateUpload(ctx, "wback", "multipart", object.PutOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wpi, err := l.PutPart(ctx, "wback", "multipart", wid, 1, bytes.NewReader(body), object.PutOptions{Size: int64(len(body))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wmpu, err := st.CompleteUpload(ctx, "wback", "multipart", wid, []object.CompletePart{{PartNumber: 1, ETag: wpi.ETag}})
+	if err != nil || !wmpu.Dirty || wmpu.Pinned || wmpu.Evictable() {
+		t.Fatalf("write-back upload completed as %+v, %v; want dirty, not pinned", wmpu, err)
 	}
 	for _, tt := range []struct {
 		name   string

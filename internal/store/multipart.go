@@ -35,12 +35,18 @@ type uploadMeta struct {
 	ContentType string            `json:"contentType,omitempty"`
 	UserMeta    map[string]string `json:"userMeta,omitempty"`
 	Pinned      bool              `json:"pinned,omitempty"` // the object will be Pinned
+	Dirty       bool              `json:"dirty,omitempty"`  // the object will be Dirty
 }
 
 // UploadOptions go with CreateUpload.
 type UploadOptions struct {
 	object.PutOptions
 	Pinned bool // the completed object is a local bucket's: never evicted
+	// Dirty: the completed object is a write-back bucket's, committed
+	// dirty, so that it is never evicted, and is destaged even if the node
+	// dies before the tier journals it (the tier's restart reconciles dirty
+	// objects with its journal).
+	Dirty bool
 }
 
 // upload is a multipart upload in progress, kept on the mountpath of its
@@ -113,7 +119,7 @@ func (s *Store) CreateUpload(ctx context.Context, bucket, key string, opts Uploa
 		return "", s.checkDrive(mp, fmt.Errorf("store: create upload: %w", err))
 	}
 	meta := uploadMeta{V: metaFormat, Bucket: bucket, Key: key, UploadID: id, Initiated: s.now().UTC(),
-		ContentType: opts.ContentType, UserMeta: maps.Clone(opts.UserMeta), Pinned: opts.Pinned}
+		ContentType: opts.ContentType, UserMeta: maps.Clone(opts.UserMeta), Pinned: opts.Pinned, Dirty: opts.Dirty}
 	if err := writeFileAtomic(filepath.Join(dir, uploadMetaFile), meta); err != nil {
 		os.RemoveAll(dir)
 		if isNoSpace(err) {
@@ -422,7 +428,7 @@ func (s *Store) CompleteUpload(ctx context.Context, bucket, key, uploadID string
 		ContentType: u.meta.ContentType,
 		UserMeta:    maps.Clone(u.meta.UserMeta),
 		ModTime:     now, AccessTime: now,
-		Pinned: u.meta.Pinned,
+		Pinned: u.meta.Pinned, Dirty: u.meta.Dirty,
 	}
 	if err := s.commit(ctx, w, info, nil); err != nil {
 		return object.Info{}, err
