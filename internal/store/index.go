@@ -59,6 +59,28 @@ func (s *Store) bucket(name string, create bool) *bucketIndex {
 	return bi
 }
 
+// setEntry indexes e as bucket/key, creating the bucket's index if need
+// be, and returns the entry it replaces. DeleteBucket, which drops an
+// empty index under s.mu, cannot drop it between the lookup and the set:
+// an object committed while its bucket is deleted stays visible.
+func (s *Store) setEntry(bucket, key string, e *entry) *entry {
+	s.mu.RLock()
+	if bi := s.buckets[bucket]; bi != nil {
+		old := bi.set(key, e)
+		s.mu.RUnlock()
+		return old
+	}
+	s.mu.RUnlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	bi := s.buckets[bucket]
+	if bi == nil {
+		bi = &bucketIndex{m: make(map[string]*entry)}
+		s.buckets[bucket] = bi
+	}
+	return bi.set(key, e)
+}
+
 func (s *Store) lookup(bucket, key string) *entry {
 	bi := s.bucket(bucket, false)
 	if bi == nil {

@@ -10,8 +10,10 @@ import (
 	"hash/crc32"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/slipstream-io/slipstream/internal/object"
 )
@@ -262,4 +264,43 @@ func FuzzCRC32Combine(f *testing.F) {
 			t.Fatalf("combine = %08x, want %08x", got, want)
 		}
 	})
+}
+
+// TestPutRacingDeleteBucket: a PUT whose commit runs while DeleteBucket
+// drops the bucket's (empty) index either fails or stays visible; it is
+// never acknowledged and then unknown to the index. The commit check hook
+// (run under the key lock, between the rename's preparation and the
+// index update) waits until DeleteBucket has dropped the index.
+func TestPutRacingDeleteBucket(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := openTest(t, Config{Mountpaths: []string{filepath.Join(dir, "mp1")}})
+	for i := 0; i < 5; i++ {
+		put(t, s, "bkt", "seed", []byte("s"))
+		if err := s.Delete(ctx, "bkt", "seed"); err != nil {
+			t.Fatal(err)
+		}
+		key := fmt.Sprintf("k%d", i)
+		derr := make(chan error, 1)
+		_, perr := s.Put(ctx, "bkt", key, bytes.NewReader([]byte("data")), PutOptions{
+			PutOptions: object.PutOptions{Size: 4}, KeepNewer: true,
+			DeletedAt: func() (time.Time, bool) {
+				done := make(chan error, 1)
+				go func() { done <- s.DeleteBucket(ctx, "bkt") }()
+				for deadline := time.Now().Add(5 * time.Second); s.bucket("bkt", false) != nil && time.Now().Before(deadline); {
+					runtime.Gosched()
+				}
+				go func() { derr <- <-done }()
+				return time.Time{}, false
+			}})
+		derrv := <-derr
+		if perr == nil {
+			if _, err := s.Stat(ctx, "bkt", key); err != nil {
+				t.Fatalf("round %d: PUT acknowledged (DeleteBucket: %v) but Stat: %v", i, derrv, err)
+			}
+			if err := s.Delete(ctx, "bkt", key); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 }

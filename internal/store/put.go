@@ -371,7 +371,6 @@ func (s *Store) commit(ctx context.Context, w *work, info object.Info, check fun
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	bi := s.bucket(info.Bucket, true)
 	l := s.keyLock(info.Bucket, info.Key)
 	l.Lock()
 	if check != nil {
@@ -389,7 +388,7 @@ func (s *Store) commit(ctx context.Context, w *work, info object.Info, check fun
 	}
 	w.done = true
 	e := newEntry(info, mp.idx)
-	old := bi.set(info.Key, e)
+	old := s.setEntry(info.Bucket, info.Key, e)
 	mp.commitSpace(w.reserved, info.Size)
 	w.reserved = 0
 	pk := placement.ObjectName(info.Bucket, info.Key)
