@@ -75,8 +75,11 @@ func (vs *volumes) replica(m *cluster.Map, id string) volume.Replica {
 	return c
 }
 
-// Lookup implements nbd.Exports: it opens the volume (once; again after a
-// resize) with a replica for each node it is placed on.
+// Lookup implements nbd.Exports: it opens the volume once, with a replica
+// for each node it is placed on. A node holds one Volume per volume: a
+// resize grows the open one in place (connections opened before keep
+// their size), so that its stale maps and unsynced writes are never split
+// between two Volumes over one stale file.
 func (vs *volumes) Lookup(ctx context.Context, name string) (nbd.Device, error) {
 	m := vs.meta.Map()
 	spec, ok := m.Volume(name)
@@ -90,7 +93,14 @@ func (vs *volumes) Lookup(ctx context.Context, name string) (nbd.Device, error) 
 	}
 	vs.mu.Lock()
 	defer vs.mu.Unlock()
-	if ov, ok := vs.open[spec.Name]; ok && ov.spec.ID == spec.ID && ov.spec.Size == spec.Size {
+	if ov, ok := vs.open[spec.Name]; ok && ov.spec.ID == spec.ID {
+		if ov.spec.Size != spec.Size {
+			if err := ov.vol.Grow(spec.Size); err != nil {
+				return nil, err
+			}
+			ov.spec = spec
+			vs.open[spec.Name] = ov
+		}
 		ov.vol.NoteStale(spec.Stale)
 		return ov.vol, nil
 	}
@@ -114,10 +124,7 @@ func (vs *volumes) Lookup(ctx context.Context, name string) (nbd.Device, error) 
 	if err != nil {
 		return nil, err
 	}
-	if old, ok := vs.open[spec.Name]; ok && old.spec.ID == spec.ID {
-		// A resize: connections on the old size keep it until they close.
-		go func() { time.Sleep(time.Minute); old.vol.Close() }()
-	} else if ok {
+	if old, ok := vs.open[spec.Name]; ok {
 		old.vol.Close() // a deleted volume of the same name
 	}
 	vs.open[spec.Name] = openVolume{spec: spec, vol: v}

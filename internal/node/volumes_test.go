@@ -78,3 +78,55 @@ func TestCollectDeletedVolumes(t *testing.T) {
 		t.Errorf("live volume's chunk: %q %v", got, err)
 	}
 }
+
+// TestLookupAfterResizeKeepsOneVolume: after a resize a node holds one
+// Volume per volume: Lookup grows the open one in place, so connections
+// opened before and after share its stale maps and unsynced writes
+// instead of keeping two over one stale file.
+func TestLookupAfterResizeKeepsOneVolume(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	vl, err := volume.NewLocal(volume.LocalConfig{Mountpaths: []string{filepath.Join(root, "mp")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vl.Close()
+	m := cluster.NewMap()
+	m.Volumes["v"] = cluster.VolumeSpec{Name: "v", Size: 1 << 20, ChunkSize: 4096, Copies: 1, ID: "01", Nodes: []string{"a"}}
+	vs := &volumes{self: "a", meta: fixedMap{m}, local: vl, stateDir: filepath.Join(root, "state"), log: slog.New(slog.DiscardHandler),
+		open: map[string]openVolume{}, clients: map[string]*volume.Client{}}
+	defer vs.close()
+	before, err := vs.Lookup(ctx, "v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := before.WriteAt(ctx, []byte("data"), 0, false); err != nil {
+		t.Fatal(err)
+	}
+	spec := m.Volumes["v"]
+	spec.Size = 2 << 20
+	m.Volumes["v"] = spec
+	after, err := vs.Lookup(ctx, "v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after != before {
+		t.Fatal("Lookup after a resize opened a second Volume for the volume")
+	}
+	if after.Size() != 2<<20 {
+		t.Errorf("size after the resize: %d, want %d", after.Size(), 2<<20)
+	}
+	if len(vs.open) != 1 || vs.open["v"].spec.Size != 2<<20 {
+		t.Errorf("open volumes %v", vs.open)
+	}
+	p := make([]byte, 4)
+	if err := after.ReadAt(ctx, p, 0); err != nil || string(p) != "data" {
+		t.Errorf("read %q, %v", p, err)
+	}
+	if err := after.WriteAt(ctx, []byte("more"), 2<<20-4, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := after.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

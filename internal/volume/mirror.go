@@ -63,14 +63,15 @@ const (
 // Volume is a mirrored block volume. It implements nbd.Device.
 type Volume struct {
 	cfg    Config
-	spec   Spec
+	spec   Spec   // its Size is that at Open; size is the current one
 	key    string // spec.Key(): what replicas store the chunks under
-	chunks int64
+	size   atomic.Int64
 	shift  uint
 	nodes  map[string]*mirror
-	wrote  atomic.Bool                 // this volume has written: it is the writer
-	owners []atomic.Pointer[[]*mirror] // per chunk, computed lazily
-	locks  [256]sync.RWMutex           // chunk stripes: I/O shares, resync excludes
+	wrote  atomic.Bool                                 // this volume has written: it is the writer
+	owners atomic.Pointer[[]atomic.Pointer[[]*mirror]] // per chunk, computed lazily
+	locks  [256]sync.RWMutex                           // chunk stripes: I/O shares, resync excludes
+	growMu sync.Mutex                                  // serialises Grow
 
 	umu      sync.Mutex
 	unsynced map[int64]uint64 // chunk -> generation of its last write not known durable
@@ -101,6 +102,7 @@ type mirror struct {
 	inflight atomic.Int64
 
 	markMu sync.Mutex   // serialises StaleMarks calls for the mirror
+	busy   atomic.Bool  // a record holding markMu may change shared
 	shared atomic.Bool  // marked stale in StaleMarks
 	noted  atomic.Bool  // its stale bits came from StaleMarks, not from this volume's writes
 	markAt atomic.Int64 // unix ns of the last StaleMarks failure
@@ -138,7 +140,6 @@ func Open(ctx context.Context, cfg Config) (*Volume, error) {
 		cfg:      cfg,
 		spec:     cfg.Spec,
 		key:      cfg.Spec.Key(),
-		chunks:   cfg.Spec.Chunks(),
 		nodes:    map[string]*mirror{},
 		unsynced: map[int64]uint64{},
 		flushing: make(chan struct{}, 1),
@@ -147,7 +148,9 @@ func Open(ctx context.Context, cfg Config) (*Volume, error) {
 	for s := cfg.Spec.ChunkSize; s > 1; s >>= 1 {
 		v.shift++
 	}
-	v.owners = make([]atomic.Pointer[[]*mirror], v.chunks)
+	v.size.Store(cfg.Spec.Size)
+	owners := make([]atomic.Pointer[[]*mirror], cfg.Spec.Chunks())
+	v.owners.Store(&owners)
 	for _, id := range cfg.Nodes {
 		r, ok := cfg.Replicas[id]
 		if !ok {
@@ -155,7 +158,7 @@ func Open(ctx context.Context, cfg Config) (*Volume, error) {
 		}
 		v.nodes[id] = &mirror{id: id, r: r, local: id == cfg.Self}
 	}
-	st, err := openStaleStore(cfg.StateDir, v.key, v.chunks)
+	st, err := openStaleStore(cfg.StateDir, v.key, cfg.Spec.Chunks())
 	if err != nil {
 		return nil, err
 	}
@@ -175,10 +178,70 @@ func (v *Volume) Close() error {
 }
 
 // Spec returns the volume's spec.
-func (v *Volume) Spec() Spec { return v.spec }
+func (v *Volume) Spec() Spec {
+	s := v.spec
+	s.Size = v.size.Load()
+	return s
+}
 
 // Size implements nbd.Device.
-func (v *Volume) Size() int64 { return v.spec.Size }
+func (v *Volume) Size() int64 { return v.size.Load() }
+
+// Grow resizes the volume in place to size, which may not be smaller than
+// it is. Connections opened before keep working on the size they know
+// (their chunks are the same), and the stale maps and unsynced writes
+// stay those of the one Volume. The new chunks of a mirror StaleMarks
+// lists as stale are stale too: another writer may have written them
+// after an earlier resize (as a mirror noted from StaleMarks, every chunk
+// is).
+func (v *Volume) Grow(size int64) error {
+	v.growMu.Lock()
+	defer v.growMu.Unlock()
+	cur := v.size.Load()
+	if size == cur {
+		return nil
+	}
+	spec := v.Spec()
+	spec.Size = size
+	if err := spec.Validate(); err != nil {
+		return err
+	}
+	if size < cur {
+		return fmt.Errorf("%w: volume %s can only grow (%d < %d)", ErrInvalidSpec, v.spec.Name, size, cur)
+	}
+	from := (cur + v.spec.ChunkSize - 1) >> v.shift
+	chunks := spec.Chunks()
+	// Everything a chunk beyond the old size needs is in place before the
+	// size that makes it reachable is published.
+	v.stale.grow(chunks)
+	marked := false
+	for _, id := range v.cfg.Nodes {
+		m := v.nodes[id]
+		m.markMu.Lock()
+		if m.shared.Load() {
+			for c := from; c < chunks; c++ {
+				v.stale.mark(id, c)
+			}
+			marked = true
+		}
+		m.markMu.Unlock()
+	}
+	if marked {
+		if err := v.stale.marksSaved(); err != nil {
+			return fmt.Errorf("volume: persisting the stale map: %w", err)
+		}
+		v.poke()
+	}
+	old := *v.owners.Load()
+	owners := make([]atomic.Pointer[[]*mirror], chunks)
+	for i := range old {
+		owners[i].Store(old[i].Load())
+	}
+	v.owners.Store(&owners)
+	v.size.Store(size)
+	v.cfg.Logger.Info("volume resized", "volume", v.spec.Name, "size", size)
+	return nil
+}
 
 // MultiConn implements nbd.MultiConnDevice: Flush syncs every chunk written
 // through this Volume by any connection.
@@ -209,7 +272,8 @@ func (v *Volume) Down() []string {
 }
 
 func (v *Volume) ownersOf(i int64) []*mirror {
-	if o := v.owners[i].Load(); o != nil {
+	slot := &(*v.owners.Load())[i]
+	if o := slot.Load(); o != nil {
 		return *o
 	}
 	ids := placement.Owners(v.cfg.Nodes, ChunkName(v.spec.Name, i), v.spec.Copies)
@@ -217,7 +281,7 @@ func (v *Volume) ownersOf(i int64) []*mirror {
 	for k, id := range ids {
 		o[k] = v.nodes[id]
 	}
-	v.owners[i].Store(&o)
+	slot.Store(&o)
 	return o
 }
 
@@ -227,8 +291,8 @@ type segment struct {
 }
 
 func (v *Volume) segments(off, n int64, f func(s segment) error) error {
-	if off < 0 || n < 0 || off+n > v.spec.Size {
-		return fmt.Errorf("%w: [%d, +%d) beyond %d", ErrOutOfRange, off, n, v.spec.Size)
+	if size := v.size.Load(); off < 0 || n < 0 || off+n > size {
+		return fmt.Errorf("%w: [%d, +%d) beyond %d", ErrOutOfRange, off, n, size)
 	}
 	pos := int64(0)
 	for n > 0 {
@@ -414,22 +478,38 @@ func (v *Volume) mutate(ctx context.Context, chunk int64, op func(ctx context.Co
 		}
 		return fmt.Errorf("%w: chunk %d of %s: %w", ErrNoMirror, chunk, v.spec.Name, errors.Join(failed...))
 	}
-	marked := 0
+	// Every mirror that missed op is marked, and op is acknowledged only
+	// once the marks are durable, also when another write set the bit and
+	// is still saving or recording it.
+	var missed [8]*mirror
+	n, newly := 0, false
 	for i, m := range owners {
-		if errs[i] != nil && v.stale.mark(m.id, chunk) {
-			marked |= 1 << i
+		if errs[i] != nil {
+			newly = v.stale.mark(m.id, chunk) || newly
+			missed[n] = m
+			n++
 		}
 	}
-	if marked != 0 {
-		if err := v.stale.save(); err != nil {
-			return fmt.Errorf("volume: persisting the stale map: %w", err)
+	if n != 0 {
+		if newly {
+			v.poke()
 		}
-		for i, m := range owners {
-			if marked&(1<<i) != 0 && time.Since(time.Unix(0, m.markAt.Load())) > marksBackoff {
-				v.record(ctx, m)
-			}
-		}
-		v.poke()
+		return v.marksDurable(ctx, missed[:n]...)
+	}
+	return nil
+}
+
+// marksDurable returns once every stale bit set so far is saved and the
+// mirrors ms are recorded stale in StaleMarks, waiting for the saves and
+// StaleMarks calls of others in progress. A mirror whose StaleMarks call
+// failed less than marksBackoff ago is not waited for (the resync loop
+// retries it).
+func (v *Volume) marksDurable(ctx context.Context, ms ...*mirror) error {
+	if err := v.stale.marksSaved(); err != nil {
+		return fmt.Errorf("volume: persisting the stale map: %w", err)
+	}
+	for _, m := range ms {
+		v.record(ctx, m, true)
 	}
 	return nil
 }
@@ -570,7 +650,8 @@ func (v *Volume) Flush(ctx context.Context) error {
 	// disagree with it, and the chunk never loses its last good copy. The
 	// marks are saved and recorded before Flush returns.
 	lost, first := 0, int64(-1)
-	newly := map[*mirror]bool{}
+	marked := map[*mirror]bool{}
+	newly := false
 	for c := range pending {
 		owners := v.ownersOf(c)
 		var good uint8
@@ -591,21 +672,19 @@ func (v *Volume) Flush(ctx context.Context) error {
 			delete(pending, c)
 		}
 		for i, m := range owners {
-			if keep&(1<<i) == 0 && held[c]&(1<<i) != 0 && v.stale.mark(m.id, c) {
-				newly[m] = true
+			if keep&(1<<i) == 0 && held[c]&(1<<i) != 0 {
+				newly = v.stale.mark(m.id, c) || newly
+				marked[m] = true
 			}
 		}
 	}
-	if len(newly) != 0 {
-		if err := v.stale.save(); err != nil {
-			return fmt.Errorf("volume: persisting the stale map: %w", err)
+	if len(marked) != 0 {
+		if newly {
+			v.poke()
 		}
-		for m := range newly {
-			if time.Since(time.Unix(0, m.markAt.Load())) > marksBackoff {
-				v.record(ctx, m)
-			}
+		if err := v.marksDurable(ctx, slices.Collect(maps.Keys(marked))...); err != nil {
+			return err
 		}
-		v.poke()
 	}
 	v.synced(pending)
 	if lost != 0 {
@@ -706,7 +785,7 @@ func (v *Volume) resyncLoop(ctx context.Context) {
 				v.fail(m, err)
 				continue
 			}
-			v.record(ctx, m)
+			v.record(ctx, m, false)
 		}
 	}
 }
@@ -728,7 +807,8 @@ func (v *Volume) markUnsynced(ctx context.Context, m *mirror) error {
 		}
 		for _, o := range owners {
 			if o != m && !o.down.Load() && !v.stale.isStale(o.id, c) {
-				marked = v.stale.mark(m.id, c) || marked
+				v.stale.mark(m.id, c)
+				marked = true
 				break
 			}
 		}
@@ -736,44 +816,68 @@ func (v *Volume) markUnsynced(ctx context.Context, m *mirror) error {
 	if !marked {
 		return nil
 	}
-	if err := v.stale.save(); err != nil {
+	if err := v.stale.marksSaved(); err != nil {
 		return err
 	}
-	v.record(ctx, m)
+	v.record(ctx, m, false)
 	return nil
 }
 
 // record brings m's mark in StaleMarks in line with its stale chunks: set
 // while it misses any, cleared once it has caught up (marks noted from
-// StaleMarks are the writer's to clear).
-func (v *Volume) record(ctx context.Context, m *mirror) {
-	if v.cfg.Marks == nil || m.shared.Load() == (v.stale.count(m.id) != 0) {
+// StaleMarks are the writer's to clear). It returns once StaleMarks
+// agrees with the chunks m misses now, or a call failed: a mirror marked
+// while a call clearing its mark is in flight is marked again before
+// record returns, in the caller that cleared and in the one that marked.
+// For a write (write set) it gives up, without a call, while a call for m
+// failed less than marksBackoff ago.
+func (v *Volume) record(ctx context.Context, m *mirror, write bool) {
+	// busy is set before the count is read under markMu, and a marker
+	// counts before it reads busy: either the marker sees a call in
+	// flight and waits for it, or the call sees the mark.
+	if v.cfg.Marks == nil || !m.busy.Load() && m.shared.Load() == (v.stale.count(m.id) != 0) {
 		return
+	}
+	backoff := func() bool { return write && time.Since(time.Unix(0, m.markAt.Load())) <= marksBackoff }
+	if backoff() {
+		return // not behind the resync loop's retries either
 	}
 	m.markMu.Lock()
 	defer m.markMu.Unlock()
-	stale := v.stale.count(m.id) != 0
-	if m.shared.Load() == stale || m.noted.Load() {
-		return
-	}
-	cctx, cancel := context.WithTimeout(ctx, marksTimeout)
-	defer cancel()
-	if err := v.cfg.Marks.SetStale(cctx, m.id, stale); err != nil {
-		m.markAt.Store(time.Now().UnixNano())
-		v.cfg.Logger.Warn("could not record a mirror's state in the cluster; will try again", "volume", v.spec.Name, "node", m.id, "stale", stale, "err", err)
-		return
-	}
-	m.shared.Store(stale)
-	if !stale {
-		v.cfg.Logger.Info("volume mirror resynchronised", "volume", v.spec.Name, "node", m.id)
+	defer m.busy.Store(false)
+	for {
+		m.busy.Store(true)
+		stale := v.stale.count(m.id) != 0
+		if m.shared.Load() == stale || m.noted.Load() {
+			return
+		}
+		if backoff() {
+			return
+		}
+		cctx, cancel := context.WithTimeout(ctx, marksTimeout)
+		err := v.cfg.Marks.SetStale(cctx, m.id, stale)
+		cancel()
+		if err != nil {
+			m.markAt.Store(time.Now().UnixNano())
+			v.cfg.Logger.Warn("could not record a mirror's state in the cluster; will try again", "volume", v.spec.Name, "node", m.id, "stale", stale, "err", err)
+			return
+		}
+		m.shared.Store(stale)
+		if !stale {
+			v.cfg.Logger.Info("volume mirror resynchronised", "volume", v.spec.Name, "node", m.id)
+		}
 	}
 }
 
 // NoteStale tells the volume which mirrors StaleMarks lists. A listed
-// mirror this volume has no marks for missed the writes of another node
-// (a writer that died): every chunk of it is treated as stale, so reads
-// avoid it, and it is resynchronised once this volume writes (it is the
-// writer then). Such noted marks go when the list drops the mirror.
+// mirror this volume did not mark there itself may have missed the writes
+// of another node (a writer that died), and which chunks is known only to
+// that node: every chunk of it is treated as stale, so reads avoid it,
+// and it is resynchronised in full once this volume writes (it is the
+// writer then). That holds also when this node's stale map has marks of
+// its own for the mirror (left by an earlier writer here): another writer
+// may have come since. Such noted marks go when the list drops the mirror
+// (the writer resynchronised it).
 func (v *Volume) NoteStale(nodes []string) {
 	for id, m := range v.nodes {
 		listed := slices.Contains(nodes, id)
@@ -781,14 +885,12 @@ func (v *Volume) NoteStale(nodes []string) {
 		switch {
 		case listed && !m.shared.Load():
 			m.shared.Store(true)
-			if v.stale.count(id) == 0 {
-				noted := !v.wrote.Load()
-				v.stale.markAll(id, noted)
-				m.noted.Store(noted)
-				v.cfg.Logger.Warn("a mirror missed writes made through another node: not read until resynchronised",
-					"volume", v.spec.Name, "node", id)
-				v.poke()
-			}
+			noted := !v.wrote.Load()
+			v.stale.markAll(id, noted)
+			m.noted.Store(noted)
+			v.cfg.Logger.Warn("a mirror missed writes made through another node: not read until resynchronised",
+				"volume", v.spec.Name, "node", id)
+			v.poke()
 		case !listed && m.shared.Load() && m.noted.Load():
 			v.stale.clearAll(id)
 			m.noted.Store(false)
@@ -855,7 +957,7 @@ func (v *Volume) resyncChunk(ctx context.Context, dst *mirror, c int64, buf []by
 			return nil
 		}
 	}
-	size := min(v.spec.ChunkSize, v.spec.Size-c*v.spec.ChunkSize)
+	size := min(v.spec.ChunkSize, v.size.Load()-c*v.spec.ChunkSize)
 	for off := int64(0); off < size; off += int64(len(buf)) {
 		b := buf[:min(int64(len(buf)), size-off)]
 		octx, cancel := v.opCtx(ctx)
