@@ -192,14 +192,21 @@ func (d *destager) replicaDone(owner, k string, seq uint64) bool {
 }
 
 // reconcile adds an owned put for every dirty local object the journal does
-// not know (a crash between the store's commit and the journal append).
+// not know (a crash between the store's commit and the journal append), and
+// removes the local copies that pending deletes left behind (a crash
+// between the journal append of a delete and the removal of the copy).
 func (d *destager) reconcile(ctx context.Context) error {
 	var missing []*op
+	var leftovers []object.Info
 	err := d.t.local.Walk(ctx, "", func(i object.Info) error {
+		k := okey(i.Bucket, i.Key)
+		if ks := d.keys[k]; ks != nil && ks.pending != nil && ks.pending.kind == KindDelete && !i.ModTime.After(ks.pending.time) {
+			leftovers = append(leftovers, i)
+			return nil
+		}
 		if !i.Dirty {
 			return nil
 		}
-		k := okey(i.Bucket, i.Key)
 		if ks := d.keys[k]; ks != nil {
 			return nil
 		}
@@ -213,6 +220,12 @@ func (d *destager) reconcile(ctx context.Context) error {
 	})
 	if err != nil {
 		return fmt.Errorf("tier: reconcile journal with the store: %w", err)
+	}
+	for _, i := range leftovers {
+		if err := d.t.local.Delete(ctx, i.Bucket, i.Key); err != nil && !errors.Is(err, object.ErrNotFound) {
+			return fmt.Errorf("tier: remove the copy of %s/%s a journaled delete left: %w", i.Bucket, i.Key, err)
+		}
+		d.t.log.Info("tier: removed the local copy of a journaled delete", "bucket", i.Bucket, "key", i.Key)
 	}
 	for _, o := range missing {
 		o.seq = d.nextSeq
@@ -316,6 +329,36 @@ func (d *destager) pendingOp(bucket, key string) *op {
 		return ks.pending
 	}
 	return ks.running
+}
+
+// pendingKind tells whether a write-back operation of bucket/key is pending
+// or being destaged: KindDelete for a delete, KindPut for a write (owned or
+// held as a replica: the local copy is newer than the backend), 0 for none.
+// A replica held for any owner counts; so does a replica delete, if no
+// replica write of the key is held.
+func (d *destager) pendingKind(bucket, key string) Kind {
+	k := okey(bucket, key)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if ks := d.keys[k]; ks != nil {
+		if o := ks.pending; o != nil {
+			return o.kind
+		}
+		if o := ks.running; o != nil {
+			return o.kind
+		}
+	}
+	var kind Kind
+	for _, m := range d.replicas {
+		switch o := m[k]; {
+		case o == nil:
+		case o.kind == KindReplicaPut:
+			return KindPut
+		default:
+			kind = KindDelete
+		}
+	}
+	return kind
 }
 
 // reserve waits until size more dirty bytes fit under the cap.
@@ -490,6 +533,9 @@ func (d *destager) destage(o *op) error {
 		if err := b.Backend.Delete(ctx, o.key); err != nil {
 			return err
 		}
+		if err := d.dropLeftover(o); err != nil {
+			return err
+		}
 	case KindPut:
 		r, err := t.local.Get(ctx, o.bucket, o.key, nil)
 		if errors.Is(err, object.ErrNotFound) {
@@ -509,7 +555,14 @@ func (d *destager) destage(o *op) error {
 			}
 			if w, ok := stampOf(cur); err == nil && ok && !w.Before(info.ModTime) {
 				r.Close()
-				return d.superseded(o, info, cur, w)
+				if err := d.superseded(o, info, cur, w); err != nil {
+					return err
+				}
+				// o is done (the backend holds it, or newer): its replica
+				// holders must hear of it like after an upload, or their
+				// copies stay dirty and journaled for ever.
+				d.tell(o)
+				return nil
 			}
 		}
 		a, err := b.Backend.Put(ctx, o.key, r, info.Size, backend.PutAttrs{ContentType: info.ContentType, UserMeta: withStamp(info.UserMeta, info.ModTime)})
@@ -535,6 +588,35 @@ func (d *destager) destage(o *op) error {
 }
 
 var errSkip = errors.New("tier: skip")
+
+// dropLeftover removes a local copy the delete o left behind (the removal
+// after the journal append failed), unless the key was written again since.
+func (d *destager) dropLeftover(o *op) error {
+	t := d.t
+	ctx := t.ctx
+	if i, err := t.local.Stat(ctx, o.bucket, o.key); errors.Is(err, object.ErrNotFound) || (err == nil && i.ModTime.After(o.time)) {
+		return nil // the usual case: nothing left
+	}
+	end, err := t.beginWrite(ctx, o.bucket, o.key)
+	if err != nil {
+		return err
+	}
+	defer end()
+	i, err := t.local.Stat(ctx, o.bucket, o.key)
+	switch {
+	case errors.Is(err, object.ErrNotFound):
+		return nil
+	case err != nil:
+		return err
+	case i.ModTime.After(o.time) || d.pendingOp(o.bucket, o.key) != o:
+		return nil // written again
+	}
+	t.log.Info("tier: removing the local copy a delete left behind", "bucket", o.bucket, "key", o.key, "seq", o.seq)
+	if err := t.local.Delete(ctx, o.bucket, o.key); err != nil && !errors.Is(err, object.ErrNotFound) {
+		return err
+	}
+	return nil
+}
 
 // newerThan reports whether the backend object a records a write accepted
 // after t.
@@ -602,9 +684,13 @@ func (t *Tier) Backlog() Backlog {
 	if d == nil {
 		return Backlog{}
 	}
+	// The journal's size first: d.mu is never held while taking j.mu (the
+	// journal calls into the destager with j.mu held: append's apply,
+	// compaction's snapshot).
+	jb := d.j.bytes()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	bl := Backlog{Bytes: d.dirty, ReplicaBytes: d.replicaB, Notices: len(d.undelivered), Destaged: d.destaged, Failures: d.failures, LastError: d.lastErr}
+	bl := Backlog{JournalBytes: jb, Bytes: d.dirty, ReplicaBytes: d.replicaB, Notices: len(d.undelivered), Destaged: d.destaged, Failures: d.failures, LastError: d.lastErr}
 	var oldest time.Time
 	for _, ks := range d.keys {
 		for _, o := range []*op{ks.running, ks.pending} {
@@ -626,7 +712,6 @@ func (t *Tier) Backlog() Backlog {
 	for _, m := range d.replicas {
 		bl.ReplicaObjects += len(m)
 	}
-	bl.JournalBytes = d.j.bytes()
 	return bl
 }
 

@@ -46,11 +46,22 @@ type fill struct {
 	info      object.Info // the committed local copy, when done without err
 	commitErr error
 	started   time.Time
+
+	replaces *object.Info // a refetch: commit only over this (stale, clean) local copy
 }
 
-// acquireFill returns the fill of bucket/key, starting one unless force is
-// false and the object is local by now. started reports a new fill.
-func (t *Tier) acquireFill(b Bucket, bucket, key string, force bool) (f *fill, local bool, err error) {
+// acquireFill returns the fill of bucket/key, or starts one. stale is the
+// clean local copy a refetch replaces (nil: the object is not local); without
+// it no fill starts if the object is local by now (local reports that).
+//
+// A fill never commits the backend's version over a write the tier accepted:
+// it does not start while a write of the key is in progress (errWriting) or
+// while a write-back operation of the key is pending or being destaged (a
+// delete: object.ErrNotFound; a write: the local copy is served), and
+// beginWrite waits for a fill registered here to end, so no write of the key
+// goes through while the fill runs. The check and the registration are one
+// step under t.mu.
+func (t *Tier) acquireFill(b Bucket, bucket, key string, stale *object.Info) (f *fill, local bool, err error) {
 	k := okey(bucket, key)
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -63,13 +74,24 @@ func (t *Tier) acquireFill(b Bucket, bucket, key string, force bool) (f *fill, l
 	if t.writing[k] > 0 {
 		return nil, false, errWriting
 	}
-	if !force {
+	if t.d != nil {
+		switch t.d.pendingKind(bucket, key) {
+		case KindDelete:
+			return nil, false, fmt.Errorf("%w: %s/%s", object.ErrNotFound, bucket, key)
+		case KindPut:
+			if _, err := t.local.Stat(t.ctx, bucket, key); err == nil {
+				return nil, true, nil
+			}
+			return nil, false, fmt.Errorf("%w: %s/%s: the local copy of a write not yet destaged is missing", object.ErrUnavailable, bucket, key)
+		}
+	}
+	if stale == nil {
 		// The fill that just finished may have committed the object.
 		if _, err := t.local.Stat(t.ctx, bucket, key); err == nil {
 			return nil, true, nil
 		}
 	}
-	f = &fill{t: t, bucket: bucket, key: key, b: b, done: make(chan struct{}), refs: 1, started: time.Now()}
+	f = &fill{t: t, bucket: bucket, key: key, b: b, done: make(chan struct{}), refs: 1, started: time.Now(), replaces: stale}
 	f.ctx, f.cancel = context.WithCancelCause(t.ctx)
 	t.fills[k] = f
 	t.wg.Add(1)
@@ -254,7 +276,11 @@ func (f *fill) fetchAndCommit() error {
 	}
 	if cerr != nil {
 		// Readers were served and verified; only the warm copy is missing.
-		f.t.log.Warn("tier: fill could not keep a local copy", "bucket", f.bucket, "key", f.key, "err", cerr)
+		if errors.Is(cerr, store.ErrChanged) {
+			f.t.log.Info("tier: the local copy changed during a refetch and is kept", "bucket", f.bucket, "key", f.key)
+		} else {
+			f.t.log.Warn("tier: fill could not keep a local copy", "bucket", f.bucket, "key", f.key, "err", cerr)
+		}
 		f.mu.Lock()
 		f.commitErr = cerr
 		f.mu.Unlock()
@@ -356,6 +382,7 @@ func (f *fill) commit() error {
 		ETag:           a.ETag,
 		BackendETag:    a.ETag,
 		BackendVersion: a.Version,
+		Replaces:       f.replaces, // checked under the store's key lock
 	})
 	if err != nil {
 		return err

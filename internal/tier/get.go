@@ -42,7 +42,7 @@ func (t *Tier) get(ctx context.Context, bucket, key string, rng *object.Range) (
 	if err := t.deletedPending(bucket, key); err != nil {
 		return nil, err
 	}
-	force := false
+	var stale *object.Info // a clean local copy to refetch
 	info, err := t.local.Stat(ctx, bucket, key)
 	switch {
 	case err == nil:
@@ -61,17 +61,17 @@ func (t *Tier) get(ctx context.Context, bucket, key string, rng *object.Range) (
 			}
 			// evicted meanwhile: cold
 		} else {
-			force = true
+			stale = &info
 		}
 	case !errors.Is(err, object.ErrNotFound):
 		return nil, err
 	}
 	if rng != nil {
 		t.counters.cold.Add(1)
-		return t.coldRange(ctx, b, bucket, key, rng, force)
+		return t.coldRange(ctx, b, bucket, key, rng, stale)
 	}
 	for {
-		f, isLocal, err := t.acquireFill(b, bucket, key, force)
+		f, isLocal, err := t.acquireFill(b, bucket, key, stale)
 		if err != nil {
 			return nil, err
 		}
@@ -105,8 +105,8 @@ func (t *Tier) get(ctx context.Context, bucket, key string, rng *object.Range) (
 // coldRange answers a range of an object that is not local: from a fill in
 // progress when the bytes are there already, else by a range request to the
 // backend while a fill of the whole object starts in the background.
-func (t *Tier) coldRange(ctx context.Context, b Bucket, bucket, key string, rng *object.Range, force bool) (object.Reader, error) {
-	f, isLocal, err := t.acquireFill(b, bucket, key, force)
+func (t *Tier) coldRange(ctx context.Context, b Bucket, bucket, key string, rng *object.Range, stale *object.Info) (object.Reader, error) {
+	f, isLocal, err := t.acquireFill(b, bucket, key, stale)
 	if err != nil {
 		return nil, err
 	}

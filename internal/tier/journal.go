@@ -192,11 +192,21 @@ func DecodeRecord(b []byte) (Record, int, error) {
 	return r, int(8 + n), nil
 }
 
+// journalFile is what the journal needs of its file (an *os.File).
+type journalFile interface {
+	Write(p []byte) (int, error)
+	Seek(offset int64, whence int) (int64, error)
+	Truncate(size int64) error
+	Sync() error
+	Close() error
+}
+
 // journal is the open journal file.
 type journal struct {
 	dir     string
 	mu      sync.Mutex
-	f       *os.File
+	f       journalFile
+	broken  error // a failed write could not be undone: appends are refused
 	size    int64
 	live    int64 // size right after the last compaction
 	buf     []byte
@@ -263,16 +273,27 @@ func (j *journal) append(sync bool, apply func(), recs ...Record) error {
 		j.mu.Unlock()
 		return errJournalClosed
 	}
+	if j.broken != nil {
+		j.mu.Unlock()
+		return j.broken
+	}
 	j.buf = j.buf[:0]
 	for _, r := range recs {
 		j.buf = r.Encode(j.buf)
 	}
 	n, err := j.f.Write(j.buf)
-	j.size += int64(n)
 	if err != nil {
+		// A short write (ENOSPC, EIO) leaves a torn record; replay stops
+		// at it and would drop every later record, acknowledged ones
+		// included. Cut it off, or refuse further appends.
+		err = fmt.Errorf("tier: journal write: %w", err)
+		if uerr := j.undo(n); uerr != nil {
+			j.broken = fmt.Errorf("tier: journal unusable after a failed write (%w): %w", err, uerr)
+		}
 		j.mu.Unlock()
-		return fmt.Errorf("tier: journal write: %w", err)
+		return err
 	}
+	j.size += int64(n)
 	j.written++
 	seq := j.written
 	if apply != nil {
@@ -283,6 +304,18 @@ func (j *journal) append(sync bool, apply func(), recs ...Record) error {
 		return nil
 	}
 	return j.syncTo(seq)
+}
+
+// undo removes the n bytes a failed write left after j.size and puts the
+// file offset back there (j.mu held).
+func (j *journal) undo(n int) error {
+	if n > 0 {
+		if err := j.f.Truncate(j.size); err != nil {
+			return err
+		}
+	}
+	_, err := j.f.Seek(j.size, io.SeekStart)
+	return err
 }
 
 // syncTo returns once append number seq is durable, fsyncing unless an
@@ -346,6 +379,7 @@ func (j *journal) rewrite(snapshot func() []Record) error {
 		j.f.Close()
 	}
 	j.f = f
+	j.broken = nil // the new file is whole
 	j.size = int64(len(buf))
 	j.live = j.size
 	j.synced = j.written // the new file holds them all, fsynced
@@ -354,11 +388,12 @@ func (j *journal) rewrite(snapshot func() []Record) error {
 
 // needsCompaction reports whether the file has grown past limit and to at
 // least twice its live size, so that a large live backlog is not rewritten
-// over and over.
+// over and over, or whether a failed write left it unusable (a rewrite
+// makes it whole again).
 func (j *journal) needsCompaction(limit int64) bool {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	return j.size >= limit && j.size >= 2*j.live
+	return j.broken != nil || j.size >= limit && j.size >= 2*j.live
 }
 
 func (j *journal) bytes() int64 {

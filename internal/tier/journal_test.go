@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -195,5 +196,101 @@ func TestJournalGroupCommit(t *testing.T) {
 	}
 	if len(recs) != writers*each {
 		t.Fatalf("%d records in the journal, want %d", len(recs), writers*each)
+	}
+}
+
+// shortFile makes the next write stop after half its bytes with ENOSPC, and
+// (failTruncate) its truncates fail.
+type shortFile struct {
+	*os.File
+	short        bool
+	failTruncate bool
+}
+
+func (f *shortFile) Write(p []byte) (int, error) {
+	if f.short {
+		f.short = false
+		n, _ := f.File.Write(p[:len(p)/2])
+		return n, syscall.ENOSPC
+	}
+	return f.File.Write(p)
+}
+
+func (f *shortFile) Truncate(size int64) error {
+	if f.failTruncate {
+		return syscall.EIO
+	}
+	return f.File.Truncate(size)
+}
+
+// A write that fails halfway (a full file system) must not leave a torn
+// record in front of the records appended after it: replay stops at the
+// first bad record and would drop them, acknowledged ones included.
+func TestJournalFailedWriteLeavesNoTornRecord(t *testing.T) {
+	dir := t.TempDir()
+	j, _, err := openJournal(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := sampleRecords()
+	if err := j.append(true, nil, all[1]); err != nil {
+		t.Fatal(err)
+	}
+	sf := &shortFile{File: j.f.(*os.File), short: true}
+	j.f = sf
+	applied := false
+	if err := j.append(true, func() { applied = true }, all[2]); !errors.Is(err, syscall.ENOSPC) || applied {
+		t.Fatalf("failed append: err %v, applied %v", err, applied)
+	}
+	if err := j.append(true, nil, all[3]); err != nil {
+		t.Fatalf("append after a failed write: %v", err)
+	}
+	j.close()
+	_, recs, err := openJournal(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 2 || !reflect.DeepEqual(recs[0], all[1]) || !reflect.DeepEqual(recs[1], all[3]) {
+		t.Fatalf("replayed %+v, want the records before and after the failed write", recs)
+	}
+}
+
+// If the torn bytes cannot be cut off, no later append may be acknowledged
+// (replay would drop it) until a compaction rewrites the file.
+func TestJournalRefusesAppendsAfterUndoFails(t *testing.T) {
+	dir := t.TempDir()
+	j, _, err := openJournal(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.close()
+	all := sampleRecords()
+	if err := j.append(true, nil, all[1]); err != nil {
+		t.Fatal(err)
+	}
+	j.f = &shortFile{File: j.f.(*os.File), short: true, failTruncate: true}
+	if err := j.append(true, nil, all[2]); err == nil {
+		t.Fatal("short write not reported")
+	}
+	if err := j.append(true, nil, all[3]); err == nil {
+		t.Fatal("append after a torn record was accepted")
+	}
+	if !j.needsCompaction(1 << 30) {
+		t.Error("a broken journal does not ask for the compaction that repairs it")
+	}
+	// A compaction writes a whole new file: appends work again.
+	if err := j.rewrite(func() []Record { return []Record{all[1]} }); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.append(true, nil, all[3]); err != nil {
+		t.Fatalf("append after compaction: %v", err)
+	}
+	j.close()
+	_, recs, err := openJournal(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 2 || !reflect.DeepEqual(recs[1], all[3]) {
+		t.Fatalf("replayed %+v", recs)
 	}
 }

@@ -34,7 +34,7 @@ func (t *Tier) fill(ctx context.Context, bucket, key string) (object.Info, bool,
 	if info, err := t.local.Stat(ctx, bucket, key); err == nil || b.Mode == ModeLocal {
 		return info, false, err
 	}
-	f, isLocal, err := t.acquireFill(b, bucket, key, false)
+	f, isLocal, err := t.acquireFill(b, bucket, key, nil)
 	if err != nil {
 		return object.Info{}, false, err
 	}

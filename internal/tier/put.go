@@ -299,9 +299,6 @@ func (t *Tier) Delete(ctx context.Context, bucket, key string) error {
 		return nil
 	}
 	d := t.d
-	if err := t.local.Delete(ctx, bucket, key); err != nil && !errors.Is(err, object.ErrNotFound) {
-		return err
-	}
 	o := &op{kind: KindDelete, seq: d.seq(), time: time.Now(), bucket: bucket, key: key}
 	if b.Copies > 1 && t.cfg.Replicator != nil {
 		h, err := t.cfg.Replicator.ReplicateDelete(ctx, t.cfg.NodeID, o.seq, bucket, key, b.Copies-1)
@@ -310,7 +307,20 @@ func (t *Tier) Delete(ctx context.Context, bucket, key string) error {
 		}
 		o.holders = h
 	}
-	return d.j.append(true, func() { d.enqueue(o) }, o.record())
+	// The delete is journaled before the local copy goes: the other way
+	// round, a crash or a journal error in between would leave an
+	// acknowledged write of the key neither in the store nor in the
+	// journal, and the backend's older version would be served. A copy
+	// left behind (a crash or an error after the journal) is removed at
+	// the next start or when the delete is destaged; until then the
+	// pending delete hides it.
+	if err := d.j.append(true, func() { d.enqueue(o) }, o.record()); err != nil {
+		return err
+	}
+	if err := t.local.Delete(context.WithoutCancel(ctx), bucket, key); err != nil && !errors.Is(err, object.ErrNotFound) {
+		return err
+	}
+	return nil
 }
 
 // ReplicaOptions go with PutReplica.

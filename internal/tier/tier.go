@@ -209,10 +209,16 @@ type Tier struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
+	// Lock order: t.mu, then the destager's d.mu, then bmu; the journal's
+	// j.smu and j.mu come before d.mu (append's apply and compaction's
+	// snapshot take d.mu with the journal locked), and d.mu is never held
+	// while taking t.mu or a journal lock.
 	mu      sync.Mutex
-	buckets map[string]Bucket
 	fills   map[string]*fill
 	writing map[string]int // writes in progress per object: no fill may start
+
+	bmu     sync.RWMutex // guards buckets only; taken under t.mu and d.mu
+	buckets map[string]Bucket
 
 	keyLocks keyLocks
 	d        *destager // nil without a journal
@@ -282,9 +288,9 @@ func (t *Tier) AddBucket(name string, b Bucket) error {
 	if b.Validate.Policy == "" {
 		b.Validate.Policy = ValidateNever
 	}
-	t.mu.Lock()
+	t.bmu.Lock()
 	t.buckets[name] = b
-	t.mu.Unlock()
+	t.bmu.Unlock()
 	if t.d != nil {
 		t.d.kick()
 	}
@@ -294,14 +300,14 @@ func (t *Tier) AddBucket(name string, b Bucket) error {
 // RemoveBucket forgets a bucket. Pending destages of it wait until it is
 // added again.
 func (t *Tier) RemoveBucket(name string) {
-	t.mu.Lock()
+	t.bmu.Lock()
 	delete(t.buckets, name)
-	t.mu.Unlock()
+	t.bmu.Unlock()
 }
 
 func (t *Tier) bucket(name string) (Bucket, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.bmu.RLock()
+	defer t.bmu.RUnlock()
 	b, ok := t.buckets[name]
 	if !ok {
 		return Bucket{}, fmt.Errorf("%w: %s", ErrNoBucket, name)
