@@ -29,20 +29,11 @@ func TestFillSkipsPendingDelete(t *testing.T) {
 		t.Logf("Fill: %v", err)
 	}
 	close(gate)
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := tr.WaitDestaged(wctx); err != nil {
-		t.Fatal(err)
-	}
+	waitDestaged(t, tr)
 	if _, err := e.raw.Stat(ctx, "k"); err == nil {
 		t.Fatal("delete not destaged")
 	}
-	r, err := tr.Get(ctx, "wback", "k", nil)
-	if err == nil {
-		b, _ := io.ReadAll(r)
-		r.Close()
-		t.Fatalf("deleted key served after its delete reached the backend: %q", b)
-	}
+	mustBeDeleted(t, tr, "wback", "k")
 }
 
 type statHook struct {
@@ -89,18 +80,9 @@ func TestColdGetRacingDeleteStaysDeleted(t *testing.T) {
 		t.Logf("GET concurrent with DELETE returned %q (ok either way)", b)
 	}
 	close(gate)
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := tr.WaitDestaged(wctx); err != nil {
-		t.Fatal(err)
-	}
+	waitDestaged(t, tr)
 	time.Sleep(100 * time.Millisecond)
-	r, err = tr.Get(ctx, "wback", "k", nil)
-	if err == nil {
-		b, _ := io.ReadAll(r)
-		r.Close()
-		t.Fatalf("deleted key served after its delete reached the backend: %q", b)
-	}
+	mustBeDeleted(t, tr, "wback", "k")
 }
 
 type statHookBackend struct {
@@ -159,11 +141,7 @@ func TestRefetchKeepsAcknowledgedDirtyWrite(t *testing.T) {
 		t.Logf("local after race: size=%d dirty=%v", i.Size, i.Dirty)
 	}
 	close(gate)
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := tr.WaitDestaged(wctx); err != nil {
-		t.Fatal(err)
-	}
+	waitDestaged(t, tr)
 	r, err = tr.Get(ctx, "wback", "k", nil)
 	got := readAll(t, r, err)
 	if string(got) != string(v1) {
@@ -238,5 +216,26 @@ func TestRefetchKeepsCopyChangedMeanwhile(t *testing.T) {
 	lr, err := e.local.Get(ctx, "cache", "k", nil)
 	if got := readAll(t, lr, err); string(got) != string(direct) {
 		t.Fatalf("local copy = %q: the refetch replaced the version committed meanwhile", got)
+	}
+}
+
+// waitDestaged waits (up to 10 s) until tr has no write-back work left.
+func waitDestaged(t *testing.T, tr *tier.Tier) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := tr.WaitDestaged(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// mustBeDeleted fails the test if a GET of bucket/key succeeds.
+func mustBeDeleted(t *testing.T, tr *tier.Tier, bucket, key string) {
+	t.Helper()
+	r, err := tr.Get(context.Background(), bucket, key, nil)
+	if err == nil {
+		b, _ := io.ReadAll(r)
+		r.Close()
+		t.Fatalf("deleted %s/%s served after its delete reached the backend: %q", bucket, key, b)
 	}
 }
