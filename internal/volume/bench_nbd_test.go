@@ -26,6 +26,25 @@ import (
 	"github.com/slipstream-io/slipstream/internal/volume/nbd"
 )
 
+// benchVolume opens a volume the way a node does, with the default
+// timeouts (10 s per replica call): the tests' short ones fail a mirror
+// that a loaded disk keeps busy for a second, which under fio's queue of
+// 1 MiB writes is not a failure.
+func benchVolume[N remoteNode](t *testing.T, spec volume.Spec, stateDir string, self *testNode, others ...N) *volume.Volume {
+	t.Helper()
+	cfg := volume.Config{Spec: spec, Self: self.id, StateDir: stateDir, Replicas: map[string]volume.Replica{self.id: self.local}, Nodes: []string{self.id}}
+	for _, n := range others {
+		c, err := volume.NewClientConfig(volume.ClientConfig{BaseURL: n.url()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		cfg.Nodes = append(cfg.Nodes, n.nodeID())
+		cfg.Replicas[n.nodeID()] = c
+	}
+	return openConfig(t, cfg)
+}
+
 // TestBenchNBD is the NBD benchmark behind scripts/bench-nbd.sh. It runs only
 // when SLIPSTREAM_BENCH_NBD is set: the fio matrix against our server
 // (a file device, copies=1 and copies=2 volumes on two nodes, and a
@@ -51,14 +70,14 @@ func TestBenchNBD(t *testing.T) {
 		pinHosts(t, b.pid)
 	}
 	mkvol := func(name string, copies int) *volume.Volume {
-		return openVolume(t, volume.Spec{Name: name, Size: region, Copies: copies}, filepath.Join(dir, "state"), a, b)
+		return benchVolume(t, volume.Spec{Name: name, Size: region, Copies: copies}, filepath.Join(dir, "state"), a, b)
 	}
 	fd, err := filedev.Open(filepath.Join(dir, "ours-file.img"), region)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer fd.Close()
-	local := openVolume[*procNode](t, volume.Spec{Name: "c1local", Size: region, Copies: 1}, filepath.Join(dir, "state"), a)
+	local := benchVolume[*procNode](t, volume.Spec{Name: "c1local", Size: region, Copies: 1}, filepath.Join(dir, "state"), a)
 	sock := serveNBD(t, nbd.Map{"file": fd, "c1": mkvol("c1", 1), "c2": mkvol("c2", 2), "c1local": local})
 
 	pids := map[string]int{}
