@@ -169,3 +169,37 @@ func TestDeleteDestageRemovesLeftoverCopy(t *testing.T) {
 		t.Fatalf("GET after the delete was destaged: %v; backend ops %v", err, e.be.ops())
 	}
 }
+
+// A replica holder that dies while it applies the owner's delete (here:
+// before its store's delete) has journaled the delete: its restart removes
+// the copy, and it holds no replica of the key any more.
+func TestReplicaDeleteJournaledBeforeTheCopyGoes(t *testing.T) {
+	e := newEnv(t, "fs")
+	ctx := context.Background()
+	dh := &deleteHook{Store: e.local}
+	cfg := tier.Config{SpoolDir: e.dir + "/spool", JournalDir: e.dir + "/journal"}
+	tr, err := tier.New(ctx, cfg, dh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := []byte("replica")
+	if _, err := tr.PutReplica(ctx, "owner", 1, "wback", "k", bytesReader(body), tier.ReplicaOptions{PutOptions: object.PutOptions{Size: int64(len(body))}, ModTime: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	crash := errors.New("crash before the local delete")
+	dh.before = func() error { tr.Close(); return crash }
+	if err := tr.DeleteReplica(ctx, "owner", 2, "wback", "k"); !errors.Is(err, crash) {
+		t.Fatalf("DeleteReplica: %v, want the local delete's error (journaled first)", err)
+	}
+	tr2, err := tier.New(ctx, cfg, e.local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr2.Close()
+	if _, err := e.local.Stat(ctx, "wback", "k"); !errors.Is(err, object.ErrNotFound) {
+		t.Fatalf("the replica of a journaled delete after restart: %v", err)
+	}
+	if bl := tr2.Backlog(); bl.ReplicaBytes != 0 {
+		t.Fatalf("backlog after restart: %+v, want no replica bytes", bl)
+	}
+}

@@ -204,6 +204,12 @@ func (d *destager) reconcile(ctx context.Context) error {
 			leftovers = append(leftovers, i)
 			return nil
 		}
+		for _, m := range d.replicas {
+			if o := m[k]; o != nil && o.kind == KindReplicaDelete && !i.ModTime.After(o.time) {
+				leftovers = append(leftovers, i)
+				return nil
+			}
+		}
 		if !i.Dirty {
 			return nil
 		}

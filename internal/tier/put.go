@@ -371,11 +371,18 @@ func (t *Tier) DeleteReplica(ctx context.Context, owner string, seq uint64, buck
 	if newer != nil && newer.seq > seq {
 		return nil // a late notice: the owner wrote the key again since
 	}
-	if err := t.local.Delete(ctx, bucket, key); err != nil && !errors.Is(err, object.ErrNotFound) {
+	// Journaled first, as Delete does: if the holder died between removing
+	// its copy and journaling, its journal would still hold the owner's
+	// write, and after a take-over the delete would never reach the
+	// backend. A copy left behind is removed at the next start.
+	o := &op{kind: KindReplicaDelete, seq: seq, time: time.Now(), bucket: bucket, key: key, owner: owner}
+	if err := t.d.j.append(true, func() { t.d.mu.Lock(); t.d.setReplica(o); t.d.mu.Unlock() }, o.record()); err != nil {
 		return err
 	}
-	o := &op{kind: KindReplicaDelete, seq: seq, time: time.Now(), bucket: bucket, key: key, owner: owner}
-	return t.d.j.append(true, func() { t.d.mu.Lock(); t.d.setReplica(o); t.d.mu.Unlock() }, o.record())
+	if err := t.local.Delete(context.WithoutCancel(ctx), bucket, key); err != nil && !errors.Is(err, object.ErrNotFound) {
+		return err
+	}
+	return nil
 }
 
 // ReplicaDestaged records on a replica holder that owner destaged operation
