@@ -48,6 +48,10 @@ type PutOptions struct {
 	// one (same ETag and modification time); otherwise Put fails with
 	// ErrChanged and stores nothing. A repair rewrites a damaged copy so.
 	Replaces *object.Info
+	// IfAbsent commits the body only if the store holds no version of the
+	// key; otherwise Put fails with ErrChanged and stores nothing. A cache
+	// fill commits so: a write that landed meanwhile is newer.
+	IfAbsent bool
 	// Checksum, if set, is the CRC32C the body must have ("crc32c:<hex>",
 	// as object.Info.Checksum): a body that differs is refused with
 	// ErrCorrupt before it is committed.
@@ -321,6 +325,13 @@ func (s *Store) Put(ctx context.Context, bucket, key string, r io.Reader, opts P
 // at commit time, or nil.
 func commitCheck(opts PutOptions) func(info object.Info, cur *entry) error {
 	switch {
+	case opts.IfAbsent:
+		return func(info object.Info, cur *entry) error {
+			if cur != nil {
+				return fmt.Errorf("%w: %s/%s was written meanwhile", ErrChanged, info.Bucket, info.Key)
+			}
+			return nil
+		}
 	case opts.Replaces != nil:
 		was := *opts.Replaces
 		return func(info object.Info, cur *entry) error {

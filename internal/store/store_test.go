@@ -726,3 +726,25 @@ func TestPutReplacesAndChecksum(t *testing.T) {
 		t.Fatalf("key holds %q (%s), want version two", got, info.ETag)
 	}
 }
+
+// TestPutIfAbsent: IfAbsent commits only over no version at all.
+func TestPutIfAbsent(t *testing.T) {
+	s := openTest(t, Config{})
+	ctx := context.Background()
+	putIfAbsent := func(body string) error {
+		_, err := s.Put(ctx, "bkt", "k", strings.NewReader(body), PutOptions{PutOptions: object.PutOptions{Size: int64(len(body))}, IfAbsent: true})
+		return err
+	}
+	if err := putIfAbsent("first"); err != nil {
+		t.Fatalf("IfAbsent over nothing: %v", err)
+	}
+	if err := putIfAbsent("second"); !errors.Is(err, ErrChanged) {
+		t.Fatalf("IfAbsent over a stored version: %v, want ErrChanged", err)
+	}
+	if got, _ := get(t, s, "bkt", "k", nil); string(got) != "first" {
+		t.Fatalf("key holds %q, want first", got)
+	}
+	if f := files(t, s, "tmp"); len(f) != 0 {
+		t.Fatalf("work files left: %v", f)
+	}
+}

@@ -382,7 +382,11 @@ func (f *fill) commit() error {
 		ETag:           a.ETag,
 		BackendETag:    a.ETag,
 		BackendVersion: a.Version,
-		Replaces:       f.replaces, // checked under the store's key lock
+		// Checked under the store's key lock: a copy written meanwhile
+		// outside the tier's writes (a multipart completion before the
+		// tier adopts it) is newer than the backend's and is kept.
+		Replaces: f.replaces,
+		IfAbsent: f.replaces == nil,
 	})
 	if err != nil {
 		return err

@@ -178,44 +178,52 @@ func (p *putDone) Put(ctx context.Context, bucket, key string, r io.Reader, opts
 	return info, err
 }
 
-// A refetch of a stale copy commits only over that copy: a version
-// committed to the store meanwhile by another path than the tier's writes
-// (a completed multipart upload, before Adopt) is kept.
-func TestRefetchKeepsCopyChangedMeanwhile(t *testing.T) {
-	e := newEnv(t, "fs")
-	ctx := context.Background()
-	remotePut(t, e.raw, "k", []byte("v0"))
-	gb := &getHookBackend{ctl: e.be}
-	pd := &putDone{Store: e.local, done: make(chan error, 10)}
-	tr, err := tier.New(ctx, tier.Config{SpoolDir: e.dir + "/spool"}, pd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tr.Close()
-	if err := tr.AddBucket("cache", tier.Bucket{Mode: tier.ModeCache, Backend: gb, Validate: tier.Validate{Policy: tier.ValidateAlways}}); err != nil {
-		t.Fatal(err)
-	}
-	r0, err0 := tr.Get(ctx, "cache", "k", nil)
-	readAll(t, r0, err0) // warm, clean copy of v0
-	if err := <-pd.done; err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(20 * time.Millisecond)
-	remotePut(t, e.raw, "k", []byte("v0-changed-in-backend"))
-	direct := []byte("committed-to-the-store-directly")
-	gb.hook = func() {
-		if _, err := e.local.Put(ctx, "cache", "k", bytesReader(direct), storePut(len(direct))); err != nil {
-			t.Error(err)
-		}
-	}
-	r, err := tr.Get(ctx, "cache", "k", nil) // stale: refetched
-	if got := readAll(t, r, err); string(got) != "v0-changed-in-backend" {
-		t.Fatalf("refetch served %q", got)
-	}
-	t.Logf("the refetch's commit: %v", <-pd.done)
-	lr, err := e.local.Get(ctx, "cache", "k", nil)
-	if got := readAll(t, lr, err); string(got) != string(direct) {
-		t.Fatalf("local copy = %q: the refetch replaced the version committed meanwhile", got)
+// TestFillKeepsCopyWrittenMeanwhile: a fill, a cold one or the refetch of
+// a stale copy, does not replace a version committed to the store while it
+// fetched (outside the tier's writes, as a multipart completion is before
+// the tier adopts it): the GET is served the backend's bytes, the newer
+// local copy stays.
+func TestFillKeepsCopyWrittenMeanwhile(t *testing.T) {
+	for _, warm := range []bool{false, true} {
+		t.Run(map[bool]string{false: "cold fill", true: "refetch"}[warm], func(t *testing.T) {
+			e := newEnv(t, "fs")
+			ctx := context.Background()
+			remotePut(t, e.raw, "k", []byte("v0"))
+			gb := &getHookBackend{ctl: e.be}
+			pd := &putDone{Store: e.local, done: make(chan error, 10)}
+			tr, err := tier.New(ctx, tier.Config{SpoolDir: e.dir + "/spool"}, pd)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tr.Close()
+			if err := tr.AddBucket("cache", tier.Bucket{Mode: tier.ModeCache, Backend: gb, Validate: tier.Validate{Policy: tier.ValidateAlways}}); err != nil {
+				t.Fatal(err)
+			}
+			if warm {
+				r0, err0 := tr.Get(ctx, "cache", "k", nil)
+				readAll(t, r0, err0) // warm, clean copy of v0
+				if err := <-pd.done; err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			remotePut(t, e.raw, "k", []byte("v0-changed-in-backend"))
+			direct := []byte("committed-to-the-store-directly")
+			gb.hook = func() {
+				if _, err := e.local.Put(ctx, "cache", "k", bytesReader(direct), storePut(len(direct))); err != nil {
+					t.Error(err)
+				}
+			}
+			r, err := tr.Get(ctx, "cache", "k", nil)
+			if got := readAll(t, r, err); string(got) != "v0-changed-in-backend" {
+				t.Fatalf("fill served %q", got)
+			}
+			t.Logf("the fill's commit: %v", <-pd.done)
+			lr, err := e.local.Get(ctx, "cache", "k", nil)
+			if got := readAll(t, lr, err); string(got) != string(direct) {
+				t.Fatalf("local copy = %q: the fill replaced the version committed meanwhile", got)
+			}
+		})
 	}
 }
 
