@@ -52,7 +52,13 @@ func (s *Store) bucket(name string, create bool) *bucketIndex {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if bi = s.buckets[name]; bi == nil {
+	return s.bucketLocked(name)
+}
+
+// bucketLocked returns the index of bucket name, creating it; s.mu is held.
+func (s *Store) bucketLocked(name string) *bucketIndex {
+	bi := s.buckets[name]
+	if bi == nil {
 		bi = &bucketIndex{m: make(map[string]*entry)}
 		s.buckets[name] = bi
 	}
@@ -73,12 +79,7 @@ func (s *Store) setEntry(bucket, key string, e *entry) *entry {
 	s.mu.RUnlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	bi := s.buckets[bucket]
-	if bi == nil {
-		bi = &bucketIndex{m: make(map[string]*entry)}
-		s.buckets[bucket] = bi
-	}
-	return bi.set(key, e)
+	return s.bucketLocked(bucket).set(key, e)
 }
 
 func (s *Store) lookup(bucket, key string) *entry {
