@@ -36,20 +36,36 @@ func TestFillSkipsPendingDelete(t *testing.T) {
 	mustBeDeleted(t, tr, "wback", "k")
 }
 
+// onceHook runs the function armed on it at the next fire, once.
+type onceHook struct {
+	mu sync.Mutex
+	f  func()
+}
+
+func (h *onceHook) arm(f func()) {
+	h.mu.Lock()
+	h.f = f
+	h.mu.Unlock()
+}
+
+func (h *onceHook) fire() {
+	h.mu.Lock()
+	f := h.f
+	h.f = nil
+	h.mu.Unlock()
+	if f != nil {
+		f()
+	}
+}
+
+// statHook runs its hook before the store's next Stat.
 type statHook struct {
 	*store.Store
-	mu   sync.Mutex
-	hook func()
+	onceHook
 }
 
 func (s *statHook) Stat(ctx context.Context, bucket, key string) (object.Info, error) {
-	s.mu.Lock()
-	h := s.hook
-	s.hook = nil
-	s.mu.Unlock()
-	if h != nil {
-		h()
-	}
+	s.fire()
 	return s.Store.Stat(ctx, bucket, key)
 }
 
@@ -68,11 +84,11 @@ func TestColdGetRacingDeleteStaysDeleted(t *testing.T) {
 	}
 	defer tr.Close()
 	tr.AddBucket("wback", tier.Bucket{Mode: tier.ModeWriteback, Backend: e.be})
-	sh.hook = func() {
+	sh.arm(func() {
 		if err := tr.Delete(ctx, "wback", "k"); err != nil {
 			t.Error(err)
 		}
-	}
+	})
 	r, err := tr.Get(ctx, "wback", "k", nil)
 	if err == nil {
 		b, _ := io.ReadAll(r)
@@ -85,21 +101,15 @@ func TestColdGetRacingDeleteStaysDeleted(t *testing.T) {
 	mustBeDeleted(t, tr, "wback", "k")
 }
 
+// statHookBackend runs its hook after the backend's next Stat.
 type statHookBackend struct {
 	*ctl
-	mu   sync.Mutex
-	hook func()
+	onceHook
 }
 
 func (s *statHookBackend) Stat(ctx context.Context, key string) (backend.Attrs, error) {
-	s.mu.Lock()
-	h := s.hook
-	s.hook = nil
-	s.mu.Unlock()
 	a, err := s.ctl.Stat(ctx, key)
-	if h != nil {
-		h()
-	}
+	s.fire()
 	return a, err
 }
 
@@ -125,11 +135,11 @@ func TestRefetchKeepsAcknowledgedDirtyWrite(t *testing.T) {
 	}
 	time.Sleep(50 * time.Millisecond)
 	v1 := []byte("v1-acknowledged")
-	sb.hook = func() {
+	sb.arm(func() {
 		if _, err := tr.Put(ctx, "wback", "k", bytesReader(v1), object.PutOptions{Size: int64(len(v1))}); err != nil {
 			t.Error(err)
 		}
-	}
+	})
 	r, err := tr.Get(ctx, "wback", "k", nil)
 	if err == nil {
 		b, _ := io.ReadAll(r)
@@ -149,20 +159,14 @@ func TestRefetchKeepsAcknowledgedDirtyWrite(t *testing.T) {
 	}
 }
 
+// getHookBackend runs its hook before the backend's next Get.
 type getHookBackend struct {
 	*ctl
-	mu   sync.Mutex
-	hook func()
+	onceHook
 }
 
 func (g *getHookBackend) Get(ctx context.Context, key string, rng *object.Range) (io.ReadCloser, backend.Attrs, error) {
-	g.mu.Lock()
-	h := g.hook
-	g.hook = nil
-	g.mu.Unlock()
-	if h != nil {
-		h()
-	}
+	g.fire()
 	return g.ctl.Get(ctx, key, rng)
 }
 
@@ -209,11 +213,11 @@ func TestFillKeepsCopyWrittenMeanwhile(t *testing.T) {
 			}
 			remotePut(t, e.raw, "k", []byte("v0-changed-in-backend"))
 			direct := []byte("committed-to-the-store-directly")
-			gb.hook = func() {
+			gb.arm(func() {
 				if _, err := e.local.Put(ctx, "cache", "k", bytesReader(direct), storePut(len(direct))); err != nil {
 					t.Error(err)
 				}
-			}
+			})
 			r, err := tr.Get(ctx, "cache", "k", nil)
 			if got := readAll(t, r, err); string(got) != "v0-changed-in-backend" {
 				t.Fatalf("fill served %q", got)

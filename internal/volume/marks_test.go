@@ -146,17 +146,9 @@ func openMemStale(t *testing.T, self, dir string, reps map[string]*memRep, mk *m
 			listed = append(listed, id)
 		}
 	}
-	v, err := Open(context.Background(), Config{
-		Spec:  Spec{Name: "vol", Size: 4 * memCS, ChunkSize: memCS, Copies: 2, ID: "1"},
-		Nodes: []string{"a", "b"}, Self: self, Replicas: map[string]Replica{"a": reps["a"], "b": reps["b"]},
-		StateDir: dir, OpTimeout: 50 * time.Millisecond, ProbeInterval: 10 * time.Millisecond,
-		Marks: mk, Stale: listed,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { v.Close() })
-	return v
+	cfg := memConfig(self, dir, 4*memCS, []string{"a", "b"}, reps, mk)
+	cfg.Stale = listed
+	return openMemConfig(t, cfg)
 }
 
 // TestOwnOldMarksDoNotHideOtherWritersMarks: a node whose stale map holds

@@ -156,15 +156,26 @@ func (m *memMarks) isStale(node string) bool {
 // replica of reps (IDs in nodes order), running on self.
 func openMem(t *testing.T, self, stateDir string, size int64, nodes []string, reps map[string]*memRep, mk StaleMarks) *Volume {
 	t.Helper()
+	return openMemConfig(t, memConfig(self, stateDir, size, nodes, reps, mk))
+}
+
+// memConfig is openMem's configuration.
+func memConfig(self, stateDir string, size int64, nodes []string, reps map[string]*memRep, mk StaleMarks) Config {
 	r := map[string]Replica{}
 	for id, m := range reps {
 		r[id] = m
 	}
-	v, err := Open(context.Background(), Config{
+	return Config{
 		Spec:  Spec{Name: "vol", Size: size, ChunkSize: memCS, Copies: len(nodes), ID: "1"},
 		Nodes: nodes, Self: self, Replicas: r, StateDir: stateDir,
 		OpTimeout: 50 * time.Millisecond, ProbeInterval: 10 * time.Millisecond, Marks: mk,
-	})
+	}
+}
+
+// openMemConfig opens a volume of cfg, closed when the test ends.
+func openMemConfig(t *testing.T, cfg Config) *Volume {
+	t.Helper()
+	v, err := Open(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
