@@ -38,6 +38,7 @@ HDR
 	section "Store: work files spread over directories (file creation on ext4 without a journal)" bench-store.md
 	notes bench-multihoming.md # has its own title
 	section "Block volumes over NBD: the fio matrix (analysis of the set-up in docs/bench-nbd.md)" bench-nbd-run.md
+	notes bench-nbd-notes.md
 	notes bench-fabric.md # has its own title
 } >"$out"
 echo "wrote $out"
