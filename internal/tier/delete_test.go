@@ -203,3 +203,36 @@ func TestReplicaDeleteJournaledBeforeTheCopyGoes(t *testing.T) {
 		t.Fatalf("backlog after restart: %+v, want no replica bytes", bl)
 	}
 }
+
+// A dirty local copy newer than the key's pending journaled delete (a
+// write committed to the store but not journaled before a crash) is
+// destaged after the delete at the next start: before, the delete was
+// destaged and the copy stayed dirty for ever, served but never uploaded.
+func TestDirtyCopyNewerThanPendingDeleteIsDestaged(t *testing.T) {
+	e, _, cfg, tr, _ := deleteEnv(t)
+	ctx := context.Background()
+	if err := tr.Delete(ctx, "wback", "k"); err != nil {
+		t.Fatal(err)
+	}
+	tr.Close()
+	v2 := []byte("v2-committed-not-journaled")
+	if _, err := e.local.Put(ctx, "wback", "k", bytesReader(v2), store.PutOptions{PutOptions: object.PutOptions{Size: int64(len(v2))}, Dirty: true}); err != nil {
+		t.Fatal(err)
+	}
+	tr2 := restartDestaged(t, e, cfg)
+	r, _, err := e.raw.Get(ctx, "k", nil)
+	if err != nil {
+		t.Fatalf("backend after restart: %v; backend ops %v", err, e.be.ops())
+	}
+	got, _ := io.ReadAll(r)
+	r.Close()
+	if !bytes.Equal(got, v2) {
+		t.Fatalf("backend has %q, want the local copy %q", got, v2)
+	}
+	if i, err := e.local.Stat(ctx, "wback", "k"); err != nil || i.Dirty {
+		t.Fatalf("local copy after destage: %+v %v, want clean", i, err)
+	}
+	if bl := tr2.Backlog(); bl.Objects != 0 {
+		t.Fatalf("backlog %+v", bl)
+	}
+}

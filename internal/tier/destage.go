@@ -192,7 +192,9 @@ func (d *destager) replicaDone(owner, k string, seq uint64) bool {
 }
 
 // reconcile adds an owned put for every dirty local object the journal does
-// not know (a crash between the store's commit and the journal append), and
+// not know or knows only older operations of (a crash between the store's
+// commit and the journal append; a pending older delete would otherwise be
+// destaged and leave the copy dirty for ever, served but never uploaded), and
 // removes the local copies that pending deletes left behind (a crash
 // between the journal append of a delete and the removal of the copy).
 func (d *destager) reconcile(ctx context.Context) error {
@@ -213,7 +215,7 @@ func (d *destager) reconcile(ctx context.Context) error {
 		if !i.Dirty {
 			return nil
 		}
-		if ks := d.keys[k]; ks != nil {
+		if ks := d.keys[k]; ks != nil && (ks.pending == nil || !i.ModTime.After(ks.pending.time)) {
 			return nil
 		}
 		for _, m := range d.replicas {

@@ -431,25 +431,52 @@ func (t *Tier) TakeOver(ctx context.Context, owner string) (int, error) {
 	d.mu.Unlock()
 	n := 0
 	for _, ro := range adopt {
-		kind := KindPut
-		if ro.kind == KindReplicaDelete {
-			kind = KindDelete
-		}
-		o := &op{kind: kind, seq: d.seq(), time: ro.time, bucket: ro.bucket, key: ro.key, size: ro.size, etag: ro.etag, verify: true}
-		// Own record first: a crash in between leaves both, never neither.
-		adopt := func() {
-			d.mu.Lock()
-			d.replicaDone(owner, okey(ro.bucket, ro.key), ro.seq)
-			d.mu.Unlock()
-			d.enqueue(o)
-		}
-		if err := d.j.append(true, adopt, o.record(),
-			Record{Kind: KindReplicaDone, Seq: ro.seq, Time: time.Now(), Bucket: ro.bucket, Key: ro.key, Owner: owner}); err != nil {
+		adopted, err := t.adopt(ctx, owner, ro)
+		if err != nil {
 			return n, err
 		}
-		n++
+		if adopted {
+			n++
+		}
 	}
 	return n, nil
+}
+
+// adopt makes the replica operation ro, held for the dead owner, an owned
+// operation of this node, under the key's write lock so that it is ordered
+// with the writes of the key this node accepts. A write of the key this
+// node accepted after ro (it owns the key now) is pending already and
+// supersedes ro, which is then only marked done: adopted with a later
+// sequence number, ro would replace that write's destage, and an
+// acknowledged PUT would never reach the backend.
+func (t *Tier) adopt(ctx context.Context, owner string, ro *op) (bool, error) {
+	d := t.d
+	end, err := t.beginWrite(ctx, ro.bucket, ro.key)
+	if err != nil {
+		return false, err
+	}
+	defer end()
+	done := Record{Kind: KindReplicaDone, Seq: ro.seq, Time: time.Now(), Bucket: ro.bucket, Key: ro.key, Owner: owner}
+	markDone := func() {
+		d.mu.Lock()
+		d.replicaDone(owner, okey(ro.bucket, ro.key), ro.seq)
+		d.mu.Unlock()
+	}
+	if p := d.pendingOp(ro.bucket, ro.key); p != nil && p.time.After(ro.time) {
+		t.log.Info("tier: a newer write of the key is pending here; the taken-over operation is dropped",
+			"bucket", ro.bucket, "key", ro.key, "owner", owner, "seq", ro.seq)
+		return false, d.j.append(true, markDone, done)
+	}
+	kind := KindPut
+	if ro.kind == KindReplicaDelete {
+		kind = KindDelete
+	}
+	o := &op{kind: kind, seq: d.seq(), time: ro.time, bucket: ro.bucket, key: ro.key, size: ro.size, etag: ro.etag, verify: true}
+	// Own record first: a crash in between leaves both, never neither.
+	if err := d.j.append(true, func() { markDone(); d.enqueue(o) }, o.record(), done); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 // Adopt makes an object that was committed to the local store by another

@@ -396,6 +396,55 @@ func TestReplicasAndTakeOver(t *testing.T) {
 	})
 }
 
+// TestTakeOverKeepsNewerWrite: a holder that took ownership of a key after
+// the owner died accepted a write of it before its take-over of the dead
+// owner's backlog ran. The older taken-over delete must not replace that
+// write's destage: the backend ends with the write.
+func TestTakeOverKeepsNewerWrite(t *testing.T) {
+	owner, holder := newEnv(t, "fs"), newEnv(t, "fs")
+	holder.be = owner.be
+	gate := make(chan struct{})
+	owner.be.set(func(c *ctl) { c.gate = gate })
+	p := &peers{tiers: map[string]*tier.Tier{}, order: []string{"A", "B"}}
+	wb2 := map[string]tier.Bucket{"wback": {Mode: tier.ModeWriteback, Copies: 2}}
+	ta := owner.newTier(t, tier.Config{NodeID: "A", Replicator: p}, wb2)
+	tb := holder.newTier(t, tier.Config{NodeID: "B", Replicator: p}, wb2)
+	p.tiers["A"], p.tiers["B"] = ta, tb
+	ctx := context.Background()
+	if _, err := ta.Put(ctx, "wback", "k", bytesReader([]byte("v1")), putOpts(2)); err != nil {
+		t.Fatal(err)
+	}
+	if err := ta.Delete(ctx, "wback", "k"); err != nil {
+		t.Fatal(err)
+	}
+	ta.Close() // A dies; B owns k now and takes a write of it
+	p.mu.Lock()
+	p.order = []string{"B"}
+	p.mu.Unlock()
+	v2 := "v2 written through B after A died"
+	if _, err := tb.Put(ctx, "wback", "k", bytesReader([]byte(v2)), putOpts(len(v2))); err != nil && !errors.Is(err, object.ErrUnavailable) {
+		t.Fatal(err) // no peer for the second copy: the write is journaled all the same
+	}
+	if n, err := tb.TakeOver(ctx, "A"); err != nil || n != 0 {
+		t.Fatalf("TakeOver: %d %v, want the older delete dropped", n, err)
+	}
+	close(gate)
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if err := tb.WaitDestaged(wctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(owner.remoteFile("k")); err != nil || string(got) != v2 {
+		t.Fatalf("backend k = %q (%v), want %q; ops %v", got, err, v2, owner.be.ops())
+	}
+	if i, err := holder.local.Stat(ctx, "wback", "k"); err != nil || i.Dirty {
+		t.Errorf("B's copy: %+v %v, want clean", i, err)
+	}
+	if bl := tb.Backlog(); bl.ReplicaObjects != 0 || bl.Objects != 0 {
+		t.Errorf("B's backlog %+v", bl)
+	}
+}
+
 // TestReturningOwnerDoesNotRollBack: an owner that dies with a backlog is
 // taken over; the key is rewritten through another node meanwhile. When the
 // owner comes back with its old journal, the backend keeps the newer write,
