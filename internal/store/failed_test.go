@@ -98,3 +98,101 @@ func mkdir(t *testing.T, p string) string {
 	}
 	return p
 }
+
+// TestDeleteOnFailedDriveLasts: copies a read-only drive keeps after their
+// key was deleted, or rewritten elsewhere and then deleted, are recorded
+// dead on the other drives: a restart does not serve them again. Once the
+// drive is writable again, the next start removes them and their records.
+func TestDeleteOnFailedDriveLasts(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	broken := filepath.Join(dir, "mp1")
+	if err := unix.Mount("tmpfs", mkdir(t, broken), "tmpfs", 0, "size=16m"); err != nil {
+		t.Fatalf("mounting a tmpfs (the test runs as root): %v", err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(broken, 0); err != nil {
+			t.Errorf("unmount %s: %v", broken, err)
+		}
+	})
+	cfg := Config{Mountpaths: []string{broken, filepath.Join(dir, "mp2"), filepath.Join(dir, "mp3")}}
+	s := openTest(t, cfg)
+	var keys []string
+	for i := 0; len(keys) < 4; i++ {
+		if k := fmt.Sprintf("k%d", i); s.mountpathFor("bkt", k).path == broken {
+			keys = append(keys, k)
+		}
+	}
+	rewritten, deleted, kept, probe := keys[0], keys[1], keys[2], keys[3]
+	for _, k := range keys[:3] {
+		put(t, s, "bkt", k, []byte("before "+k))
+	}
+	for _, mp := range s.mps {
+		if mp.path == broken {
+			mp.lock.Close() // see TestFailedDriveTakesNoWrites
+			mp.lock = nil
+		}
+	}
+	if err := unix.Mount("", broken, "", unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+		t.Fatalf("remount read-only: %v", err)
+	}
+	if _, err := s.Put(ctx, "bkt", probe, bytes.NewReader([]byte("x")), PutOptions{PutOptions: object.PutOptions{Size: 1}}); !errors.Is(err, unix.EROFS) {
+		t.Fatalf("write to the read-only drive: %v, want EROFS", err) // the store finds out
+	}
+	put(t, s, "bkt", rewritten, []byte("after "+rewritten)) // lands on another drive
+	for _, k := range []string{rewritten, deleted} {
+		if err := s.Delete(ctx, "bkt", k); err != nil {
+			t.Fatalf("delete %s with a copy on the read-only drive: %v", k, err)
+		}
+	}
+	check := func(when string) {
+		t.Helper()
+		for _, k := range []string{rewritten, deleted} {
+			if _, err := s.Stat(ctx, "bkt", k); !errors.Is(err, object.ErrNotFound) {
+				t.Errorf("%s: deleted %s: %v, want not found", when, k, err)
+			}
+		}
+		if got, _ := get(t, s, "bkt", kept, nil); string(got) != "before "+kept {
+			t.Errorf("%s: %s reads %q", when, kept, got)
+		}
+	}
+	check("before a restart")
+	s.Close()
+	s = openTest(t, cfg)
+	check("after a restart with the drive read-only")
+	if n := countFiles(t, filepath.Join(dir, "mp2", deadDir)); n != 2 {
+		t.Errorf("dead-copy records on mp2: %d, want 2", n)
+	}
+
+	// The drive is writable again: the dead copies go, and their records.
+	s.Close()
+	if err := unix.Mount("", broken, "", unix.MS_REMOUNT, ""); err != nil {
+		t.Fatalf("remount read-write: %v", err)
+	}
+	s = openTest(t, cfg)
+	check("after a restart with the drive writable")
+	for _, k := range []string{rewritten, deleted} {
+		if _, file := s.mps[0].objectPath("bkt", k); fileExists(file) {
+			t.Errorf("dead copy of %s still on the drive", k)
+		}
+	}
+	for _, mp := range []string{"mp2", "mp3"} {
+		if n := countFiles(t, filepath.Join(dir, mp, deadDir)); n != 0 {
+			t.Errorf("dead-copy records on %s after the copies went: %d", mp, n)
+		}
+	}
+}
+
+func countFiles(t *testing.T, dir string) int {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}

@@ -408,8 +408,10 @@ func (s *Store) commit(ctx context.Context, w *work, info object.Info, check fun
 		omp.dropSpace(old.info.Size)
 		if old.mp != mp.idx {
 			omp.polRemove(pk)
-			_, ofile := omp.objectPath(info.Bucket, info.Key)
-			os.Remove(ofile)
+			if err := s.removeCopy(omp, info.Bucket, info.Key, old.info.ModTime, true); err != nil {
+				// The older copy may be served again after a restart.
+				s.log.Error("store: older copy on another mountpath not removed", "bucket", info.Bucket, "key", info.Key, "mountpath", omp.path, "err", err)
+			}
 		}
 	}
 	if info.Evictable() {
@@ -450,20 +452,14 @@ func (s *Store) deleteIf(ctx context.Context, bucket, key string, check func(*en
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	dir, err := s.remove(bucket, key, check)
-	if err != nil {
-		return err
-	}
-	if err := syncDir(dir); err != nil {
-		return fmt.Errorf("store: fsync %s: %w", dir, err)
-	}
-	return nil
+	return s.remove(bucket, key, check, true)
 }
 
 // remove unlinks bucket/key and drops it from the index and its policy. If
-// check is set it is called under the key lock and may veto. It returns the
-// directory to fsync.
-func (s *Store) remove(bucket, key string, check func(*entry) error) (string, error) {
+// check is set it is called under the key lock and may veto. With durable,
+// the removal is fsynced. A copy on a read-only (failed) drive is recorded
+// as dead instead (removeCopy).
+func (s *Store) remove(bucket, key string, check func(*entry) error, durable bool) error {
 	bi := s.bucket(bucket, false)
 	l := s.keyLock(bucket, key)
 	l.Lock()
@@ -475,22 +471,21 @@ func (s *Store) remove(bucket, key string, check func(*entry) error) (string, er
 		bi.mu.RUnlock()
 	}
 	if e == nil {
-		return "", fmt.Errorf("%w: %s/%s", object.ErrNotFound, bucket, key)
+		return fmt.Errorf("%w: %s/%s", object.ErrNotFound, bucket, key)
 	}
 	if check != nil {
 		if err := check(e); err != nil {
-			return "", err
+			return err
 		}
 	}
 	mp := s.mps[e.mp]
-	dir, file := mp.objectPath(bucket, key)
-	if err := os.Remove(file); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return "", fmt.Errorf("store: delete %s/%s: %w", bucket, key, err)
+	if err := s.removeCopy(mp, bucket, key, e.info.ModTime, durable); err != nil {
+		return fmt.Errorf("store: delete %s/%s: %w", bucket, key, err)
 	}
 	bi.remove(key, e)
 	mp.dropSpace(e.info.Size)
 	mp.polRemove(placement.ObjectName(bucket, key))
-	return dir, nil
+	return nil
 }
 
 // Stat returns the metadata of bucket/key. object.ErrNotFound if absent.

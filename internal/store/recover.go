@@ -41,11 +41,22 @@ func (s *Store) recover(ctx context.Context) error {
 			return err
 		}
 	}
-	// Merge. A key found on two mountpaths (the mountpath list changed)
-	// keeps its newest version.
+	// Merge. Copies recorded dead (deleted or replaced while their drive
+	// was read-only) are left out. A key found on two mountpaths (the
+	// mountpath list changed, or a drive failed) keeps its newest version.
+	dead := s.deadRecords()
+	keep := map[string]bool{} // dead records of copies still on a drive
 	byKey := map[string]found{}
 	for _, fs := range results {
 		for _, f := range fs {
+			mp := s.mps[f.mp]
+			if d, ok := dead[(deadCopy{Mountpath: mp.root, Bucket: f.info.Bucket, Key: f.info.Key}).name()]; ok && d.kills(mp.root, f) {
+				s.log.Warn("store: leaving out a copy recorded dead", "bucket", f.info.Bucket, "key", f.info.Key, "mountpath", mp.path)
+				if err := s.removeCopy(mp, f.info.Bucket, f.info.Key, f.info.ModTime, true); err != nil || mp.failed.Load() {
+					keep[d.name()] = true
+				}
+				continue
+			}
 			pk := placement.ObjectName(f.info.Bucket, f.info.Key)
 			prev, dup := byKey[pk]
 			if dup {
@@ -53,14 +64,29 @@ func (s *Store) recover(ctx context.Context) error {
 				if f.info.ModTime.After(prev.info.ModTime) {
 					loser, byKey[pk] = prev, f
 				}
-				_, file := s.mps[loser.mp].objectPath(loser.info.Bucket, loser.info.Key)
-				s.log.Warn("store: removing older duplicate", "bucket", loser.info.Bucket, "key", loser.info.Key, "mountpath", s.mps[loser.mp].path)
-				os.Remove(file)
+				lmp := s.mps[loser.mp]
+				s.log.Warn("store: removing older duplicate", "bucket", loser.info.Bucket, "key", loser.info.Key, "mountpath", lmp.path)
+				if err := s.removeCopy(lmp, loser.info.Bucket, loser.info.Key, loser.info.ModTime, true); err != nil {
+					s.log.Error("store: older duplicate not removed", "bucket", loser.info.Bucket, "key", loser.info.Key, "mountpath", lmp.path, "err", err)
+				}
+				if lmp.failed.Load() {
+					keep[(deadCopy{Mountpath: lmp.root, Bucket: loser.info.Bucket, Key: loser.info.Key}).name()] = true
+				}
 				continue
 			}
 			byKey[pk] = f
 		}
 	}
+	// Records of copies that are gone (or were written again since) are
+	// dropped; those of mountpaths the store does not have now are kept
+	// (the drive may come back).
+	var drop []string
+	for name, d := range dead {
+		if !keep[name] && s.hasMountpath(d.Mountpath) {
+			drop = append(drop, name)
+		}
+	}
+	s.dropDeadRecords(drop)
 	all := make([]found, 0, len(byKey))
 	for _, f := range byKey {
 		all = append(all, f)

@@ -237,13 +237,13 @@ func (s *Store) evictUntil(ctx context.Context, mp *mountpath, done func(freed i
 		}
 		bucket, key, _ := strings.Cut(k, "/")
 		var size int64
-		_, err := s.remove(bucket, key, func(e *entry) error {
+		err := s.remove(bucket, key, func(e *entry) error {
 			if e.mp != mp.idx || !e.info.Evictable() {
 				return ErrDirty
 			}
 			size = e.info.Size
 			return nil
-		})
+		}, false)
 		if err == nil {
 			freed += size
 			s.log.Debug("store: evicted", "bucket", bucket, "key", key, "size", size)
@@ -261,7 +261,7 @@ func (s *Store) EvictObject(ctx context.Context, bucket, key string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	_, err := s.remove(bucket, key, func(e *entry) error {
+	return s.remove(bucket, key, func(e *entry) error {
 		if e.info.Dirty {
 			return fmt.Errorf("%w: %s/%s", ErrDirty, bucket, key)
 		}
@@ -269,6 +269,5 @@ func (s *Store) EvictObject(ctx context.Context, bucket, key string) error {
 			return fmt.Errorf("%w: %s/%s", ErrPinned, bucket, key)
 		}
 		return nil
-	})
-	return err
+	}, false)
 }
