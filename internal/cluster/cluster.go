@@ -469,15 +469,16 @@ func (c *Cluster) PutVolume(ctx context.Context, v VolumeSpec) error {
 	return c.propose(ctx, command{Op: opVolumePut, Volume: &v})
 }
 
-// SetVolumeStale records whether mirror node of volume name missed writes
-// not yet resynchronised (VolumeSpec.Stale). It fails with
-// ErrVolumeNotFound.
-func (c *Cluster) SetVolumeStale(ctx context.Context, name, node string, stale bool) error {
+// SetVolumeStale records whether mirror of volume name missed writes made
+// through writer that are not resynchronised yet (VolumeSpec.StaleBy).
+// Clearing the writer "" clears every writer's mark on the mirror. It
+// fails with ErrVolumeNotFound.
+func (c *Cluster) SetVolumeStale(ctx context.Context, name, mirror, writer string, stale bool) error {
 	st := StateUp
 	if stale {
 		st = StateDown
 	}
-	return c.propose(ctx, command{Op: opVolumeStale, Name: name, Node: &NodeInfo{ID: node}, State: st})
+	return c.propose(ctx, command{Op: opVolumeStale, Name: name, Node: &NodeInfo{ID: mirror}, State: st, Writer: writer})
 }
 
 // DeleteVolume removes a volume. It fails with ErrVolumeNotFound.

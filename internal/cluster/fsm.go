@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"sync"
 
@@ -37,6 +38,7 @@ type command struct {
 	Bucket *BucketProps `json:"bucket,omitempty"`
 	Volume *VolumeSpec  `json:"volume,omitempty"`
 	Drain  bool         `json:"drain,omitempty"`
+	Writer string       `json:"writer,omitempty"` // volume.stale: the node whose writes the mirror missed
 }
 
 func decodeCommand(b []byte) (command, error) {
@@ -140,7 +142,7 @@ func applyCommand(m *Map, c command) (*Map, error) {
 		}
 		nv := *c.Volume
 		if old, ok := m.Volumes[nv.Name]; ok {
-			nv.Created, nv.ID, nv.Stale = old.Created, old.ID, old.Stale
+			nv.Created, nv.ID, nv.Stale, nv.StaleBy = old.Created, old.ID, old.Stale, old.StaleBy
 			if old.equal(nv) {
 				return m, nil
 			}
@@ -154,16 +156,14 @@ func applyCommand(m *Map, c command) (*Map, error) {
 		if c.Node == nil || c.Node.ID == "" || c.State != StateUp && c.State != StateDown {
 			return m, fmt.Errorf("%w: volume.stale needs a node and up or down", ErrInvalid)
 		}
-		id, stale := c.Node.ID, c.State == StateDown
-		if slices.Contains(v.Stale, id) == stale {
+		marks := setStaleMark(v.StaleMarks(), c.Node.ID, c.Writer, c.State == StateDown)
+		if maps.EqualFunc(marks, v.StaleMarks(), slices.Equal) {
 			return m, nil
 		}
 		mut = func(n *Map) error {
-			if stale {
-				v.Stale = append(slices.Clone(v.Stale), id)
-				slices.Sort(v.Stale)
-			} else {
-				v.Stale = slices.DeleteFunc(slices.Clone(v.Stale), func(s string) bool { return s == id })
+			v.Stale, v.StaleBy = slices.Sorted(maps.Keys(marks)), marks
+			if len(marks) == 0 {
+				v.Stale, v.StaleBy = nil, nil
 			}
 			n.Volumes[c.Name] = v
 			return nil
@@ -295,4 +295,26 @@ func (p *publisher) publish(m *Map) {
 	close(p.changed)
 	p.changed = make(chan struct{})
 	p.mu.Unlock()
+}
+
+// setStaleMark returns marks (mirror -> writers) with writer's mark on
+// mirror set or cleared. Clearing the writer "" clears every writer's mark
+// on the mirror (an operator's override).
+func setStaleMark(marks map[string][]string, mirror, writer string, stale bool) map[string][]string {
+	ws := marks[mirror]
+	switch {
+	case stale && !slices.Contains(ws, writer):
+		ws = append(ws, writer)
+		slices.Sort(ws)
+	case !stale && writer == "":
+		ws = nil
+	case !stale:
+		ws = slices.DeleteFunc(ws, func(w string) bool { return w == writer })
+	}
+	if len(ws) == 0 {
+		delete(marks, mirror)
+	} else {
+		marks[mirror] = ws
+	}
+	return marks
 }

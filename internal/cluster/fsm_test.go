@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"reflect"
 	"slices"
 	"testing"
@@ -492,6 +493,30 @@ func TestVolumeStaleMarks(t *testing.T) {
 		}
 		if !slices.Equal(prev.Volumes["v"].Stale, before) {
 			t.Fatal("applyCommand changed the previous map's stale list")
+		}
+	}
+	// Marks are per writer: a mirror stays stale until every writer whose
+	// writes it missed has cleared its own mark; "" clears them all.
+	for _, step := range []struct {
+		mirror, writer string
+		state          NodeState
+		want           map[string][]string
+	}{
+		{"c", "x", StateDown, map[string][]string{"c": {"x"}}},
+		{"c", "y", StateDown, map[string][]string{"c": {"x", "y"}}},
+		{"a", "y", StateDown, map[string][]string{"a": {"y"}, "c": {"x", "y"}}},
+		{"c", "x", StateUp, map[string][]string{"a": {"y"}, "c": {"y"}}},
+		{"c", "x", StateUp, map[string][]string{"a": {"y"}, "c": {"y"}}},
+		{"a", "x", StateDown, map[string][]string{"a": {"x", "y"}, "c": {"y"}}},
+		{"a", "", StateUp, map[string][]string{"c": {"y"}}},
+		{"c", "y", StateUp, nil},
+	} {
+		if m, err = applyCommand(m, command{Op: opVolumeStale, Name: "v", Node: &NodeInfo{ID: step.mirror}, State: step.state, Writer: step.writer}); err != nil {
+			t.Fatal(err)
+		}
+		v := m.Volumes["v"]
+		if !maps.EqualFunc(v.StaleBy, step.want, slices.Equal) || !slices.Equal(v.Stale, slices.Sorted(maps.Keys(step.want))) {
+			t.Fatalf("%s by %s %s: stale %v by %v, want %v", step.mirror, step.writer, step.state, v.Stale, v.StaleBy, step.want)
 		}
 	}
 	// A resize keeps the marks.

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -212,10 +213,13 @@ type VolumeSpec struct {
 	// ID tells this volume from earlier ones of the same name (see Key).
 	ID string `json:"id,omitempty"`
 	// Stale lists the mirrors that missed writes and are not resynchronised
-	// yet. The writing node knows which chunks; a node that opens the
-	// volume after it (the writer died) treats every chunk of these
-	// mirrors as stale.
+	// yet (the keys of StaleBy).
 	Stale []string `json:"stale,omitempty"`
+	// StaleBy names, for each stale mirror, the nodes whose writes it
+	// missed. Each such writer knows which chunks and clears its own name
+	// once it has resynchronised them; any other node that has the volume
+	// open treats every chunk of the mirror as stale.
+	StaleBy map[string][]string `json:"staleBy,omitempty"`
 	// Nodes are the members chunks are placed on, fixed when the volume
 	// is created so that later membership changes do not move chunks.
 	Nodes []string `json:"nodes,omitempty"`
@@ -224,7 +228,23 @@ type VolumeSpec struct {
 // equal reports whether v and o describe the same volume.
 func (v VolumeSpec) equal(o VolumeSpec) bool {
 	return v.Name == o.Name && v.Size == o.Size && v.ChunkSize == o.ChunkSize && v.Copies == o.Copies &&
-		v.Created.Equal(o.Created) && v.ID == o.ID && slices.Equal(v.Nodes, o.Nodes) && slices.Equal(v.Stale, o.Stale)
+		v.Created.Equal(o.Created) && v.ID == o.ID && slices.Equal(v.Nodes, o.Nodes) && slices.Equal(v.Stale, o.Stale) &&
+		maps.EqualFunc(v.StaleBy, o.StaleBy, slices.Equal)
+}
+
+// StaleMarks returns, for each stale mirror, the writers whose writes it
+// missed; a mirror a map of an earlier version lists without writers has
+// the unknown writer "".
+func (v VolumeSpec) StaleMarks() map[string][]string {
+	out := make(map[string][]string, len(v.Stale))
+	for _, m := range v.Stale {
+		if ws, ok := v.StaleBy[m]; ok {
+			out[m] = slices.Clone(ws)
+		} else {
+			out[m] = []string{""}
+		}
+	}
+	return out
 }
 
 // Key is the name the volume's chunks are stored under on the nodes: the

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -101,7 +102,7 @@ func (vs *volumes) Lookup(ctx context.Context, name string) (nbd.Device, error) 
 			ov.spec = spec
 			vs.open[spec.Name] = ov
 		}
-		ov.vol.NoteStale(spec.Stale)
+		ov.vol.NoteStale(spec.StaleMarks())
 		return ov.vol, nil
 	}
 	nodes := spec.Nodes
@@ -115,10 +116,10 @@ func (vs *volumes) Lookup(ctx context.Context, name string) (nbd.Device, error) 
 	cfg := volume.Config{
 		Spec: toVolumeSpec(spec), Nodes: nodes, Self: vs.self, Replicas: reps,
 		StateDir: filepath.Join(vs.stateDir, spec.Key()), Logger: vs.log.With("volume", spec.Name),
-		Stale: spec.Stale,
+		Stale: spec.StaleMarks(),
 	}
 	if vs.marks != nil {
-		cfg.Marks = staleMarks{vs.marks, spec.Name}
+		cfg.Marks = staleMarks{m: vs.marks, name: spec.Name, self: vs.self, meta: vs.meta}
 	}
 	v, err := volume.Open(context.Background(), cfg)
 	if err != nil {
@@ -196,17 +197,35 @@ func (vs *volumes) close() error {
 // volumeMarker records in the cluster map which mirrors of a volume missed
 // writes (the cluster implements it).
 type volumeMarker interface {
-	SetVolumeStale(ctx context.Context, name, node string, stale bool) error
+	SetVolumeStale(ctx context.Context, name, mirror, writer string, stale bool) error
 }
 
-// staleMarks is one volume's volume.StaleMarks.
+// staleMarks is one volume's volume.StaleMarks on this node.
 type staleMarks struct {
 	m    volumeMarker
 	name string
+	self string
+	meta interface{ Map() *cluster.Map }
 }
 
-func (s staleMarks) SetStale(ctx context.Context, node string, stale bool) error {
-	return s.m.SetVolumeStale(ctx, s.name, node, stale)
+func (s staleMarks) SetStale(ctx context.Context, mirror string, stale bool) error {
+	return s.m.SetVolumeStale(ctx, s.name, mirror, s.self, stale)
+}
+
+// ClearCovered clears the marks of the writers the map does not hold
+// alive: a node that is up or in maintenance may still write and clears
+// its own mark.
+func (s staleMarks) ClearCovered(ctx context.Context, mirror string, writers []string) error {
+	m := s.meta.Map()
+	for _, w := range writers {
+		if n, ok := m.Node(w); w == s.self || ok && n.State != cluster.StateDown {
+			continue
+		}
+		if err := s.m.SetVolumeStale(ctx, s.name, mirror, w, false); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // newVolumeID returns a random ID that tells a volume from earlier ones
@@ -223,7 +242,7 @@ func newVolumeID() string {
 // failed): their chunks, stale maps and open handles.
 func (vs *volumes) collect(ctx context.Context) {
 	for m := range vs.meta.Watch(ctx) {
-		vs.noteStale(m)
+		vs.noteStale(ctx, m)
 		if len(m.DeletedVolumes) == 0 {
 			continue
 		}
@@ -264,13 +283,26 @@ func (vs *volumes) collect(ctx context.Context) {
 	}
 }
 
-// noteStale passes the map's stale mirrors to the open volumes.
-func (vs *volumes) noteStale(m *cluster.Map) {
+// noteStale passes the map's stale marks to the open volumes. A volume
+// the map lists this node as a writer of, which it does not have open (it
+// restarted), is opened: it resynchronises the chunks its stale map holds
+// and clears its mark, which only it can do while it is up.
+func (vs *volumes) noteStale(ctx context.Context, m *cluster.Map) {
 	vs.mu.Lock()
-	defer vs.mu.Unlock()
-	for name, ov := range vs.open {
-		if spec, ok := m.Volume(name); ok && spec.ID == ov.spec.ID {
-			ov.vol.NoteStale(spec.Stale)
+	var reopen []string
+	for name, spec := range m.Volumes {
+		ov, ok := vs.open[name]
+		switch {
+		case ok && spec.ID == ov.spec.ID:
+			ov.vol.NoteStale(spec.StaleMarks())
+		case slices.ContainsFunc(slices.Collect(maps.Values(spec.StaleBy)), func(ws []string) bool { return slices.Contains(ws, vs.self) }):
+			reopen = append(reopen, name)
+		}
+	}
+	vs.mu.Unlock()
+	for _, name := range reopen {
+		if _, err := vs.Lookup(ctx, name); err != nil {
+			vs.log.Warn("opening a volume to resynchronise the mirrors it marked stale", "volume", name, "err", err)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -128,5 +129,80 @@ func TestLookupAfterResizeKeepsOneVolume(t *testing.T) {
 	}
 	if err := after.Flush(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// markCalls is a volumeMarker that records its calls.
+type markCalls struct{ calls []string }
+
+func (m *markCalls) SetVolumeStale(_ context.Context, name, mirror, writer string, stale bool) error {
+	m.calls = append(m.calls, fmt.Sprintf("%s %s %s %v", name, mirror, writer, stale))
+	return nil
+}
+
+// TestClearCoveredSparesLiveWriters: a node that resynchronised a mirror
+// in full clears the marks other writers left on it only for writers the
+// map does not hold alive (down, or gone from the map); its own mark and
+// those of nodes up or in maintenance stay.
+func TestClearCoveredSparesLiveWriters(t *testing.T) {
+	m := cluster.NewMap()
+	for id, st := range map[string]cluster.NodeState{"a": cluster.StateUp, "b": cluster.StateUp, "c": cluster.StateDown, "d": cluster.StateMaintenance} {
+		m.Nodes[id] = cluster.NodeInfo{ID: id, State: st}
+	}
+	mc := &markCalls{}
+	sm := staleMarks{m: mc, name: "v", self: "a", meta: fixedMap{m}}
+	if err := sm.ClearCovered(context.Background(), "b", []string{"a", "b", "c", "d", "gone"}); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"v b c false", "v b gone false"}; !slices.Equal(mc.calls, want) {
+		t.Errorf("calls %q, want %q", mc.calls, want)
+	}
+	if err := sm.SetStale(context.Background(), "b", true); err != nil || mc.calls[len(mc.calls)-1] != "v b a true" {
+		t.Errorf("SetStale marks as the node itself: %q %v", mc.calls, err)
+	}
+}
+
+// TestCollectOpensVolumesMarkedByThisNode: a node the map lists as the
+// writer of a stale mark opens that volume when it sees the map (after a
+// restart), so that it resynchronises the chunks and clears its mark: no
+// other node can while it is alive.
+func TestCollectOpensVolumesMarkedByThisNode(t *testing.T) {
+	root := t.TempDir()
+	vl, err := volume.NewLocal(volume.LocalConfig{Mountpaths: []string{filepath.Join(root, "mp")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vl.Close()
+	m := cluster.NewMap()
+	for _, id := range []string{"a", "b"} {
+		m.Nodes[id] = cluster.NodeInfo{ID: id, State: cluster.StateUp}
+	}
+	m.Volumes["marked"] = cluster.VolumeSpec{Name: "marked", Size: 1 << 20, ChunkSize: 4096, Copies: 2, ID: "01", Nodes: []string{"a", "b"},
+		Stale: []string{"b"}, StaleBy: map[string][]string{"b": {"a"}}}
+	m.Volumes["other"] = cluster.VolumeSpec{Name: "other", Size: 1 << 20, ChunkSize: 4096, Copies: 2, ID: "02", Nodes: []string{"a", "b"},
+		Stale: []string{"a"}, StaleBy: map[string][]string{"a": {"b"}}}
+	vs := &volumes{self: "a", meta: fixedMap{m}, local: vl, stateDir: filepath.Join(root, "state"), log: slog.New(slog.DiscardHandler),
+		open: map[string]openVolume{}, clients: map[string]*volume.Client{}}
+	defer vs.close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); vs.collect(ctx) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		vs.mu.Lock()
+		_, marked := vs.open["marked"]
+		vs.mu.Unlock()
+		if marked {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the volume this node marked was not opened")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	if _, other := vs.open["other"]; other {
+		t.Error("opened a volume only another writer marked")
 	}
 }

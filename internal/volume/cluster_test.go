@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"slices"
@@ -470,33 +471,80 @@ func TestVolumeExtents(t *testing.T) {
 	}
 }
 
-// marks is an in-memory StaleMarks (the cluster map's role).
+// marks is an in-memory StaleMarks (the cluster map's role); as gives a
+// volume's view, which marks as its node.
 type marks struct {
 	mu    sync.Mutex
-	nodes []string
-	fail  error // answer every call with this (a cluster without quorum)
+	stale map[string][]string // mirror -> writers
+	fail  error               // answer every call with this (a cluster without quorum)
 	calls int
 }
 
-func (m *marks) SetStale(_ context.Context, node string, stale bool) error {
+type marksAs struct {
+	*marks
+	writer string
+}
+
+func (m *marks) as(writer string) marksAs { return marksAs{m, writer} }
+
+func (m marksAs) SetStale(_ context.Context, mirror string, stale bool) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.calls++
 	if m.fail != nil {
 		return m.fail
 	}
-	m.nodes = slices.DeleteFunc(m.nodes, func(n string) bool { return n == node })
-	if stale {
-		m.nodes = append(m.nodes, node)
-		slices.Sort(m.nodes)
+	m.setLocked(mirror, m.writer, stale)
+	return nil
+}
+
+// ClearCovered clears every writer's mark: no writer here outlives its
+// volume.
+func (m marksAs) ClearCovered(_ context.Context, mirror string, writers []string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.calls++
+	if m.fail != nil {
+		return m.fail
+	}
+	for _, w := range writers {
+		m.setLocked(mirror, w, false)
 	}
 	return nil
 }
 
+func (m *marks) setLocked(mirror, writer string, stale bool) {
+	if m.stale == nil {
+		m.stale = map[string][]string{}
+	}
+	ws := slices.DeleteFunc(m.stale[mirror], func(w string) bool { return w == writer })
+	if stale {
+		ws = append(ws, writer)
+		slices.Sort(ws)
+	}
+	if len(ws) == 0 {
+		delete(m.stale, mirror)
+	} else {
+		m.stale[mirror] = ws
+	}
+}
+
+// list returns the stale mirrors.
 func (m *marks) list() []string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return slices.Clone(m.nodes)
+	return slices.Sorted(maps.Keys(m.stale))
+}
+
+// byWriter returns the marks as the cluster map hands them to a volume.
+func (m *marks) byWriter() map[string][]string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := map[string][]string{}
+	for k, ws := range m.stale {
+		out[k] = slices.Clone(ws)
+	}
+	return out
 }
 
 // TestWriterDiesWhileAMirrorIsStale: the writing node dies while a mirror
@@ -511,7 +559,7 @@ func TestWriterDiesWhileAMirrorIsStale(t *testing.T) {
 	spec := volume.Spec{Name: "vol", Size: 12 * chunk, ChunkSize: chunk, Copies: 2, ID: "9"}
 	mk := &marks{}
 	cfg := volumeConfig(t, spec, t.TempDir(), a, b, c)
-	cfg.Marks = mk
+	cfg.Marks = mk.as("a")
 	v1 := openConfig(t, cfg)
 	fill := func(v *volume.Volume, seed byte) {
 		t.Helper()
@@ -532,7 +580,7 @@ func TestWriterDiesWhileAMirrorIsStale(t *testing.T) {
 	c.start()
 
 	cfg = volumeConfig(t, spec, t.TempDir(), b, a, c)
-	cfg.Marks, cfg.Stale = mk, mk.list()
+	cfg.Marks, cfg.Stale = mk.as("b"), mk.byWriter()
 	v2 := openConfig(t, cfg)
 	got := make([]byte, 4096)
 	var withA []int64
@@ -591,7 +639,7 @@ func TestStaleMarkUnavailable(t *testing.T) {
 	const chunk = 1 << 20
 	mk := &marks{fail: errors.New("no quorum")}
 	cfg := volumeConfig(t, volume.Spec{Name: "vol", Size: 16 * chunk, ChunkSize: chunk, Copies: 2, ID: "3"}, t.TempDir(), a, b)
-	cfg.Marks = mk
+	cfg.Marks = mk.as("a")
 	v := openConfig(t, cfg)
 	b.kill()
 	for i := range int64(16) {

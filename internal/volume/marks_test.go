@@ -2,6 +2,7 @@ package volume
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 )
@@ -140,14 +141,8 @@ func TestWriteWaitsForMarkSaved(t *testing.T) {
 // the mirrors it lists at Open.
 func openMemStale(t *testing.T, self, dir string, reps map[string]*memRep, mk *memMarks) *Volume {
 	t.Helper()
-	var listed []string
-	for _, id := range []string{"a", "b"} {
-		if mk.isStale(id) {
-			listed = append(listed, id)
-		}
-	}
 	cfg := memConfig(self, dir, 4*memCS, []string{"a", "b"}, reps, mk)
-	cfg.Stale = listed
+	cfg.Stale = mk.list()
 	return openMemConfig(t, cfg)
 }
 
@@ -200,4 +195,83 @@ func TestOwnOldMarksDoNotHideOtherWritersMarks(t *testing.T) {
 	if err := b.ReadAt(ctx, "vol@1", 1, p, 0); err != nil || string(p) != "y1" {
 		t.Errorf("b holds %q, %v for chunk 1 after the resync; want Y's write", p, err)
 	}
+}
+
+// TestOtherWritersMarkSeenWhileOpen: node X keeps the volume open and has
+// marks of its own on mirror b. Node Y writes a chunk b misses, and dies.
+// X learns of Y's mark while open: it must not count b in sync once it has
+// copied only its own chunks. It resynchronises b in full and then clears
+// Y's mark too, but only once Y is not alive any more (a live writer may
+// have missed more since, and clears its own mark).
+func TestOtherWritersMarkSeenWhileOpen(t *testing.T) {
+	ctx := context.Background()
+	reps := memReps("a", "b")
+	b := reps["b"]
+	mk := &memMarks{}
+	vx := openMemStale(t, "a", t.TempDir(), reps, mk)
+	b.down.Store(true)
+	if err := vx.WriteAt(ctx, []byte("x0"), 0, false); err != nil {
+		t.Fatal(err)
+	}
+	if got := mk.list()["b"]; !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("writers marking b: %v, want X (a)", got)
+	}
+
+	// Y (node c, holding no mirror) writes chunk 1 and dies.
+	vy := openMemStale(t, "c", t.TempDir(), reps, mk)
+	if err := vy.WriteAt(ctx, []byte("y1"), memCS, false); err != nil {
+		t.Fatal(err)
+	}
+	vy.Close()
+	if got := mk.list()["b"]; !slices.Equal(got, []string{"a", "c"}) {
+		t.Fatalf("writers marking b: %v, want X and Y (a, c)", got)
+	}
+	mk.setAlive("c", true) // c's node is still up for a while
+	vx.NoteStale(mk.list())
+	if got := vx.StaleChunks()["b"]; got != 4 {
+		t.Fatalf("X's stale chunks of b once it saw Y's mark: %d, want all 4", got)
+	}
+	p := make([]byte, 2)
+	if err := vx.ReadAt(ctx, p, memCS); err != nil || string(p) != "y1" {
+		t.Fatalf("X reads chunk 1 as %q, %v; want Y's write", p, err)
+	}
+
+	b.down.Store(false)
+	waitUntil(t, "b to be resynchronised in full", func() bool {
+		return len(vx.StaleChunks()) == 0 && slices.Equal(mk.list()["b"], []string{"c"})
+	})
+	if err := b.ReadAt(ctx, "vol@1", 1, p, 0); err != nil || string(p) != "y1" {
+		t.Errorf("b holds %q, %v for chunk 1 after the resync; want Y's write", p, err)
+	}
+	time.Sleep(100 * time.Millisecond) // resync rounds
+	if !mk.isStale("b") {
+		t.Fatal("X cleared the mark of Y, which is alive")
+	}
+	mk.setAlive("c", false) // c's node is declared down
+	waitUntil(t, "Y's mark to be cleared", func() bool { return !mk.isStale("b") })
+}
+
+// TestOwnMarkFollowsTheMap: a mark of this node that another node cleared
+// (it took this one for dead) is made again while this node still misses
+// chunks; a mark of its own the map lists while it misses nothing (a
+// clear lost to a map seen late) is cleared again.
+func TestOwnMarkFollowsTheMap(t *testing.T) {
+	ctx := context.Background()
+	reps := memReps("a", "b")
+	b := reps["b"]
+	mk := &memMarks{}
+	v := openMemStale(t, "a", t.TempDir(), reps, mk)
+	b.down.Store(true)
+	if err := v.WriteAt(ctx, []byte("x0"), 0, false); err != nil {
+		t.Fatal(err)
+	}
+	mk.set("b", "a", false) // another node clears a's mark
+	v.NoteStale(mk.list())
+	waitUntil(t, "a to mark b again", func() bool { return slices.Equal(mk.list()["b"], []string{"a"}) })
+
+	b.down.Store(false)
+	waitUntil(t, "b to be resynchronised", func() bool { return len(v.StaleChunks()) == 0 && !mk.isStale("b") })
+	mk.set("b", "a", true) // a map from before the clear
+	v.NoteStale(mk.list())
+	waitUntil(t, "a's mark to be cleared again", func() bool { return !mk.isStale("b") })
 }

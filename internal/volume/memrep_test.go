@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -130,26 +131,87 @@ func (r *memRep) durableHas(vol string, c int64, p []byte, off int64) bool {
 
 const memCS = 4096
 
-// memMarks is a StaleMarks that keeps the marks in memory.
+// memMarks is a StaleMarks that keeps the marks in memory, per mirror and
+// writer. Used directly it marks as an unknown writer (""); memConfig
+// gives each volume a view that marks as its own node.
 type memMarks struct {
 	mu    sync.Mutex
-	stale map[string]bool
+	marks map[string]map[string]bool // mirror -> writer -> stale
+	alive map[string]bool            // writers ClearCovered leaves alone
 }
 
-func (m *memMarks) SetStale(_ context.Context, node string, stale bool) error {
+func (m *memMarks) set(mirror, writer string, stale bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.stale == nil {
-		m.stale = map[string]bool{}
+	if m.marks == nil {
+		m.marks = map[string]map[string]bool{}
 	}
-	m.stale[node] = stale
+	if m.marks[mirror] == nil {
+		m.marks[mirror] = map[string]bool{}
+	}
+	if stale {
+		m.marks[mirror][writer] = true
+	} else {
+		delete(m.marks[mirror], writer)
+	}
+}
+
+func (m *memMarks) SetStale(_ context.Context, mirror string, stale bool) error {
+	m.set(mirror, "", stale)
 	return nil
 }
 
-func (m *memMarks) isStale(node string) bool {
+func (m *memMarks) ClearCovered(_ context.Context, mirror string, writers []string) error {
+	for _, w := range writers {
+		m.mu.Lock()
+		alive := m.alive[w]
+		m.mu.Unlock()
+		if !alive {
+			m.set(mirror, w, false)
+		}
+	}
+	return nil
+}
+
+func (m *memMarks) setAlive(writer string, alive bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.stale[node]
+	if m.alive == nil {
+		m.alive = map[string]bool{}
+	}
+	m.alive[writer] = alive
+}
+
+// isStale reports whether any writer marks mirror stale.
+func (m *memMarks) isStale(mirror string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.marks[mirror]) > 0
+}
+
+// list returns the marks as the cluster map hands them to a volume.
+func (m *memMarks) list() map[string][]string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := map[string][]string{}
+	for mirror, ws := range m.marks {
+		for w := range ws {
+			out[mirror] = append(out[mirror], w)
+		}
+		slices.Sort(out[mirror])
+	}
+	return out
+}
+
+// memMarksAs is a volume's view of memMarks: it marks as writer.
+type memMarksAs struct {
+	*memMarks
+	writer string
+}
+
+func (m memMarksAs) SetStale(_ context.Context, mirror string, stale bool) error {
+	m.set(mirror, m.writer, stale)
+	return nil
 }
 
 // openMem opens a volume of size bytes in 4 KiB chunks mirrored on every
@@ -164,6 +226,9 @@ func memConfig(self, stateDir string, size int64, nodes []string, reps map[strin
 	r := map[string]Replica{}
 	for id, m := range reps {
 		r[id] = m
+	}
+	if mm, ok := mk.(*memMarks); ok && mm != nil {
+		mk = memMarksAs{mm, self}
 	}
 	return Config{
 		Spec:  Spec{Name: "vol", Size: size, ChunkSize: memCS, Copies: len(nodes), ID: "1"},

@@ -38,17 +38,26 @@ type Config struct {
 	// Logger; default discard.
 	Logger *slog.Logger
 	// Marks, if set, records outside this node which mirrors missed
-	// writes (see StaleMarks); Stale is what it holds at Open.
+	// writes (see StaleMarks); Stale is what it holds at Open: for each
+	// stale mirror, the writers whose writes it missed.
 	Marks StaleMarks
-	Stale []string
+	Stale map[string][]string
 }
 
-// StaleMarks records, outside the node that writes a volume, which of its
-// mirrors missed writes and are not resynchronised yet (the cluster map
-// does: VolumeSpec.Stale), so that a node that opens the volume after the
-// writer died does not read those mirrors as current.
+// StaleMarks records, outside the nodes that write a volume, which of its
+// mirrors missed writes made through which writer and are not
+// resynchronised yet (the cluster map does: VolumeSpec.StaleBy), so that
+// no other node reads those mirrors as current: only the writer knows
+// which chunks they miss, and it may die.
 type StaleMarks interface {
-	SetStale(ctx context.Context, node string, stale bool) error
+	// SetStale records whether mirror misses writes made through this
+	// node.
+	SetStale(ctx context.Context, mirror string, stale bool) error
+	// ClearCovered clears the marks writers left on mirror, which this
+	// node has resynchronised in full since it saw them. A writer that is
+	// still alive keeps its mark: it may have missed more since, and it
+	// clears its mark itself.
+	ClearCovered(ctx context.Context, mirror string, writers []string) error
 }
 
 // marksTimeout bounds one StaleMarks call. A mark that cannot be recorded
@@ -103,9 +112,12 @@ type mirror struct {
 
 	markMu sync.Mutex   // serialises StaleMarks calls for the mirror
 	busy   atomic.Bool  // a record holding markMu may change shared
-	shared atomic.Bool  // marked stale in StaleMarks
-	noted  atomic.Bool  // its stale bits came from StaleMarks, not from this volume's writes
+	shared atomic.Bool  // marked stale in StaleMarks by this node
+	listed atomic.Bool  // the last marks seen list this node's mark on it
+	noted  atomic.Bool  // its stale bits came from other writers' marks, not from this volume's writes
 	markAt atomic.Int64 // unix ns of the last StaleMarks failure
+	others []string     // other writers StaleMarks lists for it, every chunk marked since (under markMu)
+	covers atomic.Bool  // others is not empty
 }
 
 var (
@@ -163,7 +175,7 @@ func Open(ctx context.Context, cfg Config) (*Volume, error) {
 		return nil, err
 	}
 	v.stale = st
-	v.NoteStale(cfg.Stale)
+	v.noteStale(cfg.Stale, true)
 	ctx, v.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	v.wg.Add(1)
 	go v.resyncLoop(ctx)
@@ -218,7 +230,7 @@ func (v *Volume) Grow(size int64) error {
 	for _, id := range v.cfg.Nodes {
 		m := v.nodes[id]
 		m.markMu.Lock()
-		if m.shared.Load() {
+		if m.shared.Load() || len(m.others) > 0 {
 			for c := from; c < chunks; c++ {
 				v.stale.mark(id, c)
 			}
@@ -760,6 +772,9 @@ func (v *Volume) resyncLoop(ctx context.Context) {
 		for _, id := range v.cfg.Nodes {
 			m := v.nodes[id]
 			if m.down.Load() {
+				// Its mark stays made while it is away (another node may
+				// clear it); like a write, with the back-off of failed calls.
+				v.record(ctx, m, true)
 				// A write that hung on the failed mirror may still land
 				// there; wait out the replica timeout before copying over it.
 				if time.Since(time.Unix(0, m.failedAt.Load())) < v.cfg.OpTimeout {
@@ -829,13 +844,15 @@ func (v *Volume) markUnsynced(ctx context.Context, m *mirror) error {
 // agrees with the chunks m misses now, or a call failed: a mirror marked
 // while a call clearing its mark is in flight is marked again before
 // record returns, in the caller that cleared and in the one that marked.
-// For a write (write set) it gives up, without a call, while a call for m
-// failed less than marksBackoff ago.
+// For a write, or the resync loop's check of a mirror that is down
+// (write set), it gives up, without a call, while a call for m failed less
+// than marksBackoff ago. It also clears the marks of other writers that a
+// full resync of m covered (see NoteStale).
 func (v *Volume) record(ctx context.Context, m *mirror, write bool) {
 	// busy is set before the count is read under markMu, and a marker
 	// counts before it reads busy: either the marker sees a call in
 	// flight and waits for it, or the call sees the mark.
-	if v.cfg.Marks == nil || !m.busy.Load() && m.shared.Load() == (v.stale.count(m.id) != 0) {
+	if n := v.stale.count(m.id); v.cfg.Marks == nil || !m.busy.Load() && m.shared.Load() == (n != 0) && !m.covers.Load() && (n != 0 || !m.listed.Load()) {
 		return
 	}
 	backoff := func() bool { return write && time.Since(time.Unix(0, m.markAt.Load())) <= marksBackoff }
@@ -848,7 +865,15 @@ func (v *Volume) record(ctx context.Context, m *mirror, write bool) {
 	for {
 		m.busy.Store(true)
 		stale := v.stale.count(m.id) != 0
-		if m.shared.Load() == stale || m.noted.Load() {
+		if m.noted.Load() {
+			return
+		}
+		// A mark of this node the map still lists while it misses
+		// nothing (a clear lost to a map seen late) is cleared again.
+		if m.shared.Load() == stale && (stale || !m.listed.Load()) {
+			if !stale && len(m.others) > 0 {
+				v.clearCovered(ctx, m)
+			}
 			return
 		}
 		if backoff() {
@@ -863,41 +888,96 @@ func (v *Volume) record(ctx context.Context, m *mirror, write bool) {
 			return
 		}
 		m.shared.Store(stale)
+		m.listed.Store(stale)
 		if !stale {
 			v.cfg.Logger.Info("volume mirror resynchronised", "volume", v.spec.Name, "node", m.id)
 		}
 	}
 }
 
-// NoteStale tells the volume which mirrors StaleMarks lists. A listed
-// mirror this volume did not mark there itself may have missed the writes
-// of another node (a writer that died), and which chunks is known only to
-// that node: every chunk of it is treated as stale, so reads avoid it,
-// and it is resynchronised in full once this volume writes (it is the
-// writer then). That holds also when this node's stale map has marks of
-// its own for the mirror (left by an earlier writer here): another writer
-// may have come since. Such noted marks go when the list drops the mirror
-// (the writer resynchronised it).
-func (v *Volume) NoteStale(nodes []string) {
+// NoteStale tells the volume which writers StaleMarks lists for each
+// mirror (mirror -> writers). A mirror listed for another writer (which
+// may have died) missed writes only that node knows of: every chunk of it
+// is treated as stale, so reads avoid it, and it is resynchronised in full
+// once this volume writes (it is the writer then). Each new writer listed
+// so makes it so again, even when this volume has marks of its own on the
+// mirror: its own mark does not hide another's. Noted marks go when no
+// other writer is listed any more (they resynchronised it); if this node's
+// own mark is listed too, they become its own instead and are
+// resynchronised in full, since its own older misses are among them.
+func (v *Volume) NoteStale(marks map[string][]string) { v.noteStale(marks, false) }
+
+// noteStale is NoteStale. At Open it also takes this node's own listed
+// marks as its shared state; a mark of its own on a mirror it has no stale
+// chunks of (its stale map was lost) counts as another writer's there.
+// Later, a mark of its own the list drops is taken as gone (another node
+// cleared it), which at worst costs a call marking it again; a listed one
+// is never taken as made, since the list may be older than a clear.
+func (v *Volume) noteStale(marks map[string][]string, atOpen bool) {
 	for id, m := range v.nodes {
-		listed := slices.Contains(nodes, id)
+		own := slices.Contains(marks[id], v.cfg.Self)
+		others := slices.DeleteFunc(slices.Clone(marks[id]), func(w string) bool { return w == v.cfg.Self })
+		if atOpen && own && v.stale.count(id) == 0 {
+			others = append(others, v.cfg.Self)
+		}
 		m.markMu.Lock()
+		m.listed.Store(own)
 		switch {
-		case listed && !m.shared.Load():
-			m.shared.Store(true)
+		case atOpen:
+			m.shared.Store(own)
+		case !own && m.shared.Load():
+			// Cleared by another node (it took this one for dead): the
+			// resync loop marks it again while this node misses chunks.
+			m.shared.Store(false)
+			v.poke()
+		}
+		switch {
+		case len(others) > 0 && !subset(others, m.others):
+			m.others = others
 			noted := !v.wrote.Load()
 			v.stale.markAll(id, noted)
 			m.noted.Store(noted)
 			v.cfg.Logger.Warn("a mirror missed writes made through another node: not read until resynchronised",
-				"volume", v.spec.Name, "node", id)
+				"volume", v.spec.Name, "node", id, "writers", others)
 			v.poke()
-		case !listed && m.shared.Load() && m.noted.Load():
-			v.stale.clearAll(id)
-			m.noted.Store(false)
-			m.shared.Store(false)
+		case len(others) > 0:
+			m.others = others
+		case len(m.others) > 0:
+			m.others = nil
+			if m.noted.Swap(false) {
+				if own {
+					v.stale.keep(id)
+					v.poke()
+				} else {
+					v.stale.clearAll(id)
+				}
+			}
 		}
+		m.covers.Store(len(m.others) > 0)
 		m.markMu.Unlock()
 	}
+}
+
+// clearCovered clears the marks of the other writers of m, which this
+// volume has just resynchronised in full (m.markMu held).
+func (v *Volume) clearCovered(ctx context.Context, m *mirror) {
+	cctx, cancel := context.WithTimeout(ctx, marksTimeout)
+	defer cancel()
+	if err := v.cfg.Marks.ClearCovered(cctx, m.id, m.others); err != nil {
+		m.markAt.Store(time.Now().UnixNano())
+		v.cfg.Logger.Warn("could not clear other writers' marks of a resynchronised mirror; will try again",
+			"volume", v.spec.Name, "node", m.id, "writers", m.others, "err", err)
+	}
+}
+
+// subset reports whether every element of a is in b.
+func subset(a, b []string) bool {
+	for _, x := range a {
+		if !slices.Contains(b, x) {
+			return false
+		}
+	}
+	return true
 }
 
 // becomeWriter makes the marks this volume noted its own: it resynchronises
