@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/slipstream-io/slipstream/internal/cluster"
+	"github.com/slipstream-io/slipstream/internal/fanout"
 	"github.com/slipstream-io/slipstream/internal/object"
 	"github.com/slipstream-io/slipstream/internal/peer"
 	"github.com/slipstream-io/slipstream/internal/placement"
@@ -250,31 +251,19 @@ func (g *gateway) fanOut(ctx context.Context, m *cluster.Map, targets []string, 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	infos := make([]object.Info, len(targets))
-	errs := make([]error, len(targets))
-	writers := make([]*io.PipeWriter, len(targets))
-	var wg sync.WaitGroup
+	puts := make([]func(io.Reader) error, len(targets))
 	for i, id := range targets {
-		pr, pw := io.Pipe()
-		writers[i] = pw
 		o := optsFor(i)
-		wg.Add(1)
-		go func(i int, id string, o peer.PutOptions) {
-			defer wg.Done()
-			infos[i], errs[i] = g.at(m, id).Put(ctx, bucket, key, pr, o)
-			if errs[i] != nil {
-				pr.CloseWithError(errs[i])
+		puts[i] = func(r io.Reader) error {
+			var err error
+			if infos[i], err = g.at(m, id).Put(ctx, bucket, key, r, o); err != nil {
 				cancel() // one failed copy fails the PUT: stop the others early
-			} else {
-				pr.Close()
 			}
-		}(i, id, o)
+			return err
+		}
 	}
-	_, copyErr := copyToAll(writers, body)
-	for _, w := range writers {
-		w.CloseWithError(copyErr) // nil copyErr closes with io.EOF
-	}
-	wg.Wait()
-	if err := firstError(errs, copyErr); err != nil {
+	errs := fanout.Copy(ctx, body, puts...)
+	if err := firstError(errs); err != nil {
 		return object.Info{}, err
 	}
 	for i := 1; i < len(infos); i++ {
@@ -287,57 +276,25 @@ func (g *gateway) fanOut(ctx context.Context, m *cluster.Map, targets []string, 
 }
 
 // firstError prefers an error a target answered with (the client's fault,
-// such as a bad digest) over an unreachable target, and that over the pipe
-// errors and cancellations a failed target caused in the others (a dead
-// target must answer 503, which clients retry, not "request canceled").
-func firstError(errs []error, copyErr error) error {
+// such as a bad digest, or the body failing to arrive) over an unreachable
+// target, and that over the stops and cancellations a failed target caused
+// in the others (a dead target must answer 503, which clients retry, not
+// "request canceled").
+func firstError(errs []error) error {
 	var unreachable, caused error
 	for _, e := range errs {
 		switch {
 		case e == nil:
 		case errors.Is(e, peer.ErrUnreachable):
 			unreachable = cmp.Or(unreachable, e)
-		case errors.Is(e, io.ErrClosedPipe) || errors.Is(e, context.Canceled):
+		case errors.Is(e, fanout.ErrConsumerDone) || errors.Is(e, context.Canceled):
 			caused = cmp.Or(caused, e)
 		default:
 			return e
 		}
 	}
-	if copyErr != nil && !errors.Is(copyErr, io.ErrClosedPipe) {
-		return copyErr
-	}
 	return cmp.Or(unreachable, caused)
 }
-
-// copyToAll copies r to every writer with one pooled buffer; a writer that
-// fails stops the copy.
-func copyToAll(ws []*io.PipeWriter, r io.Reader) (int64, error) {
-	buf := getBuf()
-	defer putBuf(buf)
-	var n int64
-	for {
-		k, rerr := r.Read(*buf)
-		if k > 0 {
-			for _, w := range ws {
-				if _, err := w.Write((*buf)[:k]); err != nil {
-					return n, err
-				}
-			}
-			n += int64(k)
-		}
-		if rerr == io.EOF {
-			return n, nil
-		}
-		if rerr != nil {
-			return n, rerr
-		}
-	}
-}
-
-var bufPool = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
-
-func getBuf() *[]byte  { return bufPool.Get().(*[]byte) }
-func putBuf(b *[]byte) { bufPool.Put(b) }
 
 // GetObject implements s3api.Objects: the first live holder in HRW order
 // serves it; a node that cannot be reached or lacks the object is skipped.

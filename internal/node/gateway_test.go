@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/slipstream-io/slipstream/internal/cluster"
+	"github.com/slipstream-io/slipstream/internal/fanout"
 	"github.com/slipstream-io/slipstream/internal/object"
 	"github.com/slipstream-io/slipstream/internal/peer"
 	"github.com/slipstream-io/slipstream/internal/placement"
@@ -193,23 +194,23 @@ func TestFirstError(t *testing.T) {
 	bad := fmt.Errorf("%w: content does not match its digest", object.ErrBadDigest)
 	dead := fmt.Errorf("%w: %w: node b", object.ErrUnavailable, peer.ErrUnreachable)
 	canceled := fmt.Errorf("put: %w", context.Canceled)
-	pipe := fmt.Errorf("body: %w", io.ErrClosedPipe)
+	stopped := fmt.Errorf("body: %w", fanout.ErrConsumerDone)
+	short := fmt.Errorf("store: read body: %w", io.ErrUnexpectedEOF)
 	tests := []struct {
-		name    string
-		errs    []error
-		copyErr error
-		want    error
+		name string
+		errs []error
+		want error
 	}{
-		{"all fine", []error{nil, nil}, nil, nil},
-		{"a target's own answer wins", []error{canceled, bad, dead}, nil, bad},
-		{"dead target, the other canceled", []error{canceled, dead}, pipe, dead},
-		{"dead target first", []error{dead, pipe}, pipe, dead},
-		{"client body failed", []error{pipe, pipe}, io.ErrUnexpectedEOF, io.ErrUnexpectedEOF},
-		{"only cancellations", []error{canceled, canceled}, nil, canceled},
+		{"all fine", []error{nil, nil}, nil},
+		{"a target's own answer wins", []error{canceled, bad, dead}, bad},
+		{"dead target, the other stopped", []error{stopped, dead}, dead},
+		{"dead target first", []error{dead, canceled}, dead},
+		{"client body failed", []error{short, stopped}, short},
+		{"only cancellations", []error{canceled, stopped}, canceled},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := firstError(tt.errs, tt.copyErr); got != tt.want {
+			if got := firstError(tt.errs); got != tt.want {
 				t.Errorf("firstError = %v, want %v", got, tt.want)
 			}
 		})

@@ -5,11 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/slipstream-io/slipstream/internal/backend"
+	"github.com/slipstream-io/slipstream/internal/fanout"
 	"github.com/slipstream-io/slipstream/internal/object"
 	"github.com/slipstream-io/slipstream/internal/store"
 )
@@ -54,120 +53,10 @@ func (t *Tier) waitFill(ctx context.Context, bucket, key string) error {
 	}
 }
 
-// tee copies r to two consumers running concurrently. Each consumer has
-// its own queue of chunks (teeDepth × teeChunk bytes), so a consumer busy
-// with its disk does not stall the other. A consumer that returns before the
-// end stops the copy and the other one reads errConsumerDone. Chunks are
-// pooled: one goes back to the pool when both consumers have read it.
+// tee copies r to two consumers running concurrently (fanout.Copy).
 func tee(ctx context.Context, r io.Reader, a, b func(io.Reader) error) (errA, errB error) {
-	sa, sb := newTeeStream(), newTeeStream()
-	ca, cb := make(chan error, 1), make(chan error, 1)
-	go func() { err := a(sa); close(sa.done); ca <- err }()
-	go func() { err := b(sb); close(sb.done); cb <- err }()
-	var end error
-loop:
-	for {
-		c := teePool.Get().(*chunk)
-		n, rerr := io.ReadFull(ctxReader{ctx, r}, c.buf[:cap(c.buf)])
-		if n > 0 {
-			c.buf = c.buf[:n]
-			c.refs.Store(2)
-			for _, s := range []*teeStream{sa, sb} {
-				select {
-				case s.ch <- c:
-				case <-s.done:
-					end = errConsumerDone // c is left to the garbage collector
-					break loop
-				}
-			}
-		} else {
-			teePool.Put(c)
-		}
-		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
-			end = io.EOF
-			break
-		}
-		if rerr != nil {
-			end = rerr
-			break
-		}
-	}
-	sa.finish(end)
-	sb.finish(end)
-	return <-ca, <-cb
-}
-
-const (
-	teeChunk = 256 << 10
-	teeDepth = 8
-)
-
-// chunk is a piece of a tee'd body, read by both consumers.
-type chunk struct {
-	buf  []byte
-	refs atomic.Int32 // consumers that have not finished reading it
-}
-
-var teePool = sync.Pool{New: func() any { return &chunk{buf: make([]byte, teeChunk)} }}
-
-// release marks c read by one consumer; the last one returns it to the pool.
-func (c *chunk) release() {
-	if c.refs.Add(-1) == 0 {
-		teePool.Put(c)
-	}
-}
-
-type teeStream struct {
-	ch   chan *chunk
-	done chan struct{} // closed when the consumer has returned
-	mu   sync.Mutex
-	err  error // why the stream ended (io.EOF when complete)
-	cur  *chunk
-	off  int
-}
-
-func newTeeStream() *teeStream {
-	return &teeStream{ch: make(chan *chunk, teeDepth), done: make(chan struct{})}
-}
-
-func (s *teeStream) finish(err error) {
-	s.mu.Lock()
-	s.err = err
-	s.mu.Unlock()
-	close(s.ch)
-}
-
-func (s *teeStream) Read(p []byte) (int, error) {
-	for s.cur == nil || s.off == len(s.cur.buf) {
-		if s.cur != nil {
-			s.cur.release()
-			s.cur = nil
-		}
-		c, ok := <-s.ch
-		if !ok {
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			return 0, s.err
-		}
-		s.cur, s.off = c, 0
-	}
-	n := copy(p, s.cur.buf[s.off:])
-	s.off += n
-	return n, nil
-}
-
-var errConsumerDone = errors.New("tier: consumer stopped reading")
-
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c ctxReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(p)
+	errs := fanout.Copy(ctx, r, a, b)
+	return errs[0], errs[1]
 }
 
 func (t *Tier) putThrough(ctx context.Context, b Bucket, bucket, key string, r io.Reader, opts object.PutOptions) (object.Info, error) {
@@ -194,7 +83,7 @@ func (t *Tier) putThrough(ctx context.Context, b Bucket, bucket, key string, r i
 				t.log.Warn("tier: could not drop local copy after a failed write-through", "bucket", bucket, "key", key, "err", err)
 			}
 		}
-		if errors.Is(errB, errConsumerDone) && errL != nil {
+		if errors.Is(errB, fanout.ErrConsumerDone) && errL != nil {
 			return object.Info{}, errL
 		}
 		return object.Info{}, errB
@@ -255,7 +144,7 @@ func (t *Tier) putBack(ctx context.Context, b Bucket, bucket, key string, r io.R
 		info, errL = t.local.Put(ctx, bucket, key, r, lopts)
 	}
 	if errL != nil {
-		if errors.Is(errL, errConsumerDone) && errR != nil {
+		if errors.Is(errL, fanout.ErrConsumerDone) && errR != nil {
 			// The replication failure stopped the local write too.
 			return object.Info{}, fmt.Errorf("tier: %s/%s: replicas failed: %w: %w", bucket, key, object.ErrUnavailable, errR)
 		}

@@ -1,0 +1,79 @@
+package fanout
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"testing"
+	"testing/iotest"
+)
+
+func TestCopy(t *testing.T) {
+	body := make([]byte, 3*ChunkSize+12345)
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := range body {
+		body[i] = byte(r.Uint32())
+	}
+	for _, consumers := range []int{1, 2, 3} {
+		for _, size := range []int{0, 1, ChunkSize, len(body)} {
+			for round := 0; round < 3; round++ { // later rounds reuse pooled chunks
+				got := make([][]byte, consumers)
+				fns := make([]func(io.Reader) error, consumers)
+				for i := range fns {
+					fns[i] = func(rd io.Reader) error {
+						if i == 1 {
+							rd = iotest.HalfReader(rd) // a reader that takes less each time
+						}
+						var err error
+						got[i], err = io.ReadAll(rd)
+						return err
+					}
+				}
+				for i, err := range Copy(context.Background(), bytes.NewReader(body[:size]), fns...) {
+					if err != nil {
+						t.Fatalf("%d consumers, size %d: consumer %d: %v", consumers, size, i, err)
+					}
+					if !bytes.Equal(got[i], body[:size]) {
+						t.Fatalf("%d consumers, size %d round %d: consumer %d got %d bytes, different content", consumers, size, round, i, len(got[i]))
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestCopyStops(t *testing.T) {
+	body := bytes.Repeat([]byte("0123456789abcdef"), 4*ChunkSize)
+	// A consumer that stops early ends the copy (once its queue is full);
+	// the others learn why.
+	quitter := func(rd io.Reader) error {
+		_, err := io.ReadAll(iotest.OneByteReader(io.LimitReader(rd, 1000)))
+		return err
+	}
+	var otherErr error
+	errs := Copy(context.Background(), bytes.NewReader(body), quitter, func(rd io.Reader) error {
+		_, otherErr = io.ReadAll(rd)
+		return otherErr
+	})
+	if errs[0] != nil || !errors.Is(errs[1], ErrConsumerDone) || !errors.Is(otherErr, ErrConsumerDone) {
+		t.Fatalf("early stop: %v", errs)
+	}
+	// A failing source fails every consumer.
+	boom := errors.New("client went away")
+	readAll := func(rd io.Reader) error { _, err := io.ReadAll(rd); return err }
+	for i, err := range Copy(context.Background(), io.MultiReader(bytes.NewReader(body[:5000]), iotest.ErrReader(boom)), readAll, readAll, readAll) {
+		if !errors.Is(err, boom) {
+			t.Fatalf("failing source: consumer %d: %v", i, err)
+		}
+	}
+	// So does the end of the context.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for i, err := range Copy(ctx, bytes.NewReader(body), readAll, readAll) {
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("canceled: consumer %d: %v", i, err)
+		}
+	}
+}
