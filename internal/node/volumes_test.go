@@ -86,17 +86,9 @@ func TestCollectDeletedVolumes(t *testing.T) {
 // instead of keeping two over one stale file.
 func TestLookupAfterResizeKeepsOneVolume(t *testing.T) {
 	ctx := context.Background()
-	root := t.TempDir()
-	vl, err := volume.NewLocal(volume.LocalConfig{Mountpaths: []string{filepath.Join(root, "mp")}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer vl.Close()
 	m := cluster.NewMap()
 	m.Volumes["v"] = cluster.VolumeSpec{Name: "v", Size: 1 << 20, ChunkSize: 4096, Copies: 1, ID: "01", Nodes: []string{"a"}}
-	vs := &volumes{self: "a", meta: fixedMap{m}, local: vl, stateDir: filepath.Join(root, "state"), log: slog.New(slog.DiscardHandler),
-		open: map[string]openVolume{}, clients: map[string]*volume.Client{}}
-	defer vs.close()
+	vs := testVolumes(t, m)
 	before, err := vs.Lookup(ctx, "v")
 	if err != nil {
 		t.Fatal(err)
@@ -167,12 +159,6 @@ func TestClearCoveredSparesLiveWriters(t *testing.T) {
 // restart), so that it resynchronises the chunks and clears its mark: no
 // other node can while it is alive.
 func TestCollectOpensVolumesMarkedByThisNode(t *testing.T) {
-	root := t.TempDir()
-	vl, err := volume.NewLocal(volume.LocalConfig{Mountpaths: []string{filepath.Join(root, "mp")}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer vl.Close()
 	m := cluster.NewMap()
 	for _, id := range []string{"a", "b"} {
 		m.Nodes[id] = cluster.NodeInfo{ID: id, State: cluster.StateUp}
@@ -181,9 +167,7 @@ func TestCollectOpensVolumesMarkedByThisNode(t *testing.T) {
 		Stale: []string{"b"}, StaleBy: map[string][]string{"b": {"a"}}}
 	m.Volumes["other"] = cluster.VolumeSpec{Name: "other", Size: 1 << 20, ChunkSize: 4096, Copies: 2, ID: "02", Nodes: []string{"a", "b"},
 		Stale: []string{"a"}, StaleBy: map[string][]string{"a": {"b"}}}
-	vs := &volumes{self: "a", meta: fixedMap{m}, local: vl, stateDir: filepath.Join(root, "state"), log: slog.New(slog.DiscardHandler),
-		open: map[string]openVolume{}, clients: map[string]*volume.Client{}}
-	defer vs.close()
+	vs := testVolumes(t, m)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); vs.collect(ctx) }()
@@ -205,4 +189,19 @@ func TestCollectOpensVolumesMarkedByThisNode(t *testing.T) {
 	if _, other := vs.open["other"]; other {
 		t.Error("opened a volume only another writer marked")
 	}
+}
+
+// testVolumes is node a's volumes over map m, with one mountpath; they
+// are closed when the test ends.
+func testVolumes(t *testing.T, m *cluster.Map) *volumes {
+	t.Helper()
+	root := t.TempDir()
+	vl, err := volume.NewLocal(volume.LocalConfig{Mountpaths: []string{filepath.Join(root, "mp")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vs := &volumes{self: "a", meta: fixedMap{m}, local: vl, stateDir: filepath.Join(root, "state"), log: slog.New(slog.DiscardHandler),
+		open: map[string]openVolume{}, clients: map[string]*volume.Client{}}
+	t.Cleanup(func() { vs.close(); vl.Close() })
+	return vs
 }

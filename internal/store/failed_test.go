@@ -21,15 +21,7 @@ import (
 func TestFailedDriveTakesNoWrites(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	broken := filepath.Join(dir, "mp1")
-	if err := unix.Mount("tmpfs", mkdir(t, broken), "tmpfs", 0, "size=16m"); err != nil {
-		t.Fatalf("mounting a tmpfs (the test runs as root): %v", err)
-	}
-	t.Cleanup(func() {
-		if err := unix.Unmount(broken, 0); err != nil {
-			t.Errorf("unmount %s: %v", broken, err)
-		}
-	})
+	broken := tmpfsMountpath(t, filepath.Join(dir, "mp1"))
 	s := openTest(t, Config{Mountpaths: []string{broken, filepath.Join(dir, "mp2"), filepath.Join(dir, "mp3")}})
 	// Keys that HRW puts on the mountpath that will break.
 	var keys []string
@@ -91,6 +83,21 @@ func TestFailedDriveTakesNoWrites(t *testing.T) {
 	put(t, s, "bkt", keys[1], []byte("rewritten"))
 }
 
+// tmpfsMountpath mounts a small tmpfs at p, a mountpath whose drive the
+// test can make read-only, and unmounts it when the test ends.
+func tmpfsMountpath(t *testing.T, p string) string {
+	t.Helper()
+	if err := unix.Mount("tmpfs", mkdir(t, p), "tmpfs", 0, "size=16m"); err != nil {
+		t.Fatalf("mounting a tmpfs (the test runs as root): %v", err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(p, 0); err != nil {
+			t.Errorf("unmount %s: %v", p, err)
+		}
+	})
+	return p
+}
+
 func mkdir(t *testing.T, p string) string {
 	t.Helper()
 	if err := unix.Mkdir(p, 0o755); err != nil {
@@ -106,15 +113,7 @@ func mkdir(t *testing.T, p string) string {
 func TestDeleteOnFailedDriveLasts(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	broken := filepath.Join(dir, "mp1")
-	if err := unix.Mount("tmpfs", mkdir(t, broken), "tmpfs", 0, "size=16m"); err != nil {
-		t.Fatalf("mounting a tmpfs (the test runs as root): %v", err)
-	}
-	t.Cleanup(func() {
-		if err := unix.Unmount(broken, 0); err != nil {
-			t.Errorf("unmount %s: %v", broken, err)
-		}
-	})
+	broken := tmpfsMountpath(t, filepath.Join(dir, "mp1"))
 	cfg := Config{Mountpaths: []string{broken, filepath.Join(dir, "mp2"), filepath.Join(dir, "mp3")}}
 	s := openTest(t, cfg)
 	var keys []string

@@ -337,18 +337,26 @@ func (p *peers) Destaged(ctx context.Context, owner string, seq uint64, bucket, 
 	return nil
 }
 
+// replicatedPair is an owner A and a replica holder B of the write-back
+// bucket wback (copies=2) over one remote bucket, whose uploads wait until
+// gate is closed.
+func replicatedPair(t *testing.T, kind string) (owner, holder *env, ta, tb *tier.Tier, p *peers, gate chan struct{}) {
+	t.Helper()
+	owner, holder = newEnv(t, kind), newEnv(t, "fs")
+	holder.be = owner.be // same remote bucket
+	gate = make(chan struct{})
+	owner.be.set(func(c *ctl) { c.gate = gate })
+	p = &peers{tiers: map[string]*tier.Tier{}, order: []string{"A", "B"}}
+	wb2 := map[string]tier.Bucket{"wback": {Mode: tier.ModeWriteback, Copies: 2}}
+	ta = owner.newTier(t, tier.Config{NodeID: "A", Replicator: p}, wb2)
+	tb = holder.newTier(t, tier.Config{NodeID: "B", Replicator: p}, wb2)
+	p.tiers["A"], p.tiers["B"] = ta, tb
+	return owner, holder, ta, tb, p, gate
+}
+
 func TestReplicasAndTakeOver(t *testing.T) {
 	kinds(t, func(t *testing.T, kind string) {
-		owner := newEnv(t, kind)
-		holder := newEnv(t, "fs")
-		holder.be = owner.be // same remote bucket
-		gate := make(chan struct{})
-		owner.be.set(func(c *ctl) { c.gate = gate })
-		p := &peers{tiers: map[string]*tier.Tier{}, order: []string{"A", "B"}}
-		wb2 := map[string]tier.Bucket{"wback": {Mode: tier.ModeWriteback, Copies: 2}}
-		ta := owner.newTier(t, tier.Config{NodeID: "A", Replicator: p}, wb2)
-		tb := holder.newTier(t, tier.Config{NodeID: "B", Replicator: p}, wb2)
-		p.tiers["A"], p.tiers["B"] = ta, tb
+		owner, holder, ta, tb, _, gate := replicatedPair(t, kind)
 		ctx := context.Background()
 
 		body := backendtest.Body(9, 3<<20)
@@ -401,15 +409,7 @@ func TestReplicasAndTakeOver(t *testing.T) {
 // owner's backlog ran. The older taken-over delete must not replace that
 // write's destage: the backend ends with the write.
 func TestTakeOverKeepsNewerWrite(t *testing.T) {
-	owner, holder := newEnv(t, "fs"), newEnv(t, "fs")
-	holder.be = owner.be
-	gate := make(chan struct{})
-	owner.be.set(func(c *ctl) { c.gate = gate })
-	p := &peers{tiers: map[string]*tier.Tier{}, order: []string{"A", "B"}}
-	wb2 := map[string]tier.Bucket{"wback": {Mode: tier.ModeWriteback, Copies: 2}}
-	ta := owner.newTier(t, tier.Config{NodeID: "A", Replicator: p}, wb2)
-	tb := holder.newTier(t, tier.Config{NodeID: "B", Replicator: p}, wb2)
-	p.tiers["A"], p.tiers["B"] = ta, tb
+	owner, holder, ta, tb, p, gate := replicatedPair(t, "fs")
 	ctx := context.Background()
 	if _, err := ta.Put(ctx, "wback", "k", bytesReader([]byte("v1")), putOpts(2)); err != nil {
 		t.Fatal(err)
