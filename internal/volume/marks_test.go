@@ -275,3 +275,30 @@ func TestOwnMarkFollowsTheMap(t *testing.T) {
 	v.NoteStale(mk.list())
 	waitUntil(t, "a's mark to be cleared again", func() bool { return !mk.isStale("b") })
 }
+
+// TestOwnMarkWithLostStaleMap: a node whose stale map was lost (a new
+// state directory) but whose mark the map lists does not know which
+// chunks the mirror missed: it reads none of them from it, resynchronises
+// it in full and then clears its mark.
+func TestOwnMarkWithLostStaleMap(t *testing.T) {
+	ctx := context.Background()
+	reps := memReps("a", "b")
+	b := reps["b"]
+	mk := &memMarks{}
+	v := openMemStale(t, "a", t.TempDir(), reps, mk)
+	b.down.Store(true)
+	if err := v.WriteAt(ctx, []byte("x2"), 2*memCS, false); err != nil {
+		t.Fatal(err)
+	}
+	v.Close()
+	v2 := openMemStale(t, "a", t.TempDir(), reps, mk) // the stale map is gone
+	if got := v2.StaleChunks()["b"]; got != 4 {
+		t.Fatalf("stale chunks of b: %d, want all 4", got)
+	}
+	b.down.Store(false)
+	waitUntil(t, "b to be resynchronised in full", func() bool { return len(v2.StaleChunks()) == 0 && !mk.isStale("b") })
+	p := make([]byte, 2)
+	if err := b.ReadAt(ctx, "vol@1", 2, p, 0); err != nil || string(p) != "x2" {
+		t.Errorf("b holds %q, %v for chunk 2; want the write it missed", p, err)
+	}
+}

@@ -908,8 +908,8 @@ func (v *Volume) record(ctx context.Context, m *mirror, write bool) {
 func (v *Volume) NoteStale(marks map[string][]string) { v.noteStale(marks, false) }
 
 // noteStale is NoteStale. At Open it also takes this node's own listed
-// marks as its shared state; a mark of its own on a mirror it has no stale
-// chunks of (its stale map was lost) counts as another writer's there.
+// marks as its shared state; a mirror it has a mark of its own on but no
+// stale chunks of (its stale map was lost) is stale in full.
 // Later, a mark of its own the list drops is taken as gone (another node
 // cleared it), which at worst costs a call marking it again; a listed one
 // is never taken as made, since the list may be older than a clear.
@@ -918,7 +918,9 @@ func (v *Volume) noteStale(marks map[string][]string, atOpen bool) {
 		own := slices.Contains(marks[id], v.cfg.Self)
 		others := slices.DeleteFunc(slices.Clone(marks[id]), func(w string) bool { return w == v.cfg.Self })
 		if atOpen && own && v.stale.count(id) == 0 {
-			others = append(others, v.cfg.Self)
+			// Its own mark, but its stale map was lost: which chunks it
+			// missed is not known any more.
+			v.stale.markAll(id, false)
 		}
 		m.markMu.Lock()
 		m.listed.Store(own)
