@@ -52,8 +52,8 @@ func (s *Store) recover(ctx context.Context) error {
 			mp := s.mps[f.mp]
 			if d, ok := dead[(deadCopy{Mountpath: mp.root, Bucket: f.info.Bucket, Key: f.info.Key}).name()]; ok && d.kills(mp.root, f) {
 				s.log.Warn("store: leaving out a copy recorded dead", "bucket", f.info.Bucket, "key", f.info.Key, "mountpath", mp.path)
-				if err := s.removeCopy(mp, f.info.Bucket, f.info.Key, f.info.ModTime, true); err != nil || mp.failed.Load() {
-					keep[d.name()] = true
+				if mp.failed.Load() || s.removeCopy(mp, f.info.Bucket, f.info.Key, f.info.ModTime, true) != nil {
+					keep[d.name()] = true // still on its drive
 				}
 				continue
 			}
