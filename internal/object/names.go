@@ -2,7 +2,6 @@ package object
 
 import (
 	"fmt"
-	"net"
 	"strings"
 	"unicode/utf8"
 )
@@ -10,8 +9,9 @@ import (
 // ValidateKey rejects keys that S3 would reject and keys that could be used
 // for path tricks: empty, over MaxKeyLen bytes, not UTF-8, containing NUL or
 // other control characters, a leading '/', an empty segment ("//"), or a
-// segment that is "." or "..". A single trailing '/' (a folder marker) is
-// allowed.
+// segment that is "." or "..". It also rejects U+FFFE and U+FFFF, which
+// XML cannot carry: a listing would return another key. A single trailing
+// '/' (a folder marker) is allowed.
 func ValidateKey(key string) error {
 	switch {
 	case key == "":
@@ -26,6 +26,9 @@ func ValidateKey(key string) error {
 	for _, r := range key {
 		if r < 0x20 || r == 0x7f {
 			return fmt.Errorf("%w: key contains control character %U", ErrInvalidKey, r)
+		}
+		if r == 0xfffe || r == 0xffff {
+			return fmt.Errorf("%w: key contains %U, which XML listings cannot carry", ErrInvalidKey, r)
 		}
 	}
 	segs := strings.Split(strings.TrimSuffix(key, "/"), "/")
@@ -42,7 +45,8 @@ func ValidateKey(key string) error {
 
 // ValidateBucketName applies the S3 bucket naming rules: 3-63 characters of
 // lower-case letters, digits, '.' and '-', starting and ending with a letter
-// or digit, no "..", and not shaped like an IP address.
+// or digit, no "..", not shaped like an IP address, and none of the
+// prefixes and suffixes S3 reserves.
 func ValidateBucketName(name string) error {
 	if len(name) < 3 || len(name) > 63 {
 		return fmt.Errorf("%w: %q must be 3 to 63 characters long", ErrInvalidBucketName, name)
@@ -60,10 +64,41 @@ func ValidateBucketName(name string) error {
 	if strings.Contains(name, "..") || strings.Contains(name, ".-") || strings.Contains(name, "-.") {
 		return fmt.Errorf("%w: %q has adjacent periods or a period next to a hyphen", ErrInvalidBucketName, name)
 	}
-	if net.ParseIP(name) != nil {
+	if isDottedQuad(name) {
 		return fmt.Errorf("%w: %q is shaped like an IP address", ErrInvalidBucketName, name)
 	}
+	for _, p := range reservedBucketPrefixes {
+		if strings.HasPrefix(name, p) {
+			return fmt.Errorf("%w: %q starts with the reserved prefix %q", ErrInvalidBucketName, name, p)
+		}
+	}
+	for _, sfx := range reservedBucketSuffixes {
+		if strings.HasSuffix(name, sfx) {
+			return fmt.Errorf("%w: %q ends with the reserved suffix %q", ErrInvalidBucketName, name, sfx)
+		}
+	}
 	return nil
+}
+
+// The bucket name prefixes and suffixes S3 reserves.
+var (
+	reservedBucketPrefixes = []string{"xn--", "sthree-", "amzn-s3-demo-"}
+	reservedBucketSuffixes = []string{"-s3alias", "--ol-s3", "--x-s3", ".mrap"}
+)
+
+// isDottedQuad reports whether name is four dot-separated groups of
+// digits, such as 192.168.5.4 or 192.168.001.001.
+func isDottedQuad(name string) bool {
+	groups := strings.Split(name, ".")
+	if len(groups) != 4 {
+		return false
+	}
+	for _, g := range groups {
+		if g == "" || strings.Trim(g, "0123456789") != "" {
+			return false
+		}
+	}
+	return true
 }
 
 func isAlnum(c byte) bool { return c >= 'a' && c <= 'z' || c >= '0' && c <= '9' }

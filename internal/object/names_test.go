@@ -26,6 +26,9 @@ func TestValidateKey(t *testing.T) {
 		{"nul\x00byte", false},
 		{"tab\tkey", false},
 		{"bad\xffutf8", false},
+		{"file\uffff.txt", false},
+		{"file\ufffe.txt", false},
+		{"file\ufffd.txt", true},
 		{strings.Repeat("k", MaxKeyLen), true},
 		{strings.Repeat("k", MaxKeyLen+1), false},
 	}
@@ -55,7 +58,17 @@ func TestValidateBucketName(t *testing.T) {
 		{"a..b", false},
 		{"a.-b", false},
 		{"192.168.1.1", false},
+		{"192.168.001.001", false},
+		{"1.2.3", true},
 		{"under_score", false},
+		{"xn--bucket", false},
+		{"sthree-bucket", false},
+		{"amzn-s3-demo-bucket", false},
+		{"bucket-s3alias", false},
+		{"bucket--ol-s3", false},
+		{"bucket--x-s3", false},
+		{"bucket.mrap", false},
+		{"xn-bucket", true},
 	}
 	for _, tt := range tests {
 		err := ValidateBucketName(tt.name)

@@ -252,7 +252,7 @@ func (h *handler) deleteObjects(w http.ResponseWriter, rq *request) error {
 			return object.ErrBadDigest
 		}
 	}
-	keys, quiet, err := parseDeleteObjects(bytes.NewReader(body))
+	objs, quiet, err := parseDeleteObjects(bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
@@ -260,8 +260,12 @@ func (h *handler) deleteObjects(w http.ResponseWriter, rq *request) error {
 		return err
 	}
 	res := deleteResult{NS: s3NS}
-	for _, k := range keys {
+	for _, o := range objs {
+		k := o.Key
 		err := validKey(k)
+		if err == nil {
+			err = checkVersionID(o.VersionID)
+		}
 		if err == nil {
 			err = h.objs.DeleteObject(rq.Context(), rq.bucket, k)
 		}

@@ -49,6 +49,7 @@ var errorTable = []struct {
 }{
 	// Authentication.
 	{sigv4.ErrMissingAuth, "AccessDenied", http.StatusForbidden, "Access Denied."},
+	{sigv4.ErrHeadersNotSigned, "AccessDenied", http.StatusForbidden, "There were headers present in the request which were not signed"},
 	{sigv4.ErrUnsupportedAuth, "InvalidRequest", http.StatusBadRequest, "The authorization mechanism you have provided is not supported. Please use AWS4-HMAC-SHA256."},
 	{sigv4.ErrMalformedAuth, "AuthorizationHeaderMalformed", http.StatusBadRequest, ""},
 	{sigv4.ErrMalformedPresign, "AuthorizationQueryParametersError", http.StatusBadRequest, ""},
@@ -173,6 +174,9 @@ func (h *handler) writeError(w http.ResponseWriter, r *http.Request, err error) 
 	drainBody(w, r)
 	hdr := w.Header()
 	for _, k := range []string{"Content-Length", "Content-Range", "ETag", "Last-Modified", "Accept-Ranges"} {
+		if k == "Content-Range" && e.Status == http.StatusRequestedRangeNotSatisfiable {
+			continue // "bytes */size": the length of the object (RFC 9110, 15.5.17)
+		}
 		hdr.Del(k)
 	}
 	if e.Status == http.StatusNotModified || r.Method == http.MethodHead {

@@ -64,15 +64,15 @@ func FuzzParseDeleteObjects(f *testing.F) {
 	f.Add([]byte(`<Delete><Object><Key>&lt;&amp;</Key></Object></Delete>`))
 	f.Add([]byte(`<Delete><Quiet>maybe</Quiet></Delete>`))
 	f.Fuzz(func(t *testing.T, body []byte) {
-		keys, _, err := parseDeleteObjects(bytes.NewReader(body))
+		objs, _, err := parseDeleteObjects(bytes.NewReader(body))
 		if err != nil {
 			if !errors.Is(err, errMalformedXML) && !errors.Is(err, errEmptyDeleteObjects) && !errors.Is(err, errTooManyDeleteObjects) {
 				t.Fatalf("unexpected error %v", err)
 			}
 			return
 		}
-		if len(keys) == 0 || len(keys) > maxDeleteObjects {
-			t.Fatalf("accepted %d keys", len(keys))
+		if len(objs) == 0 || len(objs) > maxDeleteObjects {
+			t.Fatalf("accepted %d keys", len(objs))
 		}
 	})
 }

@@ -168,6 +168,12 @@ func (h *handler) dispatch(w http.ResponseWriter, rq *request) error {
 	if err := object.ValidateBucketName(rq.bucket); err != nil {
 		return err
 	}
+	if rq.Method != http.MethodGet && rq.Method != http.MethodHead && hasUnknownParam(q) {
+		// An API this layer does not know must not be taken for the
+		// CreateBucket, DeleteBucket or DeleteObject its method and path
+		// look like.
+		return errNotImplemented
+	}
 	if rq.key == "" {
 		switch rq.Method {
 		case http.MethodGet:
@@ -209,6 +215,15 @@ func (h *handler) dispatch(w http.ResponseWriter, rq *request) error {
 		return err
 	}
 	if hasAny(q, "acl", "tagging", "retention", "legal-hold", "torrent", "restore", "select", "attributes") {
+		return errNotImplemented
+	}
+	if err := checkVersionID(q.Get("versionId")); err != nil {
+		return err
+	}
+	if (rq.Method == http.MethodPut || rq.Method == http.MethodPost) && (rq.Header.Get("If-Match") != "" || rq.Header.Get("If-None-Match") != "") {
+		// A conditional write (If-None-Match: * or If-Match on PutObject,
+		// CopyObject or CompleteMultipartUpload) needs its check atomic
+		// with the write on every copy; it is refused, not ignored.
 		return errNotImplemented
 	}
 	switch rq.Method {
@@ -253,6 +268,22 @@ func (h *handler) dispatch(w http.ResponseWriter, rq *request) error {
 var bucketSubresources = []string{"acl", "policy", "lifecycle", "cors", "tagging", "website", "replication",
 	"encryption", "object-lock", "notification", "logging", "accelerate", "requestPayment", "ownershipControls",
 	"publicAccessBlock", "analytics", "metrics", "inventory", "intelligent-tiering", "policyStatus"}
+
+// writeParams are the query parameters a PUT, POST or DELETE may carry:
+// those of the operations dispatch knows, and the SDKs' x-id. Signature
+// parameters (X-Amz-*, and SigV2's) are allowed too.
+var writeParams = map[string]bool{"uploads": true, "uploadId": true, "partNumber": true, "delete": true, "versionId": true,
+	"x-id": true, "AWSAccessKeyId": true, "Signature": true, "Expires": true}
+
+// hasUnknownParam reports whether q names a parameter outside writeParams.
+func hasUnknownParam(q map[string][]string) bool {
+	for name := range q {
+		if !writeParams[name] && !strings.HasPrefix(strings.ToLower(name), "x-amz-") {
+			return true
+		}
+	}
+	return false
+}
 
 func hasAny(q map[string][]string, names ...string) bool {
 	for _, n := range names {

@@ -98,6 +98,9 @@ func (h *handler) uploadPartCopy(w http.ResponseWriter, rq *request) error {
 		}
 	}
 	_, n := rd.Range()
+	if n > maxPutSize {
+		return errEntityTooLarge
+	}
 	pi, err := h.objs.UploadPart(rq.Context(), rq.bucket, rq.key, id, part, readerOnly{rd}, object.PutOptions{Size: n})
 	if err != nil {
 		return err
@@ -204,7 +207,11 @@ func (h *handler) listMultipartUploads(w http.ResponseWriter, rq *request) error
 		NS: s3NS, Bucket: rq.bucket, KeyMarker: keyMarker, UploadIDMarker: idMarker,
 		Prefix: prefix, Delimiter: delim, MaxUploads: maxUploads,
 	}
+	// Uploads and common prefixes both count towards max-uploads; a page
+	// that ends on a prefix names it as the next key marker, and the keys
+	// under it are not listed again.
 	seen := map[string]bool{}
+	count := 0
 	for _, u := range ups {
 		if !strings.HasPrefix(u.Key, prefix) {
 			continue
@@ -212,19 +219,25 @@ func (h *handler) listMultipartUploads(w http.ResponseWriter, rq *request) error
 		if keyMarker != "" && (u.Key < keyMarker || u.Key == keyMarker && (idMarker == "" || u.UploadID <= idMarker)) {
 			continue
 		}
+		cp := ""
 		if delim != "" {
 			if i := strings.Index(u.Key[len(prefix):], delim); i >= 0 {
-				cp := u.Key[:len(prefix)+i+len(delim)]
-				if !seen[cp] {
-					seen[cp] = true
-					res.CommonPrefixes = append(res.CommonPrefixes, prefixElem{Prefix: cp})
-				}
-				continue
+				cp = u.Key[:len(prefix)+i+len(delim)]
 			}
 		}
-		if len(res.Uploads) == maxUploads {
+		if cp != "" && (seen[cp] || cp == keyMarker) {
+			continue
+		}
+		if count == maxUploads {
 			res.IsTruncated = true
 			break
+		}
+		count++
+		if cp != "" {
+			seen[cp] = true
+			res.CommonPrefixes = append(res.CommonPrefixes, prefixElem{Prefix: cp})
+			res.NextKeyMarker, res.NextUploadIDMarker = cp, ""
+			continue
 		}
 		res.Uploads = append(res.Uploads, uploadElem{
 			Key: u.Key, UploadID: u.UploadID, Initiator: defaultOwner, Owner: defaultOwner,

@@ -13,8 +13,10 @@ import (
 	"github.com/slipstream-io/slipstream/internal/object"
 )
 
-// maxObjectSize is the largest object (or part) S3 accepts.
-const maxObjectSize = 5 << 40
+// maxPutSize is the largest body S3 accepts in one request: a PutObject,
+// an UploadPart or the range of an UploadPartCopy (5 TiB is the limit of
+// a whole multipart object).
+const maxPutSize = 5 << 30
 
 // maxUserMeta is S3's limit on the total size of x-amz-meta-* headers.
 const maxUserMeta = 2 << 10
@@ -29,7 +31,7 @@ func (h *handler) putOptions(rq *request, needSize bool) (object.PutOptions, err
 		if opts.Size < 0 {
 			return opts, errMissingLength
 		}
-		if opts.Size > maxObjectSize {
+		if opts.Size > maxPutSize {
 			return opts, errEntityTooLarge
 		}
 		if s := rq.Header.Get("Content-Md5"); s != "" {
@@ -247,12 +249,12 @@ func (h *handler) headObject(w http.ResponseWriter, rq *request) error {
 	}
 	hdr := w.Header()
 	rng, err := readRange(rq)
-	if err != nil {
-		return err
-	}
 	off, n := int64(0), info.Size
 	if info.Size == 0 {
-		rng = nil // as for GET: an empty object is served whole
+		rng, err = nil, nil // as for GET: an empty object is served whole
+	}
+	if err != nil {
+		return err
 	}
 	if rng != nil {
 		if off, n, err = rng.Resolve(info.Size); err != nil {

@@ -105,8 +105,14 @@ func parseCompleteMultipartUpload(r io.Reader) ([]object.CompletePart, error) {
 // maxDeleteObjects is the most keys one DeleteObjects may name.
 const maxDeleteObjects = 1000
 
+// deleteObject is one entry of a DeleteObjects body.
+type deleteObject struct {
+	Key       string `xml:"Key"`
+	VersionID string `xml:"VersionId"`
+}
+
 // parseDeleteObjects parses a DeleteObjects body.
-func parseDeleteObjects(r io.Reader) (keys []string, quiet bool, err error) {
+func parseDeleteObjects(r io.Reader) (objs []deleteObject, quiet bool, err error) {
 	var body deleteRequest
 	if err := xml.NewDecoder(io.LimitReader(r, maxXMLBody)).Decode(&body); err != nil {
 		return nil, false, fmt.Errorf("%w: %v", errMalformedXML, err)
@@ -117,11 +123,16 @@ func parseDeleteObjects(r io.Reader) (keys []string, quiet bool, err error) {
 	if len(body.Objects) > maxDeleteObjects {
 		return nil, false, errTooManyDeleteObjects
 	}
-	keys = make([]string, len(body.Objects))
-	for i, o := range body.Objects {
-		keys[i] = o.Key
+	return body.Objects, body.Quiet, nil
+}
+
+// checkVersionID accepts the version IDs of the only version objects here
+// have: none, or "null" (as S3 calls the version of an unversioned object).
+func checkVersionID(v string) error {
+	if v != "" && v != "null" {
+		return fmt.Errorf("%w: Invalid version id specified", object.ErrInvalidArgument)
 	}
-	return keys, body.Quiet, nil
+	return nil
 }
 
 // trimETag removes the quotes (and a weak prefix) around an ETag.

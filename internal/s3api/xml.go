@@ -96,12 +96,9 @@ type listBucketResultV1 struct {
 
 // deleteRequest is the body of DeleteObjects.
 type deleteRequest struct {
-	XMLName xml.Name `xml:"Delete"`
-	Quiet   bool     `xml:"Quiet"`
-	Objects []struct {
-		Key       string `xml:"Key"`
-		VersionID string `xml:"VersionId"`
-	} `xml:"Object"`
+	XMLName xml.Name       `xml:"Delete"`
+	Quiet   bool           `xml:"Quiet"`
+	Objects []deleteObject `xml:"Object"`
 }
 
 type deleteResult struct {

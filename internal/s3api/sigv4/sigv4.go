@@ -15,6 +15,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -41,6 +42,7 @@ const (
 // Errors. The s3api package maps each to an S3 error code.
 var (
 	ErrMissingAuth           = errors.New("sigv4: request is not signed")
+	ErrHeadersNotSigned      = errors.New("sigv4: there were headers present in the request which were not signed")
 	ErrUnsupportedAuth       = errors.New("sigv4: unsupported authorization mechanism, use AWS4-HMAC-SHA256")
 	ErrMalformedAuth         = errors.New("sigv4: malformed Authorization header")
 	ErrMalformedPresign      = errors.New("sigv4: malformed presigned query parameters")
@@ -201,6 +203,9 @@ func (v *Verifier) verifyHeader(r *http.Request, h string) (*Result, error) {
 	if !hmac.Equal([]byte(hexHMAC(key, sts)), []byte(auth.Signature)) {
 		return nil, ErrSignatureMismatch
 	}
+	if err := checkAmzHeadersSigned(r, auth.SignedHeaders); err != nil {
+		return nil, err
+	}
 	res := &Result{AccessKey: auth.AccessKey, Region: auth.Region}
 	sc := &streamContext{key: key, time: t.Format(TimeFormat), scope: auth.Scope(), seed: auth.Signature}
 	if err := v.wrapBody(r, res, payload, sc); err != nil {
@@ -241,6 +246,9 @@ func (v *Verifier) verifyPresigned(r *http.Request, q map[string][]string) (*Res
 	if !hmac.Equal([]byte(hexHMAC(key, sts)), []byte(p.Signature)) {
 		return nil, ErrSignatureMismatch
 	}
+	if err := checkAmzHeadersSigned(r, p.SignedHeaders); err != nil {
+		return nil, err
+	}
 	res := &Result{AccessKey: p.AccessKey, Region: p.Region, Presigned: true}
 	if err := v.wrapBody(r, res, payload, nil); err != nil {
 		return nil, err
@@ -249,6 +257,22 @@ func (v *Verifier) verifyPresigned(r *http.Request, q map[string][]string) (*Res
 }
 
 func isStreaming(payload string) bool { return strings.HasPrefix(payload, "STREAMING-") }
+
+// checkAmzHeadersSigned refuses a request that carries an x-amz-* header
+// the signature does not cover, as S3 does: such a header changes what the
+// request does (a copy source, metadata, a checksum), and whoever holds a
+// presigned URL, or sees a signed request go by, could add one.
+// x-amz-content-sha256 is exempt, as in S3: the signature covers the
+// payload hash it states anyway.
+func checkAmzHeadersSigned(r *http.Request, signed []string) error {
+	for name := range r.Header {
+		l := strings.ToLower(name)
+		if strings.HasPrefix(l, "x-amz-") && l != "x-amz-content-sha256" && !slices.Contains(signed, l) {
+			return fmt.Errorf("%w: %s", ErrHeadersNotSigned, l)
+		}
+	}
+	return nil
+}
 
 func checkPayloadHash(p string) error {
 	switch p {

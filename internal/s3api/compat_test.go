@@ -1,0 +1,273 @@
+package s3api_test
+
+// Where the API must behave as S3 does: unsigned headers, ranges, paging,
+// limits, names and subresources.
+
+import (
+	"encoding/xml"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/slipstream-io/slipstream/internal/s3api/sigv4"
+)
+
+// A SigV4 request carrying an x-amz-* header that is not in SignedHeaders
+// is refused, as S3 does (403 AccessDenied "There were headers present in
+// the request which were not signed"): otherwise the holder of a presigned
+// PUT URL for one key could add X-Amz-Copy-Source and copy any object of
+// the cluster into that key.
+func TestPresignedPutUnsignedCopySource(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.mkBucket("private")
+	e.mkBucket("public")
+	putString(t, e.client, "private", "secret", "top secret data")
+
+	ps := s3.NewPresignClient(e.client)
+	pu := must[*v4PresignedRequest](t)(presignPut(ps, "public", "upload", time.Minute))
+	r := must[*http.Request](t)(http.NewRequest("PUT", pu.URL, nil))
+	r.Header.Set("X-Amz-Copy-Source", "/private/secret") // not signed
+	resp, body := e.do(r)
+	if resp.StatusCode != http.StatusForbidden {
+		got, _ := getString(t, e.client, &s3.GetObjectInput{Bucket: aws.String("public"), Key: aws.String("upload")})
+		t.Fatalf("presigned PUT + unsigned X-Amz-Copy-Source: %d %s; public/upload now holds %q, want 403 AccessDenied", resp.StatusCode, body, got)
+	}
+}
+
+// The same with header authentication: x-amz-* headers added after signing
+// (metadata directive, user metadata, copy source) must be refused.
+func TestHeaderAuthUnsignedAmzHeaders(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.mkBucket("hdrs")
+	putString(t, e.client, "hdrs", "src", "source")
+	tests := []struct {
+		name, method, path string
+		body               []byte
+		hdr                map[string]string
+	}{
+		{"user metadata", "PUT", "/hdrs/a", []byte("data"), map[string]string{"X-Amz-Meta-Owner": "mallory"}},
+		{"copy source", "PUT", "/hdrs/b", nil, map[string]string{"X-Amz-Copy-Source": "/hdrs/src"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := e.rawRequest(tt.method, tt.path, "", tt.body, "", nil)
+			for k, v := range tt.hdr {
+				r.Header.Set(k, v) // after signing
+			}
+			resp, body := e.do(r)
+			if resp.StatusCode != http.StatusForbidden || errorCode(body) != "AccessDenied" {
+				t.Fatalf("unsigned %v accepted: %d %s, want 403 AccessDenied", tt.hdr, resp.StatusCode, body)
+			}
+		})
+	}
+}
+
+// S3's conditional writes (If-None-Match: * and If-Match on PutObject)
+// are refused with 501 NotImplemented rather than ignored: a client that
+// uses them as a lock or for optimistic concurrency must not have its
+// condition silently dropped and the object overwritten.
+func TestConditionalPutRefused(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.mkBucket("cond")
+	putString(t, e.client, "cond", "lock", "first writer")
+	tests := []struct{ name, header, value string }{
+		{"if-none-match star", "If-None-Match", "*"},
+		{"if-match stale etag", "If-Match", `"00000000000000000000000000000000"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp, body := e.do(e.rawRequest("PUT", "/cond/lock", "", []byte("second writer"), "", map[string]string{tt.header: tt.value}))
+			got, _ := getString(t, e.client, &s3.GetObjectInput{Bucket: aws.String("cond"), Key: aws.String("lock")})
+			if resp.StatusCode != http.StatusNotImplemented || errorCode(body) != "NotImplemented" || got != "first writer" {
+				t.Fatalf("PUT %s: %s: %d %s, object now %q; want 501 NotImplemented and the object unchanged", tt.header, tt.value, resp.StatusCode, body, got)
+			}
+		})
+	}
+}
+
+// A 416 says how long the object is (Content-Range: bytes */size,
+// RFC 9110 15.5.17), on GET and HEAD.
+func TestInvalidRangeContentRange(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.mkBucket("rng")
+	putString(t, e.client, "rng", "five", "12345")
+	for _, method := range []string{"GET", "HEAD"} {
+		resp, body := e.do(e.rawRequest(method, "/rng/five", "", nil, "", map[string]string{"Range": "bytes=10-20"}))
+		if resp.StatusCode != http.StatusRequestedRangeNotSatisfiable {
+			t.Fatalf("%s: %d %s, want 416", method, resp.StatusCode, body)
+		}
+		if got := resp.Header.Get("Content-Range"); got != "bytes */5" {
+			t.Errorf("%s 416: Content-Range %q, want \"bytes */5\"", method, got)
+		}
+	}
+}
+
+type uploadsPage struct {
+	IsTruncated        bool
+	NextKeyMarker      string
+	NextUploadIdMarker string
+	Uploads            []struct{ Key, UploadId string } `xml:"Upload"`
+	CommonPrefixes     []struct{ Prefix string }
+}
+
+// ListMultipartUploads with a delimiter: a common prefix is listed once
+// over all pages and counts towards max-uploads, as in S3.
+func TestListMultipartUploadsPagingWithDelimiter(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.mkBucket("mpl")
+	for _, k := range []string{"a", "b/1", "b/2", "c"} {
+		must[*s3.CreateMultipartUploadOutput](t)(e.client.CreateMultipartUpload(ctx(), &s3.CreateMultipartUploadInput{Bucket: aws.String("mpl"), Key: aws.String(k)}))
+	}
+	seen := map[string]int{}
+	var pages []string
+	keyMarker, idMarker := "", ""
+	for page := 0; page < 10; page++ {
+		q := "uploads=&delimiter=%2F&max-uploads=1"
+		if keyMarker != "" {
+			q += "&key-marker=" + keyMarker + "&upload-id-marker=" + idMarker
+		}
+		resp, body := e.do(e.rawRequest("GET", "/mpl", q, nil, "", nil))
+		if resp.StatusCode != 200 {
+			t.Fatalf("%d %s", resp.StatusCode, body)
+		}
+		var res uploadsPage
+		if err := xml.Unmarshal(body, &res); err != nil {
+			t.Fatal(err)
+		}
+		var entries []string
+		for _, u := range res.Uploads {
+			seen[u.Key]++
+			entries = append(entries, u.Key)
+		}
+		for _, p := range res.CommonPrefixes {
+			seen[p.Prefix]++
+			entries = append(entries, p.Prefix)
+		}
+		pages = append(pages, strings.Join(entries, ","))
+		if !res.IsTruncated {
+			break
+		}
+		keyMarker, idMarker = res.NextKeyMarker, res.NextUploadIdMarker
+	}
+	for k, n := range seen {
+		if n != 1 {
+			t.Errorf("%q listed %d times over the pages %q", k, n, pages)
+		}
+	}
+	for i, p := range pages {
+		if strings.Count(p, ",")+1 > 1 {
+			t.Errorf("page %d holds %q: more entries than max-uploads=1", i, p)
+		}
+	}
+}
+
+// At most 5 GiB go in one PutObject or UploadPart (400 EntityTooLarge, as
+// in S3); 5 TiB is the limit of a whole multipart object only.
+func TestSinglePutOver5GiB(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.mkBucket("big")
+	cr := must[*s3.CreateMultipartUploadOutput](t)(e.client.CreateMultipartUpload(ctx(), &s3.CreateMultipartUploadInput{Bucket: aws.String("big"), Key: aws.String("mp")}))
+	for _, tc := range []struct{ name, path, query string }{
+		{"PutObject", "/big/obj", ""},
+		{"UploadPart", "/big/mp", "partNumber=1&uploadId=" + *cr.UploadId},
+	} {
+		u := e.srv.URL + tc.path
+		if tc.query != "" {
+			u += "?" + tc.query
+		}
+		r := must[*http.Request](t)(http.NewRequest("PUT", u, nil))
+		r.ContentLength = 6 << 30
+		e.sign(r, sigv4.UnsignedPayload, testSecret, time.Now())
+		r.Body = io.NopCloser(strings.NewReader("only a few bytes")) // served in-process: never sent
+		w := httptest.NewRecorder()
+		e.srv.Config.Handler.ServeHTTP(w, r)
+		if code := errorCode(w.Body.Bytes()); w.Code != 400 || code != "EntityTooLarge" {
+			t.Errorf("%s of 6 GiB: %d %s, want 400 EntityTooLarge", tc.name, w.Code, code)
+		}
+	}
+}
+
+// DELETE /bucket?<subresource> for a bucket API this layer does not know
+// (here the S3 Metadata API's DeleteBucketMetadataTableConfiguration)
+// answers 501 and is not taken for a DeleteBucket.
+func TestUnknownBucketSubresourceKeepsBucket(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	for _, sub := range []string{"metadataTable", "metadataConfiguration"} {
+		e.mkBucket("sub-" + strings.ToLower(sub))
+		resp, body := e.do(e.rawRequest("DELETE", "/sub-"+strings.ToLower(sub), sub+"=", nil, "", nil))
+		_, err := e.client.HeadBucket(ctx(), &s3.HeadBucketInput{Bucket: aws.String("sub-" + strings.ToLower(sub))})
+		if err != nil {
+			t.Errorf("DELETE /bucket?%s: %d %s, and the bucket is gone (%v); want 501 NotImplemented and the bucket kept", sub, resp.StatusCode, body, err)
+		}
+	}
+}
+
+// Objects here have one version ("null"): GET, HEAD and DELETE of another
+// version id answer 400 InvalidArgument ("Invalid version id specified"),
+// as S3 does on an unversioned bucket, and delete nothing.
+func TestOtherVersionIDRefused(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.mkBucket("ver")
+	putString(t, e.client, "ver", "obj", "current version")
+	for _, method := range []string{"GET", "HEAD", "DELETE"} {
+		resp, body := e.do(e.rawRequest(method, "/ver/obj", "versionId=3HL4kqtJlcpXroDTDmJ.rmSpXd3dIbrHY", nil, "", nil))
+		if resp.StatusCode/100 == 2 {
+			t.Errorf("%s ?versionId=<other version>: %d %.80s, want 400 InvalidArgument or 404 NoSuchVersion", method, resp.StatusCode, body)
+		}
+	}
+	if e.store.Len("ver") != 1 {
+		t.Errorf("DELETE of another version deleted the current object")
+	}
+}
+
+// Keys with U+FFFE or U+FFFF, which XML 1.0 cannot carry, are refused: a
+// listing would return another key (the encoder writes U+FFFD), which GET
+// and DeleteObjects would then miss.
+func TestKeyXMLCannotCarryRefused(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.mkBucket("xmlkeys")
+	for _, path := range []string{"/xmlkeys/file%EF%BF%BF.txt", "/xmlkeys/file%EF%BF%BE.txt"} {
+		resp, body := e.do(e.rawRequest("PUT", path, "", []byte("x"), "", nil))
+		if resp.StatusCode != 400 {
+			t.Errorf("PUT %s: %d %s, want 400", path, resp.StatusCode, errorCode(body))
+		}
+	}
+	if n := e.store.Len("xmlkeys"); n != 0 {
+		t.Errorf("%d objects stored", n)
+	}
+}
+
+// GET and HEAD agree on "Range: bytes=-0" of an empty object: both serve
+// it whole (200), as every range of an empty object.
+func TestHeadEmptyObjectSuffixZero(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.mkBucket("empty")
+	putString(t, e.client, "empty", "e", "")
+	status := map[string]int{}
+	for _, method := range []string{"GET", "HEAD"} {
+		resp, _ := e.do(e.rawRequest(method, "/empty/e", "", nil, "", map[string]string{"Range": "bytes=-0"}))
+		status[method] = resp.StatusCode
+	}
+	if status["GET"] != status["HEAD"] {
+		t.Fatalf("Range: bytes=-0 on an empty object: GET %d, HEAD %d", status["GET"], status["HEAD"])
+	}
+}
+
+// S3's bucket naming rules also forbid the prefixes xn--, sthree- and
+// amzn-s3-demo- and the suffixes -s3alias, --ol-s3, --x-s3 and .mrap, and
+// any name formatted as an IPv4 address, with leading zeros too.
+func TestBucketNameRules(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	for _, name := range []string{"xn--bucket", "sthree-bucket", "amzn-s3-demo-bucket", "bucket-s3alias", "bucket--ol-s3", "bucket--x-s3", "bucket.mrap", "192.168.001.001"} {
+		resp, body := e.do(e.rawRequest("PUT", "/"+name, "", nil, "", nil))
+		if resp.StatusCode != 400 || errorCode(body) != "InvalidBucketName" {
+			t.Errorf("CreateBucket %q: %d %s, want 400 InvalidBucketName", name, resp.StatusCode, errorCode(body))
+		}
+	}
+}
