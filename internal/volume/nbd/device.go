@@ -114,7 +114,7 @@ func errnoOf(err error) uint32 {
 			return ENOMEM
 		case syscall.EINVAL:
 			return EINVAL
-		case syscall.ENOSPC, syscall.EDQUOT:
+		case syscall.ENOSPC, syscall.EDQUOT, syscall.EFBIG:
 			return ENOSPC
 		case syscall.EOVERFLOW:
 			return EOVERFLOW

@@ -73,6 +73,7 @@ const (
 	tfSendFUA         = 1 << 3
 	tfSendTrim        = 1 << 5
 	tfSendWriteZeroes = 1 << 6
+	tfSendDF          = 1 << 7
 	tfCanMultiConn    = 1 << 8
 	tfSendCache       = 1 << 10
 )

@@ -34,6 +34,12 @@ type Config struct {
 	// that does not take them in time is disconnected, which ends the
 	// connection's requests and frees its buffers. Default 60s.
 	ReplyTimeout time.Duration
+	// HandshakeTimeout bounds the whole negotiation of a connection; a
+	// client that does not finish it in time is disconnected. Default 30s.
+	HandshakeTimeout time.Duration
+	// CloseTimeout bounds how long Close lets the requests in flight
+	// finish and their replies go out before it hangs up. Default 10s.
+	CloseTimeout time.Duration
 	// PreferredBlock is the advertised preferred block size. Default 4096.
 	PreferredBlock uint32
 	// Logger receives connection-level errors. Default: discard.
@@ -68,6 +74,12 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	if cfg.ReplyTimeout <= 0 {
 		cfg.ReplyTimeout = 60 * time.Second
+	}
+	if cfg.HandshakeTimeout <= 0 {
+		cfg.HandshakeTimeout = 30 * time.Second
+	}
+	if cfg.CloseTimeout <= 0 {
+		cfg.CloseTimeout = 10 * time.Second
 	}
 	if cfg.PreferredBlock == 0 {
 		cfg.PreferredBlock = 4096
@@ -115,7 +127,6 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 			_ = c.Close()
 			return ErrServerClosed
 		}
-		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
 			defer s.untrack(c)
@@ -133,6 +144,7 @@ func (s *Server) track(c net.Conn) bool {
 		return false
 	}
 	s.conns[c] = struct{}{}
+	s.wg.Add(1) // under mu: Close cannot be waiting already
 	return true
 }
 
@@ -142,8 +154,10 @@ func (s *Server) untrack(c net.Conn) {
 	s.mu.Unlock()
 }
 
-// Close stops every listener and connection and waits for in-flight
-// requests to finish.
+// Close stops every listener, stops reading requests, lets the requests
+// in flight finish and their replies go out (for up to CloseTimeout, as
+// the protocol asks of a server that shuts down), then closes every
+// connection and waits for them.
 func (s *Server) Close() error {
 	s.mu.Lock()
 	s.closed = true
@@ -151,10 +165,22 @@ func (s *Server) Close() error {
 		_ = ln.Close()
 	}
 	for c := range s.conns {
+		_ = c.SetReadDeadline(time.Now())
+	}
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-time.After(s.cfg.CloseTimeout):
+	}
+	s.mu.Lock()
+	for c := range s.conns {
 		_ = c.Close()
 	}
 	s.mu.Unlock()
-	s.wg.Wait()
+	<-done
 	return nil
 }
 
@@ -166,12 +192,19 @@ var errAbort = errors.New("nbd: client aborted the handshake")
 func (s *Server) ServeConn(ctx context.Context, c net.Conn) error {
 	defer c.Close()
 	br := bufio.NewReaderSize(c, 256<<10)
+	_ = c.SetDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
 	dev, neg, err := s.handshake(ctx, c, br)
 	if err != nil {
 		if errors.Is(err, errAbort) {
 			return nil
 		}
 		return err
+	}
+	if err := c.SetDeadline(time.Time{}); err != nil {
+		return err
+	}
+	if s.isClosed() {
+		return ErrServerClosed // Close came during the handshake: its read deadline was cleared
 	}
 	tc := &conn{
 		s:          s,
@@ -187,8 +220,19 @@ func (s *Server) ServeConn(ctx context.Context, c net.Conn) error {
 	return tc.serve(ctx)
 }
 
-func (s *Server) transmissionFlags(dev Device) uint16 {
+func (s *Server) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// transmissionFlags are the flags of dev's export; with structured replies
+// READ also takes DF (its data always goes in one chunk).
+func (s *Server) transmissionFlags(dev Device, structured bool) uint16 {
 	f := uint16(tfHasFlags | tfSendFlush | tfSendFUA | tfSendTrim | tfSendWriteZeroes | tfSendCache)
+	if structured {
+		f |= tfSendDF
+	}
 	if m, ok := dev.(MultiConnDevice); ok && m.MultiConn() {
 		f |= tfCanMultiConn
 	}
@@ -226,6 +270,15 @@ func (s *Server) handshake(ctx context.Context, c net.Conn, br *bufio.Reader) (D
 	for i := 0; i < maxOptions; i++ {
 		opt, err := readOption(br, hdr[:])
 		if errors.Is(err, ErrOptionTooBig) {
+			switch opt.Code {
+			case OptExportName:
+				// No option reply may answer it; an export that cannot be
+				// chosen ends the session.
+				return nil, negotiated{}, err
+			case OptAbort:
+				_ = s.optReply(c, opt.Code, repAck, nil)
+				return nil, negotiated{}, errAbort
+			}
 			if err := s.optReply(c, opt.Code, repErrTooBig, nil); err != nil {
 				return nil, negotiated{}, err
 			}
@@ -243,12 +296,13 @@ func (s *Server) handshake(ctx context.Context, c net.Conn, br *bufio.Reader) (D
 			}
 			var out []byte
 			out = binary.BigEndian.AppendUint64(out, uint64(dev.Size()))
-			out = binary.BigEndian.AppendUint16(out, s.transmissionFlags(dev))
+			out = binary.BigEndian.AppendUint16(out, s.transmissionFlags(dev, structured))
 			if !noZeroes {
 				out = append(out, make([]byte, 124)...)
 			}
 			_, err = c.Write(out)
-			return dev, negotiated{}, err
+			// What was negotiated holds however transmission is entered.
+			return dev, negotiated{structured: structured, alloc: metaAlloc && metaName == string(opt.Data)}, err
 		case OptAbort:
 			_ = s.optReply(c, opt.Code, repAck, nil)
 			return nil, negotiated{}, errAbort
@@ -289,10 +343,12 @@ func (s *Server) handshake(ctx context.Context, c net.Conn, br *bufio.Reader) (D
 			var out []byte
 			d := binary.BigEndian.AppendUint16(nil, infoExport)
 			d = binary.BigEndian.AppendUint64(d, uint64(dev.Size()))
-			d = binary.BigEndian.AppendUint16(d, s.transmissionFlags(dev))
+			d = binary.BigEndian.AppendUint16(d, s.transmissionFlags(dev, structured))
 			out = appendOptReply(out, opt.Code, repInfo, d)
 			for _, t := range req.Infos {
-				if t == infoName {
+				// The canonical name of the default export is not known
+				// here; the name is a hint the server may leave out.
+				if t == infoName && req.Name != "" {
 					d := binary.BigEndian.AppendUint16(nil, infoName)
 					out = appendOptReply(out, opt.Code, repInfo, append(d, req.Name...))
 				}

@@ -142,9 +142,14 @@ func (c *conn) serve(ctx context.Context) error {
 				c.sendError(req, EINVAL)
 				continue
 			}
+			// Write payloads held in memory count against the same budget
+			// as unsent replies: a slow device stops the reading of
+			// requests instead of growing the connection's memory.
+			c.reserve(int64(req.Length))
 			payload = c.s.pool.get(int(req.Length))
 			if _, err := io.ReadFull(c.br, *payload); err != nil {
 				c.s.pool.put(payload)
+				c.release(int64(req.Length), false)
 				return err
 			}
 		}
@@ -155,13 +160,37 @@ func (c *conn) serve(ctx context.Context) error {
 	}
 }
 
-const knownFlags = CmdFlagFUA | CmdFlagNoHole | CmdFlagDF | 1<<3 | 1<<4
+// allowedFlags are the command flags each command takes: FUA on every
+// one, NO_HOLE on WRITE_ZEROES, DF on READ (advertised with structured
+// replies), REQ_ONE on BLOCK_STATUS. FAST_ZERO is not advertised, so no
+// command takes it.
+func allowedFlags(cmd uint16) uint16 {
+	f := uint16(CmdFlagFUA)
+	switch cmd {
+	case CmdWriteZeroes:
+		f |= CmdFlagNoHole
+	case CmdRead:
+		f |= CmdFlagDF
+	case CmdBlockStatus:
+		f |= CmdFlagReqOne
+	}
+	return f
+}
 
 func (c *conn) handle(ctx context.Context, req Request, payload *[]byte) {
-	if payload != nil {
-		defer c.s.pool.put(payload)
+	// A write's payload goes back, with its share of the budget, before its
+	// reply reserves room: replies waiting for room held by payloads
+	// whose replies wait would never move.
+	free := func() {
+		if payload != nil {
+			c.s.pool.put(payload)
+			c.release(int64(req.Length), false)
+			payload = nil
+		}
 	}
-	if req.Flags&^uint16(knownFlags) != 0 {
+	defer free()
+	if req.Flags&^allowedFlags(req.Type) != 0 || req.Flags&CmdFlagDF != 0 && !c.structured {
+		free()
 		c.sendError(req, EINVAL)
 		return
 	}
@@ -186,10 +215,13 @@ func (c *conn) handle(ctx context.Context, req Request, payload *[]byte) {
 		c.sendRead(req, buf, cost)
 	case CmdWrite:
 		if !inRange {
+			free()
 			c.sendError(req, ENOSPC)
 			return
 		}
-		c.done(req, c.dev.WriteAt(ctx, *payload, off, fua))
+		err := c.dev.WriteAt(ctx, *payload, off, fua)
+		free()
+		c.done(req, err)
 	case CmdFlush:
 		c.done(req, c.dev.Flush(ctx))
 	case CmdTrim:
@@ -296,11 +328,17 @@ func (c *conn) blockStatus(ctx context.Context, req Request, off, n int64) {
 
 func (c *conn) sendRead(req Request, buf *[]byte, cost int64) {
 	r := reply{data: *buf, pool: buf, cost: cost}
-	if c.structured {
+	switch {
+	case c.structured && len(*buf) == 0:
+		// A data chunk must carry at least one byte: an empty read is
+		// answered with the final NONE chunk.
+		putStructuredHeader(r.hdr[:], replyFlagDone, replyTypeNone, req.Cookie, 0)
+		r.n = structuredHeaderLen
+	case c.structured:
 		putStructuredHeader(r.hdr[:], replyFlagDone, replyTypeOffsetData, req.Cookie, uint32(8+len(*buf)))
 		binary.BigEndian.PutUint64(r.hdr[20:28], req.Offset)
 		r.n = 28
-	} else {
+	default:
 		putSimpleReply(r.hdr[:], 0, req.Cookie)
 		r.n = simpleReplyHeaderLen
 	}
