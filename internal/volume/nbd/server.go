@@ -23,12 +23,14 @@ type Config struct {
 	// MaxInFlight bounds the requests one connection runs at once; the
 	// reader stops reading while the bound is reached. Default 128.
 	MaxInFlight int
-	// MaxReplyBytes bounds the bytes of replies (READ data included) one
-	// connection holds that are not written to the client yet: a handler
-	// waits for room before it reads into a new buffer or queues a reply,
-	// so a client that does not read its replies stops the server from
-	// reading its requests instead of growing the queue. A reply larger
-	// than the bound goes alone. Default 32 MiB.
+	// MaxReplyBytes bounds the bytes one connection holds in memory:
+	// replies (READ data included) not written to the client yet, and
+	// WRITE payloads not written to the device yet. A handler waits for
+	// room before it reads into a new buffer or queues a reply, and the
+	// reader before it reads a payload, so a client that does not read its
+	// replies, or writes faster than the device, stops the server from
+	// reading its requests instead of growing the queue. A reply or
+	// payload larger than the bound goes alone. Default 32 MiB.
 	MaxReplyBytes int64
 	// ReplyTimeout bounds the writing of each batch of replies; a client
 	// that does not take them in time is disconnected, which ends the
