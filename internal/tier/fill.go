@@ -397,13 +397,31 @@ func (f *fill) commit() error {
 	return nil
 }
 
+// covers reports whether the spool holds the range rng already.
+func (f *fill) covers(rng *object.Range) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.haveAttrs || f.err != nil {
+		return false
+	}
+	off, n, err := rng.Resolve(f.attrs.Size)
+	return err == nil && off+n <= f.avail
+}
+
 // objectInfo is what readers of a fill report.
 func (f *fill) objectInfo() object.Info {
 	return remoteInfo(f.bucket, f.key, f.attrs)
 }
 
+// errFillOver tells a caller of fill.reader that the fill ended and closed
+// its spool before the reader could join it: the caller looks again (the
+// local copy is there, or a new fill starts).
+var errFillOver = errors.New("tier: fill over")
+
 // reader opens a reader of the fill for the range rng (nil = whole object),
-// waiting for the backend's first response.
+// waiting for the backend's first response. It returns errFillOver once the
+// last reference to the spool is gone (the spool is closed), so a reader
+// never gets a closed file.
 func (f *fill) reader(ctx context.Context, rng *object.Range) (object.Reader, error) {
 	if err := f.wait(ctx, func() bool { return f.haveAttrs || f.err != nil }); err != nil {
 		return nil, err
@@ -412,6 +430,9 @@ func (f *fill) reader(ctx context.Context, rng *object.Range) (object.Reader, er
 	defer f.mu.Unlock()
 	if f.err != nil {
 		return nil, f.err
+	}
+	if f.refs == 0 {
+		return nil, errFillOver
 	}
 	r := &fillReader{f: f, ctx: ctx, end: f.attrs.Size, verify: true, info: f.objectInfo()}
 	if rng != nil {

@@ -23,8 +23,8 @@ func (t *Tier) Get(ctx context.Context, bucket, key string, rng *object.Range) (
 		if !errors.Is(err, errWriting) {
 			return r, err
 		}
-		t.waitWrite(bucket, key) // then look again: the write made it local
-		if err := ctx.Err(); err != nil {
+		// Then look again: the write made it local.
+		if err := t.waitWrite(ctx, bucket, key); err != nil {
 			return nil, err
 		}
 	}
@@ -68,7 +68,7 @@ func (t *Tier) get(ctx context.Context, bucket, key string, rng *object.Range) (
 	}
 	if rng != nil {
 		t.counters.cold.Add(1)
-		return t.coldRange(ctx, b, bucket, key, rng, stale)
+		return t.coldRange(ctx, b, bucket, key, rng, stale, reqStart)
 	}
 	for {
 		f, isLocal, err := t.acquireFill(b, bucket, key, stale)
@@ -97,15 +97,22 @@ func (t *Tier) get(ctx context.Context, bucket, key string, rng *object.Range) (
 			}
 			return t.get(ctx, bucket, key, rng)
 		}
+		r, err := f.reader(ctx, nil)
+		if errors.Is(err, errFillOver) {
+			// The fill ended as this request joined it: start over.
+			return t.get(ctx, bucket, key, rng)
+		}
 		t.counters.cold.Add(1)
-		return f.reader(ctx, nil)
+		return r, err
 	}
 }
 
 // coldRange answers a range of an object that is not local: from a fill in
 // progress when the bytes are there already, else by a range request to the
-// backend while a fill of the whole object starts in the background.
-func (t *Tier) coldRange(ctx context.Context, b Bucket, bucket, key string, rng *object.Range, stale *object.Info) (object.Reader, error) {
+// backend while a fill of the whole object starts in the background. Under
+// ValidateAlways only a fill that started at or after the request (at
+// reqStart) may serve it: an older one may hold an older version.
+func (t *Tier) coldRange(ctx context.Context, b Bucket, bucket, key string, rng *object.Range, stale *object.Info, reqStart time.Time) (object.Reader, error) {
 	f, isLocal, err := t.acquireFill(b, bucket, key, stale)
 	if err != nil {
 		return nil, err
@@ -113,14 +120,19 @@ func (t *Tier) coldRange(ctx context.Context, b Bucket, bucket, key string, rng 
 	if isLocal {
 		return t.local.Get(ctx, bucket, key, rng)
 	}
-	f.mu.Lock()
-	if f.haveAttrs && f.err == nil {
-		if off, n, rerr := rng.Resolve(f.attrs.Size); rerr == nil && off+n <= f.avail {
-			f.mu.Unlock()
-			return f.reader(ctx, rng)
+	current := b.Validate.Policy != ValidateAlways || !f.started.Before(reqStart)
+	if current && f.covers(rng) {
+		if r, err := f.reader(ctx, rng); !errors.Is(err, errFillOver) {
+			return r, err
 		}
+		// The fill ended meanwhile: ask the backend.
 	}
-	f.mu.Unlock()
+	return t.backendRange(ctx, b, bucket, key, rng)
+}
+
+// backendRange answers a range of bucket/key with a range request to the
+// backend.
+func (t *Tier) backendRange(ctx context.Context, b Bucket, bucket, key string, rng *object.Range) (object.Reader, error) {
 	rc, a, err := b.Backend.Get(ctx, key, rng)
 	if err != nil {
 		return nil, err

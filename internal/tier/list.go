@@ -55,13 +55,15 @@ func (t *Tier) List(ctx context.Context, bucket string, opts object.ListOptions)
 		t.d.mu.Unlock()
 	}
 	for _, o := range pend {
-		entry := o.key
+		// A key with the delimiter after the prefix rolls up into a common
+		// prefix, even one that ends there (a folder marker "dir/").
+		entry, rolled := o.key, false
 		if opts.Delimiter != "" {
 			if i := strings.Index(o.key[len(opts.Prefix):], opts.Delimiter); i >= 0 {
-				entry = o.key[:len(opts.Prefix)+i+len(opts.Delimiter)]
+				entry, rolled = o.key[:len(opts.Prefix)+i+len(opts.Delimiter)], true
 			}
 		}
-		if entry != o.key {
+		if rolled {
 			if o.kind == KindPut && entry > opts.StartAfter {
 				prefixes[entry] = true
 			}

@@ -19,8 +19,7 @@ func (t *Tier) Fill(ctx context.Context, bucket, key string) (object.Info, bool,
 		if !errors.Is(err, errWriting) {
 			return info, filled, err
 		}
-		t.waitWrite(bucket, key)
-		if err := ctx.Err(); err != nil {
+		if err := t.waitWrite(ctx, bucket, key); err != nil {
 			return object.Info{}, false, err
 		}
 	}

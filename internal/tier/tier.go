@@ -344,10 +344,15 @@ func (t *Tier) beginWrite(ctx context.Context, bucket, key string) (func(), erro
 	return end, nil
 }
 
-// waitWrite waits for the writes of bucket/key in progress to end.
-func (t *Tier) waitWrite(bucket, key string) {
-	unlock := t.keyLocks.lock(okey(bucket, key))
+// waitWrite waits for the writes of bucket/key in progress to end, or for
+// ctx to end.
+func (t *Tier) waitWrite(ctx context.Context, bucket, key string) error {
+	unlock, err := t.keyLocks.lockCtx(ctx, okey(bucket, key))
+	if err != nil {
+		return err
+	}
 	unlock()
+	return nil
 }
 
 // keyLocks serialises writes of one key.
@@ -357,32 +362,48 @@ type keyLocks struct {
 }
 
 type keyLock struct {
-	mu   sync.Mutex
+	held chan struct{} // holds a token while the lock is held
 	refs int
 }
 
+// lock takes the lock of name and returns the func that releases it.
 func (k *keyLocks) lock(name string) func() {
+	unlock, _ := k.lockCtx(context.Background(), name)
+	return unlock
+}
+
+// lockCtx is lock giving up when ctx ends.
+func (k *keyLocks) lockCtx(ctx context.Context, name string) (func(), error) {
 	k.mu.Lock()
 	if k.m == nil {
 		k.m = make(map[string]*keyLock)
 	}
 	l := k.m[name]
 	if l == nil {
-		l = &keyLock{}
+		l = &keyLock{held: make(chan struct{}, 1)}
 		k.m[name] = l
 	}
 	l.refs++
 	k.mu.Unlock()
-	l.mu.Lock()
-	return func() {
-		l.mu.Unlock()
-		k.mu.Lock()
-		l.refs--
-		if l.refs == 0 {
-			delete(k.m, name)
-		}
-		k.mu.Unlock()
+	select {
+	case l.held <- struct{}{}:
+	case <-ctx.Done():
+		k.drop(name, l)
+		return nil, ctx.Err()
 	}
+	return func() {
+		<-l.held
+		k.drop(name, l)
+	}, nil
+}
+
+// drop forgets a reference to the lock l of name.
+func (k *keyLocks) drop(name string, l *keyLock) {
+	k.mu.Lock()
+	if l.refs--; l.refs == 0 {
+		delete(k.m, name)
+	}
+	k.mu.Unlock()
 }
 
 // notifier is a broadcast: wait returns a channel closed at the next

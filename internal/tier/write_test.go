@@ -700,11 +700,7 @@ func TestReplicaCleanAfterOwnerDestage(t *testing.T) {
 }
 
 func TestListMergesPendingWrites(t *testing.T) {
-	e := newEnv(t, "fs")
-	gate := make(chan struct{})
-	defer close(gate)
-	e.be.set(func(c *ctl) { c.gate = gate })
-	tr := e.newTier(t, tier.Config{}, wbBucket)
+	e, tr := gatedWriteback(t)
 	ctx := context.Background()
 	for _, k := range []string{"a", "b", "c", "dir/x"} {
 		remotePut(t, e.raw, k, []byte("remote "+k))

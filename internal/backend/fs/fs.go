@@ -9,6 +9,7 @@ package fs
 import (
 	"context"
 	"crypto/md5"
+	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -16,9 +17,11 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/slipstream-io/slipstream/internal/backend"
@@ -28,10 +31,15 @@ import (
 // reserved is the top-level directory that holds sidecars and temp files.
 const reserved = ".slipstream"
 
-// Backend is a directory used as a backend.
+// Backend is a directory used as a backend. Every file access goes through
+// an os.Root, so no key, listing prefix or symlink reaches outside the
+// directory.
 type Backend struct {
-	root   string
-	prefix string
+	dir     string   // absolute path of the directory
+	root    *os.Root // the directory
+	prefix  string
+	escapes error    // os.Root's error for a name that leads out of the directory
+	keys    keyLocks // serialises the commits of Puts and Deletes of one key
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -44,19 +52,26 @@ func New(spec backend.Spec) (*Backend, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
-	root, err := filepath.Abs(spec.Path)
+	dir, err := filepath.Abs(spec.Path)
 	if err != nil {
 		return nil, fmt.Errorf("fs backend: %w", err)
 	}
-	for _, d := range []string{root, filepath.Join(root, reserved, "tmp"), filepath.Join(root, reserved, "meta")} {
+	for _, d := range []string{dir, filepath.Join(dir, reserved, "tmp"), filepath.Join(dir, reserved, "meta")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, fmt.Errorf("fs backend: %w", err)
 		}
 	}
-	return &Backend{root: root, prefix: spec.Prefix}, nil
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, fmt.Errorf("fs backend: %w", err)
+	}
+	// os.Root does not export the error it returns for a name that leaves
+	// the root (through ".." or a symlink); take it from a name that does.
+	_, probe := root.Lstat("..")
+	return &Backend{dir: dir, root: root, prefix: spec.Prefix, escapes: errors.Unwrap(probe)}, nil
 }
 
-func (b *Backend) String() string { return "fs://" + filepath.Join(b.root, b.prefix) }
+func (b *Backend) String() string { return "fs://" + filepath.Join(b.dir, b.prefix) }
 
 type sidecar struct {
 	ETag        string            `json:"etag"`
@@ -82,13 +97,14 @@ func (b *Backend) name(key string) (string, error) {
 	return filepath.FromSlash(full), nil
 }
 
-func (b *Backend) metaPath(rel string) string {
-	return filepath.Join(b.root, reserved, "meta", rel+".json")
+// metaName is the path of rel's sidecar, relative to root.
+func metaName(rel string) string {
+	return filepath.Join(reserved, "meta", rel+".json")
 }
 
 func (b *Backend) attrs(key, rel string, fi os.FileInfo) backend.Attrs {
 	a := backend.Attrs{Key: key, Size: fi.Size(), ModTime: fi.ModTime()}
-	if data, err := os.ReadFile(b.metaPath(rel)); err == nil {
+	if data, err := b.root.ReadFile(metaName(rel)); err == nil {
 		var sc sidecar
 		if json.Unmarshal(data, &sc) == nil && sc.Size == fi.Size() && sc.MTime == fi.ModTime().UnixNano() {
 			a.ETag, a.ContentType, a.UserMeta = sc.ETag, sc.ContentType, sc.UserMeta
@@ -99,8 +115,16 @@ func (b *Backend) attrs(key, rel string, fi os.FileInfo) backend.Attrs {
 	return a
 }
 
-func notFound(err error, key string) error {
-	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+// missing reports whether err says that a path is not in the directory: it
+// does not exist, a component is not a directory, or it leads outside the
+// directory (through a symlink).
+func (b *Backend) missing(err error) bool {
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) ||
+		(b.escapes != nil && errors.Is(err, b.escapes))
+}
+
+func (b *Backend) notFound(err error, key string) error {
+	if b.missing(err) {
 		return fmt.Errorf("%w: %s", backend.ErrNotFound, key)
 	}
 	return fmt.Errorf("fs backend: %w", err)
@@ -112,9 +136,9 @@ func (b *Backend) Stat(ctx context.Context, key string) (backend.Attrs, error) {
 	if err != nil {
 		return backend.Attrs{}, err
 	}
-	fi, err := os.Stat(filepath.Join(b.root, rel))
+	fi, err := b.root.Stat(rel)
 	if err != nil {
-		return backend.Attrs{}, notFound(err, key)
+		return backend.Attrs{}, b.notFound(err, key)
 	}
 	if !fi.Mode().IsRegular() {
 		return backend.Attrs{}, fmt.Errorf("%w: %s", backend.ErrNotFound, key)
@@ -135,9 +159,9 @@ func (b *Backend) Get(ctx context.Context, key string, rng *object.Range) (io.Re
 	if err != nil {
 		return nil, backend.Attrs{}, err
 	}
-	f, err := os.Open(filepath.Join(b.root, rel))
+	f, err := b.root.Open(rel)
 	if err != nil {
-		return nil, backend.Attrs{}, notFound(err, key)
+		return nil, backend.Attrs{}, b.notFound(err, key)
 	}
 	fi, err := f.Stat()
 	if err != nil || !fi.Mode().IsRegular() {
@@ -164,19 +188,18 @@ func (b *Backend) Put(ctx context.Context, key string, r io.Reader, size int64, 
 	if err != nil {
 		return backend.Attrs{}, err
 	}
-	dst := filepath.Join(b.root, rel)
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return backend.Attrs{}, fmt.Errorf("fs backend: %w", err)
+	if err := b.mkdirParent(key, rel); err != nil {
+		return backend.Attrs{}, err
 	}
-	tmp, err := os.CreateTemp(filepath.Join(b.root, reserved, "tmp"), "put-*")
+	tmp, tmpRel, err := b.createTemp("put-")
 	if err != nil {
-		return backend.Attrs{}, fmt.Errorf("fs backend: %w", err)
+		return backend.Attrs{}, err
 	}
 	ok := false
 	defer func() {
 		if !ok {
 			tmp.Close()
-			os.Remove(tmp.Name())
+			b.root.Remove(tmpRel)
 		}
 	}()
 	h := md5.New()
@@ -201,37 +224,97 @@ func (b *Backend) Put(ctx context.Context, key string, r io.Reader, size int64, 
 		return backend.Attrs{}, fmt.Errorf("fs backend: %w", err)
 	}
 	sc := sidecar{ETag: hex.EncodeToString(h.Sum(nil)), Size: n, MTime: fi.ModTime().UnixNano(), ContentType: pa.ContentType, UserMeta: pa.UserMeta}
-	if err := writeSidecar(b.metaPath(rel), sc); err != nil {
+	if err := b.commit(key, rel, tmpRel, sc); err != nil {
 		return backend.Attrs{}, err
 	}
-	if err := os.Rename(tmp.Name(), dst); err != nil {
-		return backend.Attrs{}, fmt.Errorf("fs backend: %w", err)
-	}
 	ok = true
-	syncDir(filepath.Dir(dst))
 	return backend.Attrs{Key: key, Size: n, ETag: sc.ETag, ModTime: fi.ModTime(), ContentType: pa.ContentType, UserMeta: pa.UserMeta}, nil
 }
 
-func writeSidecar(path string, sc sidecar) error {
-	data, err := json.Marshal(sc)
+// mkdirParent creates the directories above rel. A key whose parent leads
+// out of the directory (through a symlink) is object.ErrInvalidKey.
+func (b *Backend) mkdirParent(key, rel string) error {
+	err := b.root.MkdirAll(filepath.Dir(rel), 0o755)
+	if b.escapes != nil && errors.Is(err, b.escapes) {
+		return fmt.Errorf("%w: %q leads out of the fs backend's directory", object.ErrInvalidKey, key)
+	}
 	if err != nil {
-		return fmt.Errorf("fs backend: %w", err)
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return fmt.Errorf("fs backend: %w", err)
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
-		return fmt.Errorf("fs backend: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
 		return fmt.Errorf("fs backend: %w", err)
 	}
 	return nil
 }
 
-func syncDir(dir string) {
-	if d, err := os.Open(dir); err == nil {
+// createTemp creates a file of a unique name in the reserved temp directory
+// and returns it with its path relative to root.
+func (b *Backend) createTemp(prefix string) (*os.File, string, error) {
+	name := filepath.Join(reserved, "tmp", prefix+rand.Text())
+	f, err := b.root.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, "", fmt.Errorf("fs backend: %w", err)
+	}
+	return f, name, nil
+}
+
+// commit moves the written temp file tmpRel to rel and records its sidecar.
+// It holds the key's lock, so of concurrent Puts of a key the last rename
+// also writes the last sidecar. The old sidecar is removed before the rename
+// and the new one written after it: a sidecar only ever describes the data
+// in place, and a crash in between leaves a derived ETag, never another
+// write's.
+func (b *Backend) commit(key, rel, tmpRel string, sc sidecar) error {
+	meta := metaName(rel)
+	if err := b.root.MkdirAll(filepath.Dir(meta), 0o755); err != nil {
+		return fmt.Errorf("fs backend: %w", err)
+	}
+	unlock := b.keys.lock(rel)
+	defer unlock()
+	if err := b.root.Remove(meta); err != nil && !b.missing(err) {
+		return fmt.Errorf("fs backend: %w", err)
+	}
+	err := b.root.Rename(tmpRel, rel)
+	if errors.Is(err, fs.ErrNotExist) {
+		// A Delete of a sibling key removed the parent directory since
+		// mkdirParent: make it again.
+		if err := b.mkdirParent(key, rel); err != nil {
+			return err
+		}
+		err = b.root.Rename(tmpRel, rel)
+	}
+	if err != nil {
+		return fmt.Errorf("fs backend: %w", err)
+	}
+	b.syncDir(filepath.Dir(rel))
+	return b.writeSidecar(meta, sc)
+}
+
+// writeSidecar writes the sidecar at name (relative to root, in an existing
+// directory) through a temp file of its own.
+func (b *Backend) writeSidecar(name string, sc sidecar) error {
+	data, err := json.Marshal(sc)
+	if err != nil {
+		return fmt.Errorf("fs backend: %w", err)
+	}
+	tmp, tmpRel, err := b.createTemp("meta-")
+	if err != nil {
+		return err
+	}
+	_, err = tmp.Write(data)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = b.root.Rename(tmpRel, name)
+	}
+	if err != nil {
+		b.root.Remove(tmpRel)
+		return fmt.Errorf("fs backend: %w", err)
+	}
+	return nil
+}
+
+// syncDir fsyncs the directory dir (relative to root).
+func (b *Backend) syncDir(dir string) {
+	if d, err := b.root.Open(dir); err == nil {
 		_ = d.Sync()
 		d.Close()
 	}
@@ -243,35 +326,58 @@ func (b *Backend) Delete(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	p := filepath.Join(b.root, rel)
-	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) {
+	unlock := b.keys.lock(rel)
+	defer unlock()
+	if err := b.root.Remove(rel); err != nil && !b.missing(err) {
 		return fmt.Errorf("fs backend: %w", err)
 	}
-	_ = os.Remove(b.metaPath(rel))
-	for d := filepath.Dir(p); d != b.root && strings.HasPrefix(d, b.root); d = filepath.Dir(d) {
-		if os.Remove(d) != nil {
+	_ = b.root.Remove(metaName(rel))
+	for d := filepath.Dir(rel); d != "."; d = filepath.Dir(d) {
+		if fi, err := b.root.Lstat(d); err != nil || !fi.IsDir() || b.root.Remove(d) != nil {
 			break
 		}
 	}
 	return nil
 }
 
+// listBase returns the directory (relative to root, slash-separated) that a
+// listing of the full prefix full walks: the deepest one the prefix names.
+// It reports false when the prefix cannot match a key: it has a "." or ".."
+// segment, or names the reserved directory.
+func listBase(full string) (string, bool) {
+	i := strings.LastIndex(full, "/")
+	if i < 0 {
+		return ".", true
+	}
+	for _, seg := range strings.Split(full[:i], "/") {
+		if seg == "." || seg == ".." {
+			return "", false
+		}
+	}
+	base := path.Clean(full[:i])
+	if !fs.ValidPath(base) || base == reserved || strings.HasPrefix(base, reserved+"/") {
+		return "", false
+	}
+	return base, true
+}
+
 // List implements backend.Backend. It walks the deepest directory the prefix
-// names, so a page costs a walk of that subtree.
+// names, so a page costs a walk of that subtree. Symlinks are not followed
+// during the walk.
 func (b *Backend) List(ctx context.Context, opts backend.ListOptions) (backend.ListPage, error) {
 	limit := opts.Limit
 	if limit <= 0 {
 		limit = 1000
 	}
 	full := b.prefix + opts.Prefix
-	base := b.root
-	if i := strings.LastIndex(full, "/"); i >= 0 {
-		base = filepath.Join(b.root, filepath.FromSlash(full[:i]))
+	base, ok := listBase(full)
+	if !ok {
+		return backend.ListPage{}, nil
 	}
 	var keys []string
-	err := filepath.WalkDir(base, func(p string, d fs.DirEntry, err error) error {
+	err := fs.WalkDir(b.root.FS(), base, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
+			if b.missing(err) {
 				return nil
 			}
 			return err
@@ -279,18 +385,16 @@ func (b *Backend) List(ctx context.Context, opts backend.ListOptions) (backend.L
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		rel, _ := filepath.Rel(b.root, p)
-		rel = filepath.ToSlash(rel)
 		if d.IsDir() {
-			if rel == reserved {
-				return filepath.SkipDir
+			if p == reserved {
+				return fs.SkipDir
 			}
 			return nil
 		}
-		if !d.Type().IsRegular() || !strings.HasPrefix(rel, full) {
+		if !d.Type().IsRegular() || !strings.HasPrefix(p, full) {
 			return nil
 		}
-		keys = append(keys, strings.TrimPrefix(rel, b.prefix))
+		keys = append(keys, strings.TrimPrefix(p, b.prefix))
 		return nil
 	})
 	if err != nil {
@@ -322,7 +426,7 @@ func (b *Backend) List(ctx context.Context, opts backend.ListOptions) (backend.L
 			continue
 		}
 		rel := filepath.FromSlash(b.prefix + k)
-		fi, err := os.Stat(filepath.Join(b.root, rel))
+		fi, err := b.root.Stat(rel)
 		if err != nil {
 			continue // removed meanwhile
 		}
@@ -332,6 +436,40 @@ func (b *Backend) List(ctx context.Context, opts backend.ListOptions) (backend.L
 		page.Next = ""
 	}
 	return page, nil
+}
+
+// keyLocks serialises the commits of one key.
+type keyLocks struct {
+	mu sync.Mutex
+	m  map[string]*keyLock
+}
+
+type keyLock struct {
+	mu   sync.Mutex
+	refs int
+}
+
+func (k *keyLocks) lock(name string) func() {
+	k.mu.Lock()
+	if k.m == nil {
+		k.m = make(map[string]*keyLock)
+	}
+	l := k.m[name]
+	if l == nil {
+		l = &keyLock{}
+		k.m[name] = l
+	}
+	l.refs++
+	k.mu.Unlock()
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		k.mu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(k.m, name)
+		}
+		k.mu.Unlock()
+	}
 }
 
 type ctxReader struct {

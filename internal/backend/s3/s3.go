@@ -235,6 +235,11 @@ func (b *Backend) Get(ctx context.Context, key string, rng *object.Range) (io.Re
 // size is streamed in one PutObject (unsigned payload, so the body need not
 // be read twice); larger or unknown-size objects go up as a multipart upload.
 func (b *Backend) Put(ctx context.Context, key string, r io.Reader, size int64, pa backend.PutAttrs) (backend.Attrs, error) {
+	if size == 0 {
+		if err := emptyBody(r); err != nil {
+			return backend.Attrs{}, fmt.Errorf("s3 backend: put %s: %w", key, err)
+		}
+	}
 	if size >= 0 && size <= b.partSize {
 		er := &exactReader{r: r, remain: size}
 		a, err := b.putStream(ctx, key, er, size, pa)
@@ -271,6 +276,23 @@ func (b *Backend) Put(ctx context.Context, key string, r io.Reader, size int64, 
 		return b.putSingle(ctx, key, first, pa)
 	}
 	return b.putMultipart(ctx, key, bufp, r, size, pa)
+}
+
+// emptyBody checks that r (nil: no body) delivers no byte: an empty object
+// is sent without reading its body, so a longer one is object.ErrTooLarge.
+func emptyBody(r io.Reader) error {
+	if r == nil {
+		return nil
+	}
+	var one [1]byte
+	n, err := io.ReadFull(r, one[:])
+	switch {
+	case n > 0:
+		return object.ErrTooLarge
+	case err != nil && err != io.EOF:
+		return fmt.Errorf("read body: %w", err)
+	}
+	return nil
 }
 
 func (b *Backend) putStream(ctx context.Context, key string, r io.Reader, size int64, pa backend.PutAttrs) (backend.Attrs, error) {
@@ -480,8 +502,11 @@ func (b *Backend) List(ctx context.Context, opts backend.ListOptions) (backend.L
 	}
 	if opts.StartAfter != "" {
 		sa := b.prefix + opts.StartAfter
-		if opts.Delimiter != "" && strings.HasSuffix(sa, opts.Delimiter) {
-			// Continue after a common prefix: skip every key under it.
+		if opts.Delimiter != "" && strings.HasSuffix(sa, opts.Delimiter) &&
+			len(opts.StartAfter) > len(opts.Prefix) && strings.HasPrefix(opts.StartAfter, opts.Prefix) {
+			// Continue after a common prefix of this listing: skip every
+			// key under it. (StartAfter equal to the prefix is the folder
+			// marker, whose keys follow it.)
 			sa += "\U0010FFFF"
 		}
 		in.StartAfter = aws.String(sa)

@@ -55,6 +55,23 @@ func (r *rawClient) anyReply() (magic uint32, errOrType uint32, flags uint16, co
 	return
 }
 
+// goFlags enters export name with NBD_OPT_GO and returns its transmission
+// flags.
+func (r *rawClient) goFlags(name string) uint16 {
+	r.t.Helper()
+	r.write(nbd.AppendOption(nil, nbd.OptGo, nbd.AppendInfoRequest(nil, nbd.InfoRequest{Name: name})))
+	var tflags uint16
+	for {
+		_, typ, d := r.optReply()
+		if typ == repAck {
+			return tflags
+		}
+		if binary.BigEndian.Uint16(d) == infoExportType {
+			tflags = binary.BigEndian.Uint16(d[10:12])
+		}
+	}
+}
+
 // "NBD_OPT_STRUCTURED_REPLY ... NBD_REP_ACK: Structured replies have been
 // negotiated; the server MUST use structured replies to the NBD_CMD_READ
 // transmission request." That holds however transmission is entered, also
@@ -141,17 +158,7 @@ func TestSpecFastZeroNotAdvertised(t *testing.T) {
 	copy(m.b, "data")
 	addr := serveTCP(t, nbd.Map{"a": m})
 	r := dialRaw(t, addr)
-	r.write(nbd.AppendOption(nil, nbd.OptGo, nbd.AppendInfoRequest(nil, nbd.InfoRequest{Name: "a"})))
-	var tflags uint16
-	for {
-		_, typ, d := r.optReply()
-		if typ == repAck {
-			break
-		}
-		if binary.BigEndian.Uint16(d) == infoExportType {
-			tflags = binary.BigEndian.Uint16(d[10:12])
-		}
-	}
+	tflags := r.goFlags("a")
 	if tflags&(1<<11) != 0 {
 		t.Skip("server advertises NBD_FLAG_SEND_FAST_ZERO")
 	}
@@ -227,17 +234,7 @@ func TestSpecDFAdvertised(t *testing.T) {
 	r := dialRaw(t, addr)
 	r.write(nbd.AppendOption(nil, nbd.OptStructuredReply, nil))
 	r.optReply()
-	r.write(nbd.AppendOption(nil, nbd.OptGo, nbd.AppendInfoRequest(nil, nbd.InfoRequest{Name: "a"})))
-	var tflags uint16
-	for {
-		_, typ, d := r.optReply()
-		if typ == repAck {
-			break
-		}
-		if binary.BigEndian.Uint16(d) == infoExportType {
-			tflags = binary.BigEndian.Uint16(d[10:12])
-		}
-	}
+	tflags := r.goFlags("a")
 	r.write(nbd.AppendRequest(nil, nbd.Request{Type: nbd.CmdRead, Flags: nbd.CmdFlagDF, Cookie: 5, Length: 16}))
 	_, typ, _, _, _ := r.anyReply()
 	if typ == replyTypeData && tflags&tfSendDF == 0 {
