@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -46,7 +47,13 @@ type Backend struct {
 	parallel int
 	name     string
 	bufs     sync.Pool
+	readIdle time.Duration // a GET body that sends nothing this long fails
 }
+
+// defaultReadIdle bounds how long a GET's body may send nothing while it is
+// read: a remote that stalls mid-body fails the read (and the fill, whose
+// waiters are woken with the error) instead of holding it for ever.
+const defaultReadIdle = 60 * time.Second
 
 var _ backend.Backend = (*Backend)(nil)
 
@@ -103,6 +110,7 @@ func New(ctx context.Context, spec backend.Spec) (*Backend, error) {
 		partSize: spec.PartSize,
 		parallel: spec.UploadParallel,
 		name:     "s3://" + spec.Bucket + "/" + spec.Prefix,
+		readIdle: defaultReadIdle,
 	}
 	if b.partSize <= 0 {
 		b.partSize = defaultPartSize
@@ -202,6 +210,7 @@ func (b *Backend) Get(ctx context.Context, key string, rng *object.Range) (io.Re
 	if err != nil {
 		return nil, backend.Attrs{}, b.mapErr("get", key, err)
 	}
+	out.Body = newIdleBody(out.Body, b.readIdle, b.name+key)
 	a := backend.Attrs{
 		Key: key, Size: aws.ToInt64(out.ContentLength), ETag: unquote(out.ETag), Version: aws.ToString(out.VersionId),
 		ModTime: aws.ToTime(out.LastModified), ContentType: aws.ToString(out.ContentType), UserMeta: lower(out.Metadata),
@@ -535,4 +544,40 @@ func (b *Backend) List(ctx context.Context, opts backend.ListOptions) (backend.L
 		page.Next = ""
 	}
 	return page, nil
+}
+
+// idleBody is a GET's body whose Read fails once it has waited d without
+// a byte arriving. Only time spent inside Read counts: a consumer that is
+// slow to ask for more is not cut off.
+type idleBody struct {
+	rc      io.ReadCloser
+	d       time.Duration
+	name    string
+	timer   *time.Timer
+	stalled atomic.Bool
+}
+
+func newIdleBody(rc io.ReadCloser, d time.Duration, name string) *idleBody {
+	b := &idleBody{rc: rc, d: d, name: name}
+	b.timer = time.AfterFunc(d, func() {
+		b.stalled.Store(true)
+		rc.Close() // unblocks the Read
+	})
+	b.timer.Stop()
+	return b
+}
+
+func (b *idleBody) Read(p []byte) (int, error) {
+	b.timer.Reset(b.d)
+	n, err := b.rc.Read(p)
+	b.timer.Stop()
+	if err != nil && err != io.EOF && b.stalled.Load() {
+		return n, fmt.Errorf("s3 backend: get %s: %w: the remote sent nothing for %s", b.name, object.ErrBackend, b.d)
+	}
+	return n, err
+}
+
+func (b *idleBody) Close() error {
+	b.timer.Stop()
+	return b.rc.Close()
 }
