@@ -67,17 +67,18 @@ func (s *Store) removeCopy(mp *mountpath, bucket, key string, mtime time.Time, d
 // recordDead writes d durably on every writable mountpath; it fails if
 // none took it.
 func (s *Store) recordDead(d deadCopy) error {
-	b, err := json.Marshal(d)
-	if err != nil {
-		return err
-	}
 	var errs []error
 	saved := 0
 	for _, mp := range s.mps {
 		if mp.failed.Load() {
 			continue
 		}
-		if err := writeFileSynced(filepath.Join(mp.root, deadDir), d.name(), b); err != nil {
+		dir := filepath.Join(mp.root, deadDir)
+		err := mkdirSynced(dir, mp.root)
+		if err == nil {
+			err = writeFileAtomic(filepath.Join(dir, d.name()), d)
+		}
+		if err != nil {
 			errs = append(errs, s.checkDrive(mp, err))
 			continue
 		}
@@ -95,32 +96,6 @@ func (s *Store) recordDead(d deadCopy) error {
 
 // ErrNoWritableDrive: every mountpath is read-only.
 var ErrNoWritableDrive = errors.New("store: no writable mountpath")
-
-// writeFileSynced writes dir/name atomically and durably.
-func writeFileSynced(dir, name string, b []byte) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(dir, ".tmp-*")
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), filepath.Join(dir, name))
-	}
-	if err != nil {
-		os.Remove(f.Name())
-		return err
-	}
-	return syncDir(dir)
-}
 
 // deadRecords reads the dead-copy records of every mountpath, the newest
 // per copy. Unreadable records are skipped: a lost record costs at most an
