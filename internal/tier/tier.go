@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/slipstream-io/slipstream/internal/backend"
+	"github.com/slipstream-io/slipstream/internal/keylock"
 	"github.com/slipstream-io/slipstream/internal/object"
 	"github.com/slipstream-io/slipstream/internal/store"
 )
@@ -220,7 +221,7 @@ type Tier struct {
 	bmu     sync.RWMutex // guards buckets only; taken under t.mu and d.mu
 	buckets map[string]Bucket
 
-	keyLocks keyLocks
+	keyLocks keylock.Set
 	d        *destager // nil without a journal
 	counters counters
 }
@@ -328,7 +329,7 @@ func (t *Tier) beginWrite(ctx context.Context, bucket, key string) (func(), erro
 	t.mu.Lock()
 	t.writing[k]++
 	t.mu.Unlock()
-	unlock := t.keyLocks.lock(k)
+	unlock := t.keyLocks.Lock(k)
 	end := func() {
 		unlock()
 		t.mu.Lock()
@@ -347,63 +348,12 @@ func (t *Tier) beginWrite(ctx context.Context, bucket, key string) (func(), erro
 // waitWrite waits for the writes of bucket/key in progress to end, or for
 // ctx to end.
 func (t *Tier) waitWrite(ctx context.Context, bucket, key string) error {
-	unlock, err := t.keyLocks.lockCtx(ctx, okey(bucket, key))
+	unlock, err := t.keyLocks.LockContext(ctx, okey(bucket, key))
 	if err != nil {
 		return err
 	}
 	unlock()
 	return nil
-}
-
-// keyLocks serialises writes of one key.
-type keyLocks struct {
-	mu sync.Mutex
-	m  map[string]*keyLock
-}
-
-type keyLock struct {
-	held chan struct{} // holds a token while the lock is held
-	refs int
-}
-
-// lock takes the lock of name and returns the func that releases it.
-func (k *keyLocks) lock(name string) func() {
-	unlock, _ := k.lockCtx(context.Background(), name)
-	return unlock
-}
-
-// lockCtx is lock giving up when ctx ends.
-func (k *keyLocks) lockCtx(ctx context.Context, name string) (func(), error) {
-	k.mu.Lock()
-	if k.m == nil {
-		k.m = make(map[string]*keyLock)
-	}
-	l := k.m[name]
-	if l == nil {
-		l = &keyLock{held: make(chan struct{}, 1)}
-		k.m[name] = l
-	}
-	l.refs++
-	k.mu.Unlock()
-	select {
-	case l.held <- struct{}{}:
-	case <-ctx.Done():
-		k.drop(name, l)
-		return nil, ctx.Err()
-	}
-	return func() {
-		<-l.held
-		k.drop(name, l)
-	}, nil
-}
-
-// drop forgets a reference to the lock l of name.
-func (k *keyLocks) drop(name string, l *keyLock) {
-	k.mu.Lock()
-	if l.refs--; l.refs == 0 {
-		delete(k.m, name)
-	}
-	k.mu.Unlock()
 }
 
 // notifier is a broadcast: wait returns a channel closed at the next

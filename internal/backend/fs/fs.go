@@ -21,10 +21,10 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 	"syscall"
 
 	"github.com/slipstream-io/slipstream/internal/backend"
+	"github.com/slipstream-io/slipstream/internal/keylock"
 	"github.com/slipstream-io/slipstream/internal/object"
 )
 
@@ -38,8 +38,8 @@ type Backend struct {
 	dir     string   // absolute path of the directory
 	root    *os.Root // the directory
 	prefix  string
-	escapes error    // os.Root's error for a name that leads out of the directory
-	keys    keyLocks // serialises the commits of Puts and Deletes of one key
+	escapes error       // os.Root's error for a name that leads out of the directory
+	keys    keylock.Set // serialises the commits of Puts and Deletes of one key
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -266,7 +266,7 @@ func (b *Backend) commit(key, rel, tmpRel string, sc sidecar) error {
 	if err := b.root.MkdirAll(filepath.Dir(meta), 0o755); err != nil {
 		return fmt.Errorf("fs backend: %w", err)
 	}
-	unlock := b.keys.lock(rel)
+	unlock := b.keys.Lock(rel)
 	defer unlock()
 	if err := b.root.Remove(meta); err != nil && !b.missing(err) {
 		return fmt.Errorf("fs backend: %w", err)
@@ -326,7 +326,7 @@ func (b *Backend) Delete(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	unlock := b.keys.lock(rel)
+	unlock := b.keys.Lock(rel)
 	defer unlock()
 	if err := b.root.Remove(rel); err != nil && !b.missing(err) {
 		return fmt.Errorf("fs backend: %w", err)
@@ -436,40 +436,6 @@ func (b *Backend) List(ctx context.Context, opts backend.ListOptions) (backend.L
 		page.Next = ""
 	}
 	return page, nil
-}
-
-// keyLocks serialises the commits of one key.
-type keyLocks struct {
-	mu sync.Mutex
-	m  map[string]*keyLock
-}
-
-type keyLock struct {
-	mu   sync.Mutex
-	refs int
-}
-
-func (k *keyLocks) lock(name string) func() {
-	k.mu.Lock()
-	if k.m == nil {
-		k.m = make(map[string]*keyLock)
-	}
-	l := k.m[name]
-	if l == nil {
-		l = &keyLock{}
-		k.m[name] = l
-	}
-	l.refs++
-	k.mu.Unlock()
-	l.mu.Lock()
-	return func() {
-		l.mu.Unlock()
-		k.mu.Lock()
-		if l.refs--; l.refs == 0 {
-			delete(k.m, name)
-		}
-		k.mu.Unlock()
-	}
 }
 
 type ctxReader struct {
