@@ -192,14 +192,8 @@ func (h *handler) dispatch(w http.ResponseWriter, rq *request) error {
 				return h.listObjectsV1(w, rq)
 			}
 		case http.MethodPut:
-			if hasAny(q, bucketSubresources...) || q.Has("versioning") {
-				return errNotImplemented
-			}
 			return h.createBucket(w, rq)
 		case http.MethodDelete:
-			if hasAny(q, bucketSubresources...) {
-				return errNotImplemented
-			}
 			return h.deleteBucket(w, rq)
 		case http.MethodHead:
 			return h.headBucket(w, rq)
@@ -263,8 +257,9 @@ func (h *handler) dispatch(w http.ResponseWriter, rq *request) error {
 }
 
 // bucketSubresources are the bucket configuration APIs this layer does not
-// implement; requests for them get NotImplemented rather than being taken
-// for a listing, a CreateBucket or a DeleteBucket.
+// implement; a GET of one gets NotImplemented rather than being taken for a
+// listing (PUT, POST and DELETE refuse every parameter outside
+// writeParams).
 var bucketSubresources = []string{"acl", "policy", "lifecycle", "cors", "tagging", "website", "replication",
 	"encryption", "object-lock", "notification", "logging", "accelerate", "requestPayment", "ownershipControls",
 	"publicAccessBlock", "analytics", "metrics", "inventory", "intelligent-tiering", "policyStatus"}
