@@ -205,14 +205,8 @@ func TestOwnOldMarksDoNotHideOtherWritersMarks(t *testing.T) {
 // have missed more since, and clears its own mark).
 func TestOtherWritersMarkSeenWhileOpen(t *testing.T) {
 	ctx := context.Background()
-	reps := memReps("a", "b")
+	vx, reps, mk := writeMissedByB(t, "x0", 0)
 	b := reps["b"]
-	mk := &memMarks{}
-	vx := openMemStale(t, "a", t.TempDir(), reps, mk)
-	b.down.Store(true)
-	if err := vx.WriteAt(ctx, []byte("x0"), 0, false); err != nil {
-		t.Fatal(err)
-	}
 	if got := mk.list()["b"]; !slices.Equal(got, []string{"a"}) {
 		t.Fatalf("writers marking b: %v, want X (a)", got)
 	}
@@ -256,15 +250,8 @@ func TestOtherWritersMarkSeenWhileOpen(t *testing.T) {
 // chunks; a mark of its own the map lists while it misses nothing (a
 // clear lost to a map seen late) is cleared again.
 func TestOwnMarkFollowsTheMap(t *testing.T) {
-	ctx := context.Background()
-	reps := memReps("a", "b")
+	v, reps, mk := writeMissedByB(t, "x0", 0)
 	b := reps["b"]
-	mk := &memMarks{}
-	v := openMemStale(t, "a", t.TempDir(), reps, mk)
-	b.down.Store(true)
-	if err := v.WriteAt(ctx, []byte("x0"), 0, false); err != nil {
-		t.Fatal(err)
-	}
 	mk.set("b", "a", false) // another node clears a's mark
 	v.NoteStale(mk.list())
 	waitUntil(t, "a to mark b again", func() bool { return slices.Equal(mk.list()["b"], []string{"a"}) })
@@ -282,14 +269,8 @@ func TestOwnMarkFollowsTheMap(t *testing.T) {
 // it in full and then clears its mark.
 func TestOwnMarkWithLostStaleMap(t *testing.T) {
 	ctx := context.Background()
-	reps := memReps("a", "b")
+	v, reps, mk := writeMissedByB(t, "x2", 2*memCS)
 	b := reps["b"]
-	mk := &memMarks{}
-	v := openMemStale(t, "a", t.TempDir(), reps, mk)
-	b.down.Store(true)
-	if err := v.WriteAt(ctx, []byte("x2"), 2*memCS, false); err != nil {
-		t.Fatal(err)
-	}
 	v.Close()
 	v2 := openMemStale(t, "a", t.TempDir(), reps, mk) // the stale map is gone
 	if got := v2.StaleChunks()["b"]; got != 4 {
@@ -301,4 +282,18 @@ func TestOwnMarkWithLostStaleMap(t *testing.T) {
 	if err := b.ReadAt(ctx, "vol@1", 2, p, 0); err != nil || string(p) != "x2" {
 		t.Errorf("b holds %q, %v for chunk 2; want the write it missed", p, err)
 	}
+}
+
+// writeMissedByB opens the volume on node a over mirrors a and b, takes b
+// down and writes data at off through a: b misses it, and a marks b.
+func writeMissedByB(t *testing.T, data string, off int64) (*Volume, map[string]*memRep, *memMarks) {
+	t.Helper()
+	reps := memReps("a", "b")
+	mk := &memMarks{}
+	v := openMemStale(t, "a", t.TempDir(), reps, mk)
+	reps["b"].down.Store(true)
+	if err := v.WriteAt(context.Background(), []byte(data), off, false); err != nil {
+		t.Fatal(err)
+	}
+	return v, reps, mk
 }
