@@ -232,6 +232,16 @@ func (v VolumeSpec) equal(o VolumeSpec) bool {
 		maps.EqualFunc(v.StaleBy, o.StaleBy, slices.Equal)
 }
 
+// MarkedBy reports whether node marks any mirror of the volume stale.
+func (v VolumeSpec) MarkedBy(node string) bool {
+	for _, ws := range v.StaleBy {
+		if slices.Contains(ws, node) {
+			return true
+		}
+	}
+	return false
+}
+
 // StaleMarks returns, for each stale mirror, the writers whose writes it
 // missed; a mirror a map of an earlier version lists without writers has
 // the unknown writer "".

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -295,7 +294,7 @@ func (vs *volumes) noteStale(ctx context.Context, m *cluster.Map) {
 		switch {
 		case ok && spec.ID == ov.spec.ID:
 			ov.vol.NoteStale(spec.StaleMarks())
-		case slices.ContainsFunc(slices.Collect(maps.Values(spec.StaleBy)), func(ws []string) bool { return slices.Contains(ws, vs.self) }):
+		case spec.MarkedBy(vs.self):
 			reopen = append(reopen, name)
 		}
 	}
