@@ -155,7 +155,7 @@ func parseCopySource(s string) (bucket, key string, err error) {
 	}
 	if i := strings.Index(s, "?"); i >= 0 {
 		q, perr := url.ParseQuery(s[i+1:])
-		if perr != nil || len(q) != 1 || !q.Has("versionId") || (q.Get("versionId") != "null" && q.Get("versionId") != "") {
+		if perr != nil || len(q) != 1 || !q.Has("versionId") || checkVersionID(q.Get("versionId")) != nil {
 			return "", "", fmt.Errorf("%w: versions are not supported", errInvalidCopySource)
 		}
 		s = s[:i]
