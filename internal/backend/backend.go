@@ -34,7 +34,15 @@ type Attrs struct {
 	ModTime     time.Time
 	ContentType string
 	UserMeta    map[string]string // lower-case names without the x-amz-meta- prefix
+	// ETagNotMD5 is set when the backend says the ETag is not the body's
+	// MD5 even if it looks like one (S3 objects encrypted with SSE-KMS or
+	// SSE-C).
+	ETagNotMD5 bool
 }
+
+// HasBodyMD5 reports whether a.ETag is the MD5 of the object's body, which
+// a reader can verify.
+func (a Attrs) HasBodyMD5() bool { return !a.ETagNotMD5 && IsMD5ETag(a.ETag) }
 
 // PutAttrs go with a Put.
 type PutAttrs struct {

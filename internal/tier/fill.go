@@ -365,7 +365,7 @@ func (f *fill) fetchPart(i int) error {
 // the digest; it marks the fill verified or failed.
 func (f *fill) check() {
 	fr := &fillReader{f: f, ctx: f.ctx, end: f.attrs.Size, internal: true, checker: true}
-	if backend.IsMD5ETag(f.attrs.ETag) {
+	if f.attrs.HasBodyMD5() {
 		fr.md5 = md5.New()
 	}
 	_, _ = io.Copy(io.Discard, fr)

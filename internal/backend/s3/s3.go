@@ -170,7 +170,15 @@ func (b *Backend) Stat(ctx context.Context, key string) (backend.Attrs, error) {
 	return backend.Attrs{
 		Key: key, Size: aws.ToInt64(out.ContentLength), ETag: unquote(out.ETag), Version: aws.ToString(out.VersionId),
 		ModTime: aws.ToTime(out.LastModified), ContentType: aws.ToString(out.ContentType), UserMeta: lower(out.Metadata),
+		ETagNotMD5: etagNotMD5(out.ServerSideEncryption, out.SSECustomerAlgorithm),
 	}, nil
+}
+
+// etagNotMD5 reports whether an object stored with this server-side
+// encryption has an ETag that is not the MD5 of its body: on S3 that is the
+// case for SSE-KMS (and DSSE-KMS) and SSE-C, not for SSE-S3 (AES256).
+func etagNotMD5(sse types.ServerSideEncryption, sseC *string) bool {
+	return aws.ToString(sseC) != "" || sse != "" && sse != types.ServerSideEncryptionAes256
 }
 
 func lower(m map[string]string) map[string]string {
@@ -214,6 +222,7 @@ func (b *Backend) Get(ctx context.Context, key string, rng *object.Range) (io.Re
 	a := backend.Attrs{
 		Key: key, Size: aws.ToInt64(out.ContentLength), ETag: unquote(out.ETag), Version: aws.ToString(out.VersionId),
 		ModTime: aws.ToTime(out.LastModified), ContentType: aws.ToString(out.ContentType), UserMeta: lower(out.Metadata),
+		ETagNotMD5: etagNotMD5(out.ServerSideEncryption, out.SSECustomerAlgorithm),
 	}
 	if cr := aws.ToString(out.ContentRange); cr != "" {
 		if i := strings.LastIndexByte(cr, '/'); i >= 0 {
