@@ -539,6 +539,11 @@ func (g *gateway) listAll(ctx context.Context, m *cluster.Map, bucket string, op
 // modified last is listed (a local bucket's copy on a node that missed an
 // overwrite is older); other pages only add keys not listed before (a
 // tiered copy's time may be a backend upload's, not the write's).
+//
+// A truncated page covers its source only up to its NextMarker (or last
+// entry): a tiered page that left out deleted keys has fewer than max
+// entries but stops there all the same. Entries past the lowest such
+// bound are left for the next page, so that no source's keys are skipped.
 func mergePages(pages []object.ListResult, ranked, max int) object.ListResult {
 	type entry struct {
 		key    string
@@ -566,6 +571,11 @@ func mergePages(pages []object.ListResult, ranked, max int) object.ListResult {
 		}
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i].key < all[j].key })
+	bound, bounded := pagesBound(pages)
+	if bounded {
+		n := sort.Search(len(all), func(i int) bool { return all[i].key > bound })
+		all = all[:n]
+	}
 	var res object.ListResult
 	if len(all) > max {
 		all, truncated = all[:max], true
@@ -578,10 +588,39 @@ func mergePages(pages []object.ListResult, ranked, max int) object.ListResult {
 		}
 	}
 	res.IsTruncated = truncated
-	if truncated && len(all) > 0 {
+	switch {
+	case truncated && len(all) > 0:
 		res.NextMarker = all[len(all)-1].key
+	case truncated:
+		res.NextMarker = bound // every entry up to it was left out
 	}
 	return res
+}
+
+// pagesBound returns the lowest key up to which the truncated pages cover
+// their sources, if any page is truncated.
+func pagesBound(pages []object.ListResult) (bound string, ok bool) {
+	for _, p := range pages {
+		if !p.IsTruncated {
+			continue
+		}
+		end := p.NextMarker
+		if end == "" {
+			if n := len(p.Objects); n > 0 {
+				end = p.Objects[n-1].Key
+			}
+			if n := len(p.CommonPrefixes); n > 0 && p.CommonPrefixes[n-1] > end {
+				end = p.CommonPrefixes[n-1]
+			}
+		}
+		if end == "" {
+			continue // nothing to resume from; the merge cannot bound it
+		}
+		if !ok || end < bound {
+			bound, ok = end, true
+		}
+	}
+	return bound, ok
 }
 
 // Multipart uploads live on the owner of the final object. The upload ID

@@ -41,6 +41,10 @@ func TestMergePages(t *testing.T) {
 		r.CommonPrefixes, r.IsTruncated = prefixes, truncated
 		return r
 	}
+	withNext := func(r object.ListResult, next string) object.ListResult {
+		r.NextMarker = next
+		return r
+	}
 	tests := []struct {
 		name      string
 		pages     []object.ListResult
@@ -53,8 +57,14 @@ func TestMergePages(t *testing.T) {
 			[]string{"a", "b", "c"}, nil, false, ""},
 		{"cut at max", []object.ListResult{page(false, nil, "a", "d"), page(false, nil, "b", "c")}, 3,
 			[]string{"a", "b", "c"}, nil, true, "c"},
-		{"a node truncated", []object.ListResult{page(true, nil, "a"), page(false, nil, "b")}, 10,
+		{"a node truncated", []object.ListResult{page(true, nil, "a", "c"), page(false, nil, "b", "d")}, 2,
 			[]string{"a", "b"}, nil, true, "b"},
+		{"a short truncated page bounds the merge", []object.ListResult{page(true, nil, "a"), page(false, nil, "b")}, 10,
+			[]string{"a"}, nil, true, "a"},
+		{"a page's marker bounds the merge", []object.ListResult{withNext(page(true, nil, "a"), "m"), page(false, nil, "b", "n")}, 10,
+			[]string{"a", "b"}, nil, true, "b"},
+		{"a truncated page with every entry left out", []object.ListResult{withNext(page(true, nil), "m"), page(false, nil, "n")}, 10,
+			nil, nil, true, "m"},
 		{"prefixes count and sort with keys", []object.ListResult{page(false, []string{"dir/"}, "a", "z"), page(false, []string{"dir/"}, "e")}, 3,
 			[]string{"a", "e"}, []string{"dir/"}, true, "e"},
 		{"empty", nil, 10, nil, nil, false, ""},

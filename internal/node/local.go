@@ -259,3 +259,9 @@ func (l *localService) Fill(ctx context.Context, bucket, key string) (object.Inf
 	})
 	return info, fetched, err
 }
+
+// PendingDeletes implements peer.Local: it asks this node's tier only.
+func (l *localService) PendingDeletes(ctx context.Context, bucket string, keys, prefixes []string) (deleted, under []string, err error) {
+	deleted, under = l.tier.PendingDeletes(bucket, keys, prefixes)
+	return deleted, under, nil
+}

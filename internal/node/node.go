@@ -151,9 +151,11 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 	}
 	n.cluster = cl
 
-	rep := &replicator{} // its gateway is set below: the gateway needs the tier
+	rep := &replicator{}    // its gateway is set below: the gateway needs the tier
+	peers := &deletePeers{} // likewise
 	n.tier, err = tier.New(ctx, tier.Config{
 		Replicator:        rep,
+		Peers:             peers,
 		NodeID:            cfg.ID,
 		JournalDir:        filepath.Join(cfg.DataDir, "journal"),
 		SpoolDir:          filepath.Join(cfg.Mountpaths[0], "spool"), // fills spool on a data drive
@@ -186,7 +188,7 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 		sync:          leaderSync(cl),
 		listBackend:   local.ListBackend,
 	}
-	rep.g = n.gw
+	rep.g, peers.g = n.gw, n.gw
 	rj := &rejoin{self: cfg.ID, meta: cl, store: st, at: n.gw.at, log: log, stateFile: filepath.Join(cfg.DataDir, "rejoin-downs")}
 	local.rejoin = rj
 	ts := &tierSync{tier: n.tier, log: log, props: map[string]cluster.BucketProps{}, down: map[string]bool{},

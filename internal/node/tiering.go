@@ -157,3 +157,53 @@ func (r *replicator) tell(ctx context.Context, op peer.ReplicaOp, holders []stri
 	}
 	return errors.Join(errs...)
 }
+
+// deletePeers tells the tier's listings about the write-back deletes the
+// other up nodes have not destaged (tier.Peers).
+type deletePeers struct {
+	g *gateway
+}
+
+var _ tier.Peers = (*deletePeers)(nil)
+
+// PendingDeletes asks every other up node at once and merges the answers.
+// A node that does not answer fails the listing, as it does for the
+// nodes' own pages.
+func (p *deletePeers) PendingDeletes(ctx context.Context, bucket string, keys, prefixes []string) (deleted, under []string, err error) {
+	m := p.g.meta.Map()
+	var ids []string
+	for _, id := range m.UpNodeIDs() {
+		if id != p.g.self {
+			ids = append(ids, id)
+		}
+	}
+	answers := make([]peer.PendingAnswer, len(ids))
+	errs := make([]error, len(ids))
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a := &answers[i]
+			a.Deleted, a.Under, errs[i] = p.g.at(m, id).PendingDeletes(ctx, bucket, keys, prefixes)
+			if errs[i] != nil {
+				errs[i] = fmt.Errorf("%s: %w", id, errs[i])
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, nil, err
+	}
+	seen := map[string]bool{}
+	for _, a := range answers {
+		deleted = append(deleted, a.Deleted...)
+		for _, pre := range a.Under {
+			if !seen[pre] {
+				seen[pre] = true
+				under = append(under, pre)
+			}
+		}
+	}
+	return deleted, under, nil
+}

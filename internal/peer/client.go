@@ -363,3 +363,13 @@ func (r *remote) Fill(ctx context.Context, bucket, key string) (object.Info, boo
 	err := r.call(ctx, http.MethodPost, "fill", bk(bucket, key), nil, nil, -1, &res)
 	return res.Info, res.Fetched, err
 }
+
+func (r *remote) PendingDeletes(ctx context.Context, bucket string, keys, prefixes []string) (deleted, under []string, err error) {
+	b, err := json.Marshal(PendingQuery{Bucket: bucket, Keys: keys, Prefixes: prefixes})
+	if err != nil {
+		return nil, nil, err
+	}
+	var ans PendingAnswer
+	err = r.call(ctx, http.MethodPost, "pending-deletes", url.Values{}, nil, bytes.NewReader(b), int64(len(b)), &ans)
+	return ans.Deleted, ans.Under, err
+}

@@ -118,6 +118,24 @@ type Local interface {
 	// Fill makes bucket/key warm on this node (from its backend) and
 	// reports whether it had to fetch it.
 	Fill(ctx context.Context, bucket, key string) (object.Info, bool, error)
+	// PendingDeletes returns, of keys of bucket, those this node deleted
+	// (or holds a replica delete of) and has not destaged to the bucket's
+	// backend yet, and, of prefixes, those with such a key under them. A
+	// listing of the backend leaves them out.
+	PendingDeletes(ctx context.Context, bucket string, keys, prefixes []string) (deleted, under []string, err error)
+}
+
+// PendingQuery is the body of a PendingDeletes call.
+type PendingQuery struct {
+	Bucket   string   `json:"bucket"`
+	Keys     []string `json:"keys,omitempty"`
+	Prefixes []string `json:"prefixes,omitempty"`
+}
+
+// PendingAnswer is its answer.
+type PendingAnswer struct {
+	Deleted []string `json:"deleted,omitempty"`
+	Under   []string `json:"under,omitempty"`
 }
 
 // codes maps error codes on the wire to sentinels, both ways.

@@ -157,6 +157,26 @@ func (m *memLocal) Fill(ctx context.Context, bucket, key string) (object.Info, b
 	i, err := m.Stat(ctx, bucket, key)
 	return i, false, err
 }
+
+// PendingDeletes takes tombstoned keys for deletes not destaged.
+func (m *memLocal) PendingDeletes(ctx context.Context, bucket string, keys, prefixes []string) (deleted, under []string, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, k := range keys {
+		if _, ok := m.tombs[bucket+"/"+k]; ok {
+			deleted = append(deleted, k)
+		}
+	}
+	for _, p := range prefixes {
+		for bk := range m.tombs {
+			if strings.HasPrefix(bk, bucket+"/"+p) {
+				under = append(under, p)
+				break
+			}
+		}
+	}
+	return deleted, under, nil
+}
 func (m *memLocal) AbortUpload(ctx context.Context, bucket, key, uploadID string) error { return nil }
 func (m *memLocal) CompleteUpload(ctx context.Context, bucket, key, uploadID string, parts []object.CompletePart) (object.Info, error) {
 	if len(parts) == 0 {
@@ -217,6 +237,28 @@ func TestRoundTrip(t *testing.T) {
 	}
 	if _, err := rem.Stat(ctx, "b", "dir/k 1"); !errors.Is(err, object.ErrNotFound) {
 		t.Fatalf("stat after delete: %v", err)
+	}
+}
+
+// PendingDeletes carries a listing page's keys and prefixes to the node
+// and its answer back.
+func TestPendingDeletes(t *testing.T) {
+	ctx := context.Background()
+	rem, _ := setup(t)
+	for _, k := range []string{"gone", "dir/x"} {
+		if err := rem.Replica(ctx, ReplicaOp{Op: ReplicaTombstone, Bucket: "b", Key: k, Time: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deleted, under, err := rem.PendingDeletes(ctx, "b", []string{"gone", "kept", "dir/x"}, []string{"dir/", "other/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(deleted, []string{"gone", "dir/x"}) || !slices.Equal(under, []string{"dir/"}) {
+		t.Errorf("deleted %q under %q; want [gone dir/x] and [dir/]", deleted, under)
+	}
+	if _, _, err := rem.PendingDeletes(ctx, "other", []string{"gone"}, nil); err != nil {
+		t.Fatal(err)
 	}
 }
 

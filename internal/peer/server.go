@@ -42,6 +42,7 @@ func NewHandler(local Local) http.Handler {
 	mux.HandleFunc(prefix+"complete", s.complete)
 	mux.HandleFunc(prefix+"replica", s.replica)
 	mux.HandleFunc(prefix+"fill", s.fill)
+	mux.HandleFunc(prefix+"pending-deletes", s.pendingDeletes)
 	return mux
 }
 
@@ -194,6 +195,24 @@ func (s *server) replica(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	reply(w, struct{}{}, s.local.Replica(r.Context(), op))
+}
+
+// maxPendingQuery bounds a PendingDeletes query: a listing page's keys
+// (1000 of up to 1 KiB) and common prefixes, JSON-quoted.
+const maxPendingQuery = 16 << 20
+
+func (s *server) pendingDeletes(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.WriteHeader(http.StatusMethodNotAllowed)
+		return
+	}
+	var q PendingQuery
+	if err := json.NewDecoder(io.LimitReader(r.Body, maxPendingQuery)).Decode(&q); err != nil {
+		writeErr(w, errors.Join(object.ErrInvalidArgument, err))
+		return
+	}
+	deleted, under, err := s.local.PendingDeletes(r.Context(), q.Bucket, q.Keys, q.Prefixes)
+	reply(w, PendingAnswer{Deleted: deleted, Under: under}, err)
 }
 
 // FillResult is the answer of a fill.

@@ -52,6 +52,7 @@ type Remote struct {
 	requests atomic.Int64
 	gets     atomic.Int64
 	down     atomic.Bool
+	readOnly atomic.Bool
 }
 
 // Binary finds versitygw: $VERSITYGW, then $(go env GOPATH)/bin, then PATH.
@@ -157,6 +158,10 @@ func (r *Remote) startProxy(cfg Config) error {
 			http.Error(w, "remote link down", http.StatusServiceUnavailable)
 			return
 		}
+		if r.readOnly.Load() && req.Method != http.MethodGet && req.Method != http.MethodHead {
+			http.Error(w, "remote refuses writes", http.StatusServiceUnavailable)
+			return
+		}
 		if cfg.Latency > 0 {
 			select {
 			case <-time.After(cfg.Latency):
@@ -192,6 +197,11 @@ func (r *Remote) ObjectGets() int64 { return r.gets.Load() }
 // SetDown cuts (true) or restores (false) the slow link: while it is down
 // every request through it fails with 503.
 func (r *Remote) SetDown(down bool) { r.down.Store(down) }
+
+// SetReadOnly makes (true) every write through the slow link (PUT, POST,
+// DELETE) fail with 503 while reads and listings pass, or lifts that
+// (false): write-back operations stay pending while clients list.
+func (r *Remote) SetReadOnly(ro bool) { r.readOnly.Store(ro) }
 
 // Stop ends the proxy and the server.
 func (r *Remote) Stop() {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -345,9 +346,13 @@ func (d *destager) pendingOp(bucket, key string) *op {
 // A replica held for any owner counts; so does a replica delete, if no
 // replica write of the key is held.
 func (d *destager) pendingKind(bucket, key string) Kind {
-	k := okey(bucket, key)
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	return d.kindLocked(okey(bucket, key))
+}
+
+// kindLocked is pendingKind of the object key k, with d.mu held.
+func (d *destager) kindLocked(k string) Kind {
 	if ks := d.keys[k]; ks != nil {
 		if o := ks.pending; o != nil {
 			return o.kind
@@ -367,6 +372,56 @@ func (d *destager) pendingKind(bucket, key string) Kind {
 		}
 	}
 	return kind
+}
+
+// deletes tells which of keys of bucket have a delete as their pending
+// operation here (pendingKind), and which of prefixes have such a key under
+// them. prefixes is sorted and none of them starts with another (the common
+// prefixes of one delimited listing).
+func (d *destager) deletes(bucket string, keys, prefixes []string) (deleted, under []string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, key := range keys {
+		if d.kindLocked(okey(bucket, key)) == KindDelete {
+			deleted = append(deleted, key)
+		}
+	}
+	if len(prefixes) == 0 {
+		return deleted, nil
+	}
+	hit := make([]bool, len(prefixes))
+	mark := func(k string, o *op) {
+		if o.bucket != bucket || d.kindLocked(k) != KindDelete {
+			return
+		}
+		// The only prefix that can hold the key is the greatest one not
+		// after it, since prefixes do not nest.
+		i := sort.SearchStrings(prefixes, o.key)
+		if i == len(prefixes) || prefixes[i] != o.key {
+			i--
+		}
+		if i >= 0 && strings.HasPrefix(o.key, prefixes[i]) {
+			hit[i] = true
+		}
+	}
+	for k, ks := range d.keys {
+		if o := ks.pending; o != nil {
+			mark(k, o)
+		} else if o := ks.running; o != nil {
+			mark(k, o)
+		}
+	}
+	for _, m := range d.replicas {
+		for k, o := range m {
+			mark(k, o)
+		}
+	}
+	for i, p := range prefixes {
+		if hit[i] {
+			under = append(under, p)
+		}
+	}
+	return deleted, under
 }
 
 // reserve waits until size more dirty bytes fit under the cap.

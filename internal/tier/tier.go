@@ -166,6 +166,7 @@ type Config struct {
 	CompactBytes    int64         // compact the journal past this size; default 16 MiB
 
 	Replicator Replicator // nil: no peer copies
+	Peers      Peers      // nil: no other node holds write-back deletes
 	Log        *slog.Logger
 }
 

@@ -700,7 +700,7 @@ func TestReplicaCleanAfterOwnerDestage(t *testing.T) {
 }
 
 func TestListMergesPendingWrites(t *testing.T) {
-	e, tr := gatedWriteback(t)
+	e, tr := gatedWriteback(t, tier.Config{})
 	ctx := context.Background()
 	for _, k := range []string{"a", "b", "c", "dir/x"} {
 		remotePut(t, e.raw, k, []byte("remote "+k))

@@ -473,3 +473,87 @@ func TestPrefetchAndEvict(t *testing.T) {
 		t.Fatalf("a GET after evict made %d remote GETs, want 1", n)
 	}
 }
+
+// TestWritebackListingHidesPendingDeletes deletes keys of a write-back
+// bucket while the remote refuses writes, so the deletes stay pending on
+// their owners, and lists the bucket through every node: no node lists a
+// deleted key, or a "folder" whose every key is deleted, whichever node
+// owns the delete. Paged listings do not skip keys either.
+func TestWritebackListingHidesPendingDeletes(t *testing.T) {
+	r, direct := startRemote(t, remotesim.Config{})
+	c := startCluster(t, localcluster.Spec{})
+	ctx := context.Background()
+	tieredBucket(t, c, r, "lst", "writeback")
+	for _, k := range []string{"dir/only", "gone", "half/a", "half/b", "kept", "more/x"} {
+		if err := putObject(ctx, direct, "remote", "lst/"+k, []byte(k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.SetReadOnly(true)
+	cl := s3Client(c, c.Endpoint(0))
+	m := clusterMap(t, c, 0)
+	owners := map[string]bool{}
+	for _, k := range []string{"dir/only", "gone", "half/a", "more/x"} {
+		owners[placement.Order(m.NodeIDs(), placement.ObjectName("lst", k))[0]] = true
+		if _, err := cl.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String("lst"), Key: aws.String(k)}); err != nil {
+			t.Fatalf("DELETE %s with the remote refusing writes: %v", k, err)
+		}
+	}
+	if err := putObject(ctx, cl, "lst", "more/y", []byte("new")); err != nil {
+		t.Fatal(err)
+	}
+	if len(owners) < 2 {
+		t.Logf("the deletes have %d owner(s)", len(owners))
+	}
+	check := func(when string) {
+		t.Helper()
+		for i := range c.Configs {
+			ci := s3Client(c, c.Endpoint(i))
+			out, err := ci.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String("lst"), Delimiter: aws.String("/")})
+			if err != nil {
+				t.Fatalf("%s: list through node %d: %v", when, i, err)
+			}
+			var objs, pfx []string
+			for _, o := range out.Contents {
+				objs = append(objs, aws.ToString(o.Key))
+			}
+			for _, p := range out.CommonPrefixes {
+				pfx = append(pfx, aws.ToString(p.Prefix))
+			}
+			if strings.Join(objs, ",") != "kept" || strings.Join(pfx, ",") != "half/,more/" {
+				t.Errorf("%s: delimited listing through node %d: objects %q, prefixes %q; want [kept] and [half/ more/]", when, i, objs, pfx)
+			}
+			var all []string
+			p := s3.NewListObjectsV2Paginator(ci, &s3.ListObjectsV2Input{Bucket: aws.String("lst"), MaxKeys: aws.Int32(1)})
+			for pages := 0; p.HasMorePages() && pages < 20; pages++ {
+				page, err := p.NextPage(ctx)
+				if err != nil {
+					t.Fatalf("%s: paged listing through node %d: %v", when, i, err)
+				}
+				for _, o := range page.Contents {
+					all = append(all, aws.ToString(o.Key))
+				}
+			}
+			if strings.Join(all, ",") != "half/b,kept,more/y" {
+				t.Errorf("%s: paged listing through node %d: %q; want half/b,kept,more/y", when, i, all)
+			}
+		}
+	}
+	check("deletes pending")
+	if n := destageBacklogAll(t, c); n == 0 {
+		t.Fatal("nothing pending while the remote refused writes: the test did not test pending deletes")
+	}
+	r.SetReadOnly(false)
+	waitFor(t, 60*time.Second, "the deletes to reach the remote", func() bool { return destageBacklogAll(t, c) == 0 })
+	check("deletes destaged")
+}
+
+// destageBacklogAll is the number of write-back operations not destaged,
+// over every node.
+func destageBacklogAll(t *testing.T, c *localcluster.Cluster) int {
+	n := 0
+	for i := range c.Configs {
+		n += destageBacklog(t, c, i)
+	}
+	return n
+}
