@@ -6,6 +6,7 @@ package object
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"time"
 )
@@ -33,6 +34,11 @@ var (
 	ErrBackend           = errors.New("object: remote backend failed")
 	ErrInvalidArgument   = errors.New("object: invalid argument")
 	ErrSlowDown          = errors.New("object: too many dirty bytes, slow down")
+
+	// ErrBackendDenied is a remote backend refusing the cluster access (its
+	// credentials, a policy, a file's permissions). It is an ErrBackend
+	// that retrying does not mend.
+	ErrBackendDenied = fmt.Errorf("%w: access denied", ErrBackend)
 )
 
 // MaxKeyLen is the longest object key S3 allows, in bytes.

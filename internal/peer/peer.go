@@ -160,6 +160,7 @@ var codes = []struct {
 	{"InvalidPartOrder", object.ErrInvalidPartOrder},
 	{"EntityTooSmall", object.ErrEntityTooSmall},
 	{"Unavailable", object.ErrUnavailable},
+	{"BackendDenied", object.ErrBackendDenied}, // before Backend, which it wraps
 	{"Backend", object.ErrBackend},
 	{"InvalidArgument", object.ErrInvalidArgument},
 	{"SlowDown", object.ErrSlowDown},

@@ -6,6 +6,7 @@ import (
 	"crypto/md5"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"hash/crc32"
 	"io"
 	"net/http"
@@ -154,6 +155,9 @@ func (m *memLocal) Replica(ctx context.Context, op ReplicaOp) error {
 	return object.ErrInvalidArgument
 }
 func (m *memLocal) Fill(ctx context.Context, bucket, key string) (object.Info, bool, error) {
+	if key == "denied" {
+		return object.Info{}, false, fmt.Errorf("remote said no: %w", object.ErrBackendDenied)
+	}
 	i, err := m.Stat(ctx, bucket, key)
 	return i, false, err
 }
@@ -279,6 +283,7 @@ func TestErrorsMapToSentinels(t *testing.T) {
 		{"bucket not empty", rem.DeleteBucket(ctx, "b"), object.ErrBucketNotEmpty},
 		{"no upload", func() error { _, err := rem.ListParts(ctx, "b", "k", "x"); return err }(), object.ErrUploadNotFound},
 		{"invalid part", func() error { _, err := rem.CompleteUpload(ctx, "b", "k", "u1", nil); return err }(), object.ErrInvalidPart},
+		{"backend denied", func() error { _, _, err := rem.Fill(ctx, "b", "denied"); return err }(), object.ErrBackendDenied},
 	}
 	for _, tt := range tests {
 		if !errors.Is(tt.err, tt.want) {

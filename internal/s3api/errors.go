@@ -88,6 +88,7 @@ var errorTable = []struct {
 	{object.ErrInvalidPartOrder, "InvalidPartOrder", http.StatusBadRequest, "The list of parts was not in ascending order. The parts list must be specified in order by part number."},
 	{object.ErrEntityTooSmall, "EntityTooSmall", http.StatusBadRequest, "Your proposed upload is smaller than the minimum allowed object size."},
 	{object.ErrUnavailable, "ServiceUnavailable", http.StatusServiceUnavailable, "No live replica could serve the request. Please retry."},
+	{object.ErrBackendDenied, "AccessDenied", http.StatusForbidden, "The remote backend refused this cluster access to the object."},
 	{object.ErrBackend, "ServiceUnavailable", http.StatusServiceUnavailable, "The remote backend failed. Please retry."},
 	{object.ErrSlowDown, "SlowDown", http.StatusServiceUnavailable, "Please reduce your request rate."},
 	{object.ErrInvalidArgument, "InvalidArgument", http.StatusBadRequest, ""},

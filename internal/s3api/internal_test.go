@@ -126,6 +126,8 @@ func TestErrorMapping(t *testing.T) {
 		{object.ErrNoSpace, "InsufficientStorage", 507},
 		{object.ErrSlowDown, "SlowDown", 503},
 		{object.ErrUnavailable, "ServiceUnavailable", 503},
+		{fmt.Errorf("s3 backend: %w", object.ErrBackend), "ServiceUnavailable", 503},
+		{fmt.Errorf("s3 backend: %w", object.ErrBackendDenied), "AccessDenied", 403},
 		{object.ErrInvalidRange, "InvalidRange", 416},
 		{object.ErrEntityTooSmall, "EntityTooSmall", 400},
 		{fmt.Errorf("%w: %w", object.ErrIncompleteBody, sigv4.ErrSignatureMismatch), "SignatureDoesNotMatch", 403},

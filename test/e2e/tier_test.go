@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -12,8 +13,10 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/smithy-go"
 
 	"github.com/slipstream-io/slipstream/internal/cluster"
 	"github.com/slipstream-io/slipstream/internal/config"
@@ -556,4 +559,28 @@ func destageBacklogAll(t *testing.T, c *localcluster.Cluster) int {
 		n += destageBacklog(t, c, i)
 	}
 	return n
+}
+
+// TestRemoteRefusingCredentials: a cache bucket whose remote refuses the
+// cluster's credentials answers clients 403 AccessDenied, which they do
+// not retry, rather than a 503 that tells them to retry for ever.
+func TestRemoteRefusingCredentials(t *testing.T) {
+	r, direct := startRemote(t, remotesim.Config{})
+	c := startCluster(t, localcluster.Spec{})
+	ctx := context.Background()
+	if err := putObject(ctx, direct, "remote", "denied/k", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	admin(t, c, 0, "bucket", "create", "denied", "--mode", "cache", "--backend", "s3", "--endpoint", r.Endpoint,
+		"--remote-bucket", "remote", "--prefix", "denied/", "--access-key", r.AccessKey, "--secret-key", "not-the-secret")
+	cl := s3Client(c, c.Endpoint(0))
+	_, err := getObject(ctx, cl, "denied", "k")
+	var re *awshttp.ResponseError
+	var ae smithy.APIError
+	if !errors.As(err, &re) || re.HTTPStatusCode() != http.StatusForbidden || !errors.As(err, &ae) || ae.ErrorCode() != "AccessDenied" {
+		t.Fatalf("GET through a remote that refuses the credentials: %v; want 403 AccessDenied", err)
+	}
+	if _, err := cl.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String("denied")}); !errors.As(err, &ae) || ae.ErrorCode() != "AccessDenied" {
+		t.Fatalf("listing through a remote that refuses the credentials: %v; want AccessDenied", err)
+	}
 }

@@ -123,11 +123,20 @@ func (b *Backend) missing(err error) bool {
 		(b.escapes != nil && errors.Is(err, b.escapes))
 }
 
+// failed wraps an I/O error of the directory as a backend failure:
+// object.ErrBackendDenied when permission is denied, else object.ErrBackend.
+func failed(err error) error {
+	if errors.Is(err, fs.ErrPermission) {
+		return fmt.Errorf("fs backend: %w: %w", object.ErrBackendDenied, err)
+	}
+	return fmt.Errorf("fs backend: %w: %w", object.ErrBackend, err)
+}
+
 func (b *Backend) notFound(err error, key string) error {
 	if b.missing(err) {
 		return fmt.Errorf("%w: %s", backend.ErrNotFound, key)
 	}
-	return fmt.Errorf("fs backend: %w", err)
+	return failed(err)
 }
 
 // Stat implements backend.Backend.
@@ -214,14 +223,14 @@ func (b *Backend) Put(ctx context.Context, key string, r io.Reader, size int64, 
 		return backend.Attrs{}, fmt.Errorf("fs backend: put %s: %w", key, object.ErrTooLarge)
 	}
 	if err := tmp.Sync(); err != nil {
-		return backend.Attrs{}, fmt.Errorf("fs backend: %w", err)
+		return backend.Attrs{}, failed(err)
 	}
 	fi, err := tmp.Stat()
 	if err != nil {
-		return backend.Attrs{}, fmt.Errorf("fs backend: %w", err)
+		return backend.Attrs{}, failed(err)
 	}
 	if err := tmp.Close(); err != nil {
-		return backend.Attrs{}, fmt.Errorf("fs backend: %w", err)
+		return backend.Attrs{}, failed(err)
 	}
 	sc := sidecar{ETag: hex.EncodeToString(h.Sum(nil)), Size: n, MTime: fi.ModTime().UnixNano(), ContentType: pa.ContentType, UserMeta: pa.UserMeta}
 	if err := b.commit(key, rel, tmpRel, sc); err != nil {
@@ -239,7 +248,7 @@ func (b *Backend) mkdirParent(key, rel string) error {
 		return fmt.Errorf("%w: %q leads out of the fs backend's directory", object.ErrInvalidKey, key)
 	}
 	if err != nil {
-		return fmt.Errorf("fs backend: %w", err)
+		return failed(err)
 	}
 	return nil
 }
@@ -250,7 +259,7 @@ func (b *Backend) createTemp(prefix string) (*os.File, string, error) {
 	name := filepath.Join(reserved, "tmp", prefix+rand.Text())
 	f, err := b.root.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return nil, "", fmt.Errorf("fs backend: %w", err)
+		return nil, "", failed(err)
 	}
 	return f, name, nil
 }
@@ -264,12 +273,12 @@ func (b *Backend) createTemp(prefix string) (*os.File, string, error) {
 func (b *Backend) commit(key, rel, tmpRel string, sc sidecar) error {
 	meta := metaName(rel)
 	if err := b.root.MkdirAll(filepath.Dir(meta), 0o755); err != nil {
-		return fmt.Errorf("fs backend: %w", err)
+		return failed(err)
 	}
 	unlock := b.keys.Lock(rel)
 	defer unlock()
 	if err := b.root.Remove(meta); err != nil && !b.missing(err) {
-		return fmt.Errorf("fs backend: %w", err)
+		return failed(err)
 	}
 	err := b.root.Rename(tmpRel, rel)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -281,7 +290,7 @@ func (b *Backend) commit(key, rel, tmpRel string, sc sidecar) error {
 		err = b.root.Rename(tmpRel, rel)
 	}
 	if err != nil {
-		return fmt.Errorf("fs backend: %w", err)
+		return failed(err)
 	}
 	b.syncDir(filepath.Dir(rel))
 	return b.writeSidecar(meta, sc)
@@ -292,7 +301,7 @@ func (b *Backend) commit(key, rel, tmpRel string, sc sidecar) error {
 func (b *Backend) writeSidecar(name string, sc sidecar) error {
 	data, err := json.Marshal(sc)
 	if err != nil {
-		return fmt.Errorf("fs backend: %w", err)
+		return failed(err)
 	}
 	tmp, tmpRel, err := b.createTemp("meta-")
 	if err != nil {
@@ -307,7 +316,7 @@ func (b *Backend) writeSidecar(name string, sc sidecar) error {
 	}
 	if err != nil {
 		b.root.Remove(tmpRel)
-		return fmt.Errorf("fs backend: %w", err)
+		return failed(err)
 	}
 	return nil
 }
@@ -329,7 +338,7 @@ func (b *Backend) Delete(ctx context.Context, key string) error {
 	unlock := b.keys.Lock(rel)
 	defer unlock()
 	if err := b.root.Remove(rel); err != nil && !b.missing(err) {
-		return fmt.Errorf("fs backend: %w", err)
+		return failed(err)
 	}
 	_ = b.root.Remove(metaName(rel))
 	for d := filepath.Dir(rel); d != "."; d = filepath.Dir(d) {
@@ -398,7 +407,7 @@ func (b *Backend) List(ctx context.Context, opts backend.ListOptions) (backend.L
 		return nil
 	})
 	if err != nil {
-		return backend.ListPage{}, fmt.Errorf("fs backend: list: %w", err)
+		return backend.ListPage{}, failed(fmt.Errorf("list: %w", err))
 	}
 	sort.Strings(keys)
 	var page backend.ListPage

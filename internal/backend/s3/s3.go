@@ -143,6 +143,8 @@ func (b *Backend) mapErr(op, key string, err error) error {
 			return fmt.Errorf("%w: %s", backend.ErrNotFound, key)
 		case "InvalidRange":
 			return fmt.Errorf("%w: %s", backend.ErrInvalidRange, key)
+		case "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken", "AllAccessDisabled":
+			return fmt.Errorf("s3 backend: %s %s/%s: %w: %w", op, b.bucket, b.prefix+key, object.ErrBackendDenied, err)
 		}
 	}
 	var re *awshttp.ResponseError
@@ -154,6 +156,8 @@ func (b *Backend) mapErr(op, key string, err error) error {
 			}
 		case http.StatusRequestedRangeNotSatisfiable:
 			return fmt.Errorf("%w: %s", backend.ErrInvalidRange, key)
+		case http.StatusForbidden: // a HEAD's 403 has no error code
+			return fmt.Errorf("s3 backend: %s %s/%s: %w: %w", op, b.bucket, b.prefix+key, object.ErrBackendDenied, err)
 		}
 	}
 	return fmt.Errorf("s3 backend: %s %s/%s: %w: %w", op, b.bucket, b.prefix+key, object.ErrBackend, err)
