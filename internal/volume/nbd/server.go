@@ -86,6 +86,15 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.PreferredBlock == 0 {
 		cfg.PreferredBlock = 4096
 	}
+	// The block size constraints the server advertises (minimum 1): the
+	// preferred size a power of 2 of at least 512, the maximum at least
+	// the preferred one.
+	if p := cfg.PreferredBlock; p < 512 || p&(p-1) != 0 {
+		return nil, fmt.Errorf("nbd: preferred block size %d is not a power of 2 of at least 512", p)
+	}
+	if cfg.MaxRequest < cfg.PreferredBlock {
+		return nil, fmt.Errorf("nbd: maximum request %d is below the preferred block size %d", cfg.MaxRequest, cfg.PreferredBlock)
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -496,3 +496,27 @@ func TestSpecEFBIGIsENOSPC(t *testing.T) {
 		t.Fatalf("EFBIG from the device: errno %d, want ENOSPC", errno)
 	}
 }
+
+// "The preferred block size MUST be a power of 2 and at least as large as
+// the larger of the minimum block size and 512 ... The maximum block size
+// ... SHOULD be at least as large as the preferred block size": a server
+// configured otherwise is refused rather than advertising constraints
+// clients reject.
+func TestSpecBlockSizeConfig(t *testing.T) {
+	for _, tc := range []struct {
+		pref, max uint32
+		ok        bool
+	}{
+		{0, 0, true}, // defaults: 4096 and 32 MiB
+		{512, 0, true},
+		{65536, 1 << 20, true},
+		{256, 0, false},
+		{3000, 0, false},
+		{4096, 2048, false},
+	} {
+		_, err := nbd.NewServer(nbd.Config{Exports: nbd.Map{"a": newMem(4096)}, PreferredBlock: tc.pref, MaxRequest: tc.max})
+		if (err == nil) != tc.ok {
+			t.Errorf("preferred %d, max %d: %v; want ok %v", tc.pref, tc.max, err, tc.ok)
+		}
+	}
+}
