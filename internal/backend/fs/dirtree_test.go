@@ -3,6 +3,9 @@ package fs_test
 import (
 	"bytes"
 	"context"
+	"crypto/md5"
+	"encoding/hex"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -80,17 +83,85 @@ func TestSymlinkOutOfDirectoryIsNotFollowed(t *testing.T) {
 
 // Keys a and a.json/b are both objects (the files DIR/a and DIR/a.json/b
 // coexist on the filesystem), in either order of writing: their sidecars
-// have distinct names.
+// have distinct names, and each keeps its MD5 ETag and content type.
 func TestSidecarNamesDoNotCollide(t *testing.T) {
-	t.Skip("known: the sidecar of a (meta/a.json) and the sidecar directory of a.json/b (meta/a.json/) are one path")
 	for _, order := range [][]string{{"a", "a.json/b"}, {"a.json/b", "a"}} {
 		b, _, _ := newFS(t)
 		ctx := context.Background()
 		for _, k := range order {
-			if _, err := b.Put(ctx, k, strings.NewReader("v-"+k), int64(len("v-"+k)), backend.PutAttrs{}); err != nil {
+			if _, err := b.Put(ctx, k, strings.NewReader("v-"+k), int64(len("v-"+k)), backend.PutAttrs{ContentType: "t/" + k}); err != nil {
 				t.Errorf("after putting %q, Put %q: %v", order[0], k, err)
 			}
 		}
+		for _, k := range order {
+			checkSidecar(t, b, k, "v-"+k, "t/"+k)
+		}
+	}
+}
+
+func checkSidecar(t *testing.T, b *fs.Backend, key, body, contentType string) {
+	t.Helper()
+	a, err := b.Stat(context.Background(), key)
+	if err != nil {
+		t.Fatalf("Stat %q: %v", key, err)
+	}
+	if sum := md5.Sum([]byte(body)); a.ETag != hex.EncodeToString(sum[:]) || a.ContentType != contentType {
+		t.Errorf("Stat %q: ETag %s, content type %q; want the body's MD5 and %q", key, a.ETag, a.ContentType, contentType)
+	}
+}
+
+// A key may have a path component as long as the filesystem allows (255
+// bytes here); its sidecar still has room.
+func TestLongKeyComponent(t *testing.T) {
+	b, _, _ := newFS(t)
+	ctx := context.Background()
+	for _, n := range []int{250, 251, 255} {
+		k := "d/" + strings.Repeat("x", n)
+		if _, err := b.Put(ctx, k, strings.NewReader("long"), 4, backend.PutAttrs{ContentType: "t/long"}); err != nil {
+			t.Fatalf("Put of a key with a %d-byte component: %v", n, err)
+		}
+		checkSidecar(t, b, k, "long", "t/long")
+		if err := b.Delete(ctx, k); err != nil {
+			t.Fatalf("Delete: %v", err)
+		}
+	}
+}
+
+// Sidecars written in the earlier layout (a tree under .slipstream/meta
+// mirroring the keys) are still read, and a new write of the key replaces
+// one: its ETag then is the new body's.
+func TestLegacySidecarRead(t *testing.T) {
+	b, root, _ := newFS(t)
+	ctx := context.Background()
+	data := filepath.Join(root, "dir", "k")
+	if err := os.MkdirAll(filepath.Dir(data), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(data, []byte("old body"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	legacy := filepath.Join(root, ".slipstream", "meta", "dir", "k.json")
+	if err := os.MkdirAll(filepath.Dir(legacy), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sc := fmt.Sprintf(`{"etag":"0123456789abcdef0123456789abcdef","size":8,"mtime":%d,"contentType":"t/old"}`, fi.ModTime().UnixNano())
+	if err := os.WriteFile(legacy, []byte(sc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a, err := b.Stat(ctx, "dir/k")
+	if err != nil || a.ETag != "0123456789abcdef0123456789abcdef" || a.ContentType != "t/old" {
+		t.Fatalf("Stat with a legacy sidecar: %+v, %v", a, err)
+	}
+	if _, err := b.Put(ctx, "dir/k", strings.NewReader("new"), 3, backend.PutAttrs{ContentType: "t/new"}); err != nil {
+		t.Fatal(err)
+	}
+	checkSidecar(t, b, "dir/k", "new", "t/new")
+	if _, err := os.Stat(legacy); !os.IsNotExist(err) {
+		t.Errorf("the legacy sidecar is still there after a write: %v", err)
 	}
 }
 

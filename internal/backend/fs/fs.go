@@ -9,6 +9,7 @@ package fs
 import (
 	"context"
 	"crypto/md5"
+	"crypto/sha256"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -56,7 +57,7 @@ func New(spec backend.Spec) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fs backend: %w", err)
 	}
-	for _, d := range []string{dir, filepath.Join(dir, reserved, "tmp"), filepath.Join(dir, reserved, "meta")} {
+	for _, d := range []string{dir, filepath.Join(dir, reserved, "tmp"), filepath.Join(dir, reserved, "etags")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, fmt.Errorf("fs backend: %w", err)
 		}
@@ -74,6 +75,7 @@ func New(spec backend.Spec) (*Backend, error) {
 func (b *Backend) String() string { return "fs://" + filepath.Join(b.dir, b.prefix) }
 
 type sidecar struct {
+	Key         string            `json:"key,omitempty"` // the path it describes, relative to the directory
 	ETag        string            `json:"etag"`
 	Size        int64             `json:"size"`
 	MTime       int64             `json:"mtime"` // unix ns of the data file when written
@@ -97,22 +99,51 @@ func (b *Backend) name(key string) (string, error) {
 	return filepath.FromSlash(full), nil
 }
 
-// metaName is the path of rel's sidecar, relative to root.
+// metaName is the path of rel's sidecar, relative to root: named by the
+// SHA-256 of rel, so that no two keys share one and none is too long for
+// the filesystem (a key's path may have components up to its name limit),
+// spread over 256 directories.
 func metaName(rel string) string {
+	sum := sha256.Sum256([]byte(filepath.ToSlash(rel)))
+	h := hex.EncodeToString(sum[:])
+	return filepath.Join(reserved, "etags", h[:2], h+".json")
+}
+
+// legacyMetaName is where sidecars were kept before: a tree mirroring the
+// keys, in which the sidecar of a (meta/a.json) and the directory of
+// a.json/b's sidecar were one path, and a component near the name limit
+// had no room for the suffix. Sidecars there are still read, and removed
+// when their key is written or deleted.
+func legacyMetaName(rel string) string {
 	return filepath.Join(reserved, "meta", rel+".json")
 }
 
 func (b *Backend) attrs(key, rel string, fi os.FileInfo) backend.Attrs {
 	a := backend.Attrs{Key: key, Size: fi.Size(), ModTime: fi.ModTime()}
-	if data, err := b.root.ReadFile(metaName(rel)); err == nil {
+	for _, name := range []string{metaName(rel), legacyMetaName(rel)} {
+		data, err := b.root.ReadFile(name)
+		if err != nil {
+			continue
+		}
 		var sc sidecar
-		if json.Unmarshal(data, &sc) == nil && sc.Size == fi.Size() && sc.MTime == fi.ModTime().UnixNano() {
+		if json.Unmarshal(data, &sc) == nil && sc.Size == fi.Size() && sc.MTime == fi.ModTime().UnixNano() &&
+			(sc.Key == "" || sc.Key == filepath.ToSlash(rel)) {
 			a.ETag, a.ContentType, a.UserMeta = sc.ETag, sc.ContentType, sc.UserMeta
 			return a
 		}
 	}
 	a.ETag = fmt.Sprintf("%x-%x", fi.ModTime().UnixNano(), fi.Size())
 	return a
+}
+
+// removeMeta removes rel's sidecars, in both layouts.
+func (b *Backend) removeMeta(rel string) error {
+	for _, name := range []string{metaName(rel), legacyMetaName(rel)} {
+		if err := b.root.Remove(name); err != nil && !b.missing(err) && !errors.Is(err, syscall.ENAMETOOLONG) {
+			return failed(err)
+		}
+	}
+	return nil
 }
 
 // missing reports whether err says that a path is not in the directory: it
@@ -232,7 +263,7 @@ func (b *Backend) Put(ctx context.Context, key string, r io.Reader, size int64, 
 	if err := tmp.Close(); err != nil {
 		return backend.Attrs{}, failed(err)
 	}
-	sc := sidecar{ETag: hex.EncodeToString(h.Sum(nil)), Size: n, MTime: fi.ModTime().UnixNano(), ContentType: pa.ContentType, UserMeta: pa.UserMeta}
+	sc := sidecar{Key: filepath.ToSlash(rel), ETag: hex.EncodeToString(h.Sum(nil)), Size: n, MTime: fi.ModTime().UnixNano(), ContentType: pa.ContentType, UserMeta: pa.UserMeta}
 	if err := b.commit(key, rel, tmpRel, sc); err != nil {
 		return backend.Attrs{}, err
 	}
@@ -277,8 +308,8 @@ func (b *Backend) commit(key, rel, tmpRel string, sc sidecar) error {
 	}
 	unlock := b.keys.Lock(rel)
 	defer unlock()
-	if err := b.root.Remove(meta); err != nil && !b.missing(err) {
-		return failed(err)
+	if err := b.removeMeta(rel); err != nil {
+		return err
 	}
 	err := b.root.Rename(tmpRel, rel)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -340,7 +371,7 @@ func (b *Backend) Delete(ctx context.Context, key string) error {
 	if err := b.root.Remove(rel); err != nil && !b.missing(err) {
 		return failed(err)
 	}
-	_ = b.root.Remove(metaName(rel))
+	_ = b.removeMeta(rel)
 	for d := filepath.Dir(rel); d != "."; d = filepath.Dir(d) {
 		if fi, err := b.root.Lstat(d); err != nil || !fi.IsDir() || b.root.Remove(d) != nil {
 			break
