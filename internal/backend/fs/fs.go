@@ -9,8 +9,8 @@ package fs
 import (
 	"context"
 	"crypto/md5"
-	"crypto/sha256"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
