@@ -90,6 +90,20 @@ func TestListHidesPrefixEmptiedByPendingDelete(t *testing.T) {
 	}
 }
 
+// listKeys lists one page of bucket and returns its keys and common
+// prefixes.
+func listKeys(t *testing.T, tr *tier.Tier, bucket string, opts object.ListOptions) (objs, prefixes []string) {
+	t.Helper()
+	res, err := tr.List(context.Background(), bucket, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range res.Objects {
+		objs = append(objs, o.Key)
+	}
+	return objs, res.CommonPrefixes
+}
+
 // peerDeletes is another node's answer to PendingDeletes: the keys it
 // deleted and has not destaged.
 type peerDeletes struct {
@@ -129,26 +143,11 @@ func TestListHidesOtherNodesPendingDeletes(t *testing.T) {
 	if err := tr.Delete(ctx, "wback", "dir/b"); err != nil { // deleted here
 		t.Fatal(err)
 	}
-	res, err := tr.List(ctx, "wback", object.ListOptions{Delimiter: "/"})
-	if err != nil {
-		t.Fatal(err)
+	objs, prefixes := listKeys(t, tr, "wback", object.ListOptions{Delimiter: "/"})
+	if strings.Join(objs, ",") != "kept" || strings.Join(prefixes, ",") != "half/" {
+		t.Errorf("listing: objects %q, common prefixes %q; want [kept] and [half/]", objs, prefixes)
 	}
-	var objs []string
-	for _, o := range res.Objects {
-		objs = append(objs, o.Key)
-	}
-	if strings.Join(objs, ",") != "kept" || strings.Join(res.CommonPrefixes, ",") != "half/" {
-		t.Errorf("listing: objects %q, common prefixes %q; want [kept] and [half/]", objs, res.CommonPrefixes)
-	}
-	res, err = tr.List(ctx, "wback", object.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	objs = objs[:0]
-	for _, o := range res.Objects {
-		objs = append(objs, o.Key)
-	}
-	if strings.Join(objs, ",") != "half/b,kept" {
+	if objs, _ = listKeys(t, tr, "wback", object.ListOptions{}); strings.Join(objs, ",") != "half/b,kept" {
 		t.Errorf("flat listing: %q; want half/b,kept", objs)
 	}
 	if peers.calls.Load() == 0 {
@@ -166,16 +165,9 @@ func TestListRollsUpPendingFolderMarker(t *testing.T) {
 	if _, err := tr.Put(ctx, "wback", "dir/", bytesReader(nil), putOpts(0)); err != nil {
 		t.Fatal(err)
 	}
-	res, err := tr.List(ctx, "wback", object.ListOptions{Delimiter: "/"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var objs []string
-	for _, o := range res.Objects {
-		objs = append(objs, o.Key)
-	}
-	if len(objs) != 0 || strings.Join(res.CommonPrefixes, ",") != "dir/" {
-		t.Errorf("delimited listing: objects %q, common prefixes %q; want no objects and [dir/]", objs, res.CommonPrefixes)
+	objs, prefixes := listKeys(t, tr, "wback", object.ListOptions{Delimiter: "/"})
+	if len(objs) != 0 || strings.Join(prefixes, ",") != "dir/" {
+		t.Errorf("delimited listing: objects %q, common prefixes %q; want no objects and [dir/]", objs, prefixes)
 	}
 }
 
