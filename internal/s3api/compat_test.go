@@ -167,6 +167,38 @@ func TestListMultipartUploadsPagingWithDelimiter(t *testing.T) {
 	}
 }
 
+// max-uploads=0 and max-parts=0, like max-keys=0, ask for an empty page
+// that is not truncated (a truncated page with no marker would send a
+// paginating client round for ever).
+func TestZeroMaxIsNotTruncated(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.mkBucket("zero")
+	up := must[*s3.CreateMultipartUploadOutput](t)(e.client.CreateMultipartUpload(ctx(), &s3.CreateMultipartUploadInput{Bucket: aws.String("zero"), Key: aws.String("k")}))
+	must[*s3.UploadPartOutput](t)(e.client.UploadPart(ctx(), &s3.UploadPartInput{Bucket: aws.String("zero"), Key: aws.String("k"), UploadId: up.UploadId,
+		PartNumber: aws.Int32(1), Body: strings.NewReader("part")}))
+	must[*s3.PutObjectOutput](t)(e.client.PutObject(ctx(), &s3.PutObjectInput{Bucket: aws.String("zero"), Key: aws.String("obj"), Body: strings.NewReader("x")}))
+	for _, tc := range []struct{ path, query string }{
+		{"/zero", "uploads=&max-uploads=0"},
+		{"/zero/k", "uploadId=" + aws.ToString(up.UploadId) + "&max-parts=0"},
+		{"/zero", "list-type=2&max-keys=0"},
+		{"/zero", "max-keys=0"},
+	} {
+		resp, body := e.do(e.rawRequest("GET", tc.path, tc.query, nil, "", nil))
+		var res struct {
+			IsTruncated bool
+			Upload      []struct{ Key string }
+			Part        []struct{ PartNumber int }
+			Contents    []struct{ Key string }
+		}
+		if resp.StatusCode != 200 || xml.Unmarshal(body, &res) != nil {
+			t.Fatalf("%s?%s: %d %s", tc.path, tc.query, resp.StatusCode, body)
+		}
+		if res.IsTruncated || len(res.Upload)+len(res.Part)+len(res.Contents) != 0 {
+			t.Errorf("%s?%s: %s; want an empty page, not truncated", tc.path, tc.query, body)
+		}
+	}
+}
+
 // At most 5 GiB go in one PutObject or UploadPart (400 EntityTooLarge, as
 // in S3); 5 TiB is the limit of a whole multipart object only.
 func TestSinglePutOver5GiB(t *testing.T) {

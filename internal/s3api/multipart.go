@@ -176,7 +176,7 @@ func (h *handler) listParts(w http.ResponseWriter, rq *request) error {
 			continue
 		}
 		if len(res.Parts) == maxParts {
-			res.IsTruncated = true
+			res.IsTruncated = maxParts > 0 // max-parts=0 asks for nothing, as in S3
 			break
 		}
 		res.Parts = append(res.Parts, partElem{PartNumber: p.PartNumber, LastModified: isoTime(p.ModTime), ETag: quoteETag(p.ETag), Size: p.Size})
@@ -229,7 +229,7 @@ func (h *handler) listMultipartUploads(w http.ResponseWriter, rq *request) error
 			continue
 		}
 		if count == maxUploads {
-			res.IsTruncated = true
+			res.IsTruncated = maxUploads > 0 // max-uploads=0 asks for nothing, as in S3
 			break
 		}
 		count++
