@@ -186,7 +186,7 @@ func (w *work) ingest(ctx context.Context, r io.Reader, limit int64, wantMD5 boo
 			if err := ctx.Err(); err != nil {
 				return d, err
 			}
-			return d, fmt.Errorf("store: read body: %w", rerr)
+			return d, &sourceError{err: rerr}
 		}
 	}
 	if err := ctx.Err(); err != nil {
@@ -403,14 +403,22 @@ func (s *Store) commit(ctx context.Context, w *work, info object.Info, check fun
 	mp.commitSpace(w.reserved, info.Size)
 	w.reserved = 0
 	pk := placement.ObjectName(info.Bucket, info.Key)
+	var synced error
 	if old != nil {
 		omp := s.mps[old.mp]
 		omp.dropSpace(old.info.Size)
 		if old.mp != mp.idx {
 			omp.polRemove(pk)
-			if err := s.removeCopy(omp, info.Bucket, info.Key, old.info.ModTime, true); err != nil {
-				// The older copy may be served again after a restart.
-				s.log.Error("store: older copy on another mountpath not removed", "bucket", info.Bucket, "key", info.Key, "mountpath", omp.path, "err", err)
+			// The drives are separate file systems: the new copy's rename
+			// must be durable before the old copy is removed, or a crash
+			// in between leaves neither. If it cannot be made durable,
+			// the old copy stays (a restart keeps the newer of the two).
+			synced = syncDir(dir)
+			if synced == nil {
+				if err := s.removeCopy(omp, info.Bucket, info.Key, old.info.ModTime, true); err != nil {
+					// The older copy may be served again after a restart.
+					s.log.Error("store: older copy on another mountpath not removed", "bucket", info.Bucket, "key", info.Key, "mountpath", omp.path, "err", err)
+				}
 			}
 		}
 	}
@@ -420,8 +428,11 @@ func (s *Store) commit(ctx context.Context, w *work, info object.Info, check fun
 		mp.polRemove(pk)
 	}
 	l.Unlock()
-	if err := syncDir(dir); err != nil {
-		return fmt.Errorf("store: fsync %s: %w", dir, err)
+	if synced == nil && (old == nil || old.mp == mp.idx) {
+		synced = syncDir(dir)
+	}
+	if synced != nil {
+		return fmt.Errorf("store: fsync %s: %w", dir, synced)
 	}
 	s.maybeKick(mp)
 	return nil

@@ -1,0 +1,110 @@
+package store
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/slipstream-io/slipstream/internal/object"
+)
+
+const xmpOrderEnv = "SLIPSTREAM_STORE_XMP_CHILD"
+
+// TestXMPOrderChild (child of TestCrossMountpathOverwriteOrder): an
+// object written when the node had one drive is overwritten after a second
+// drive was added and HRW moved the key there. It writes the old copy's
+// file and the new copy's directory to the file "paths".
+func TestXMPOrderChild(t *testing.T) {
+	dir := os.Getenv(xmpOrderEnv)
+	if dir == "" {
+		t.Skip("child of TestCrossMountpathOverwriteOrder")
+	}
+	ctx := context.Background()
+	a, b := filepath.Join(dir, "a"), filepath.Join(dir, "b")
+	s, err := Open(ctx, Config{Mountpaths: []string{a}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for i := 0; i < 64; i++ {
+		k := "k" + string(rune('A'+i%26)) + strings.Repeat("x", i/26)
+		keys = append(keys, k)
+		if _, err := s.Put(ctx, "bkt", k, bytes.NewReader([]byte("old")), PutOptions{PutOptions: object.PutOptions{Size: 3}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Close()
+	s, err = Open(ctx, Config{Mountpaths: []string{a, b}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, k := range keys {
+		if s.mountpathFor("bkt", k).idx != 1 {
+			continue
+		}
+		old := s.objectFile("bkt", k)
+		newDir, _ := s.mps[1].objectPath("bkt", k)
+		if err := os.WriteFile(filepath.Join(dir, "paths"), []byte(old+"\n"+newDir+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Put(ctx, "bkt", k, bytes.NewReader([]byte("new")), PutOptions{PutOptions: object.PutOptions{Size: 3}}); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	t.Fatal("no key moved")
+}
+
+// TestCrossMountpathOverwriteOrder: when an overwrite lands on another
+// mountpath than the old copy (a drive was added, or one failed), the
+// directory holding the new copy's rename is fsynced before the old copy
+// is unlinked. The drives are separate file systems (one's fsync does not
+// commit the other's journal), so the other order would let a crash in
+// between lose both versions. Checked on the system calls, with strace.
+func TestCrossMountpathOverwriteOrder(t *testing.T) {
+	if _, err := exec.LookPath("strace"); err != nil {
+		t.Skip("needs strace")
+	}
+	dir := t.TempDir()
+	trace := filepath.Join(dir, "trace")
+	cmd := exec.Command("strace", "-f", "-y", "-o", trace, "-e", "trace=unlinkat,unlink,fsync,fdatasync",
+		os.Args[0], "-test.run=^TestXMPOrderChild$", "-test.count=1")
+	cmd.Env = append(os.Environ(), xmpOrderEnv+"="+dir)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+	pb, err := os.ReadFile(filepath.Join(dir, "paths"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	paths := strings.Split(strings.TrimSpace(string(pb)), "\n")
+	oldFile, newDir := paths[0], paths[1]
+	f, err := os.Open(trace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	unlinkAt, newSyncAt := -1, -1
+	sc := bufio.NewScanner(f)
+	for n := 0; sc.Scan(); n++ {
+		line := sc.Text()
+		switch {
+		case unlinkAt < 0 && strings.Contains(line, "unlink") && strings.Contains(line, filepath.Base(oldFile)):
+			unlinkAt = n
+		case unlinkAt >= 0 && newSyncAt < 0 && strings.Contains(line, "fsync(") && strings.Contains(line, "<"+newDir+">"):
+			newSyncAt = n
+		}
+	}
+	if unlinkAt < 0 {
+		t.Fatalf("old copy %s never unlinked", oldFile)
+	}
+	if newSyncAt > unlinkAt {
+		t.Errorf("old copy unlinked (trace line %d) before the new copy's directory %s was fsynced (trace line %d): a crash in between leaves neither version", unlinkAt, newDir, newSyncAt)
+	}
+}
