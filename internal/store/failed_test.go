@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -194,4 +195,46 @@ func countFiles(t *testing.T, dir string) int {
 func fileExists(p string) bool {
 	_, err := os.Stat(p)
 	return err == nil
+}
+
+// eioBody is a body whose source fails with EIO once drained: what a file
+// on an NFS mount, or a peer whose disk fails, gives. Nothing is wrong
+// with the drive written to.
+type eioBody struct{ r io.Reader }
+
+func (b *eioBody) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err == io.EOF {
+		return n, &os.PathError{Op: "read", Path: "/mnt/nfs/bucket/key", Err: unix.EIO}
+	}
+	return n, err
+}
+
+// TestSourceErrorLeavesDriveHealthy: a PUT or part upload whose body fails
+// with EIO fails, but does not take its healthy mountpath out of the
+// write placement.
+func TestSourceErrorLeavesDriveHealthy(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := openTest(t, Config{Mountpaths: []string{filepath.Join(dir, "mp1"), filepath.Join(dir, "mp2")}})
+	key := keysOn(s, "bkt", 0, 1)[0]
+	if _, err := s.Put(ctx, "bkt", key, &eioBody{bytes.NewReader(randBytes(1, 1000))}, PutOptions{PutOptions: object.PutOptions{Size: -1}}); !errors.Is(err, unix.EIO) {
+		t.Fatalf("Put with a failing body: %v, want EIO", err)
+	}
+	id, err := s.CreateUpload(ctx, "bkt", key, UploadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.PutPart(ctx, "bkt", key, id, 1, &eioBody{bytes.NewReader(randBytes(2, 1000))}, object.PutOptions{Size: -1}); !errors.Is(err, unix.EIO) {
+		t.Fatalf("PutPart with a failing body: %v, want EIO", err)
+	}
+	for _, st := range s.Mountpaths() {
+		if st.Failed {
+			t.Errorf("mountpath %s marked failed by its writer's source", st.Path)
+		}
+	}
+	put(t, s, "bkt", key, []byte("next"))
+	if e := s.lookup("bkt", key); e.mp != 0 {
+		t.Errorf("next write went to mountpath %d, not its HRW mountpath 0", e.mp)
+	}
 }

@@ -4,6 +4,7 @@
 // # Layout of a mountpath
 //
 //	<mp>/.slipstream.lock            flock: one process per mountpath
+//	<mp>/.slipstream.id              the drive's identity, made once
 //	<mp>/tmp/                        work files being written (wiped at Open)
 //	<mp>/obj/<bucket>/<hh>/<name>    committed objects
 //	<mp>/mpu/<bucket>/<uploadID>/    a multipart upload: upload.json, part-NNNNN
@@ -68,8 +69,10 @@ package store
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -289,6 +292,7 @@ type mountpath struct {
 	failed                 atomic.Bool // its drive failed: no new writes
 	path                   string      // as configured
 	root                   string
+	id                     string // its drive's identity ("" on an old read-only drive)
 	tmpDir, objDir, mpuDir string
 	workDirs               []string      // under tmpDir, where work files are created in turn
 	nextWork               atomic.Uint32 // the next work directory
@@ -340,6 +344,10 @@ func openMountpath(idx int, path, policy string, workDirs int) (*mountpath, erro
 		return nil, fmt.Errorf("%w: %s: %v", ErrBusy, path, err)
 	}
 	mp.lock = lf
+	if mp.id, err = driveIdentity(root, mp.failed.Load()); err != nil {
+		mp.close()
+		return nil, fmt.Errorf("store: mountpath %s: %w", path, err)
+	}
 	if mp.failed.Load() {
 		return mp, nil
 	}
@@ -352,6 +360,42 @@ func openMountpath(idx int, path, policy string, workDirs int) (*mountpath, erro
 		return nil, fmt.Errorf("store: mountpath %s: %w", path, err)
 	}
 	return mp, nil
+}
+
+// idFile names the identity of the drive a mountpath is on. Records about
+// a drive's files (dead copies) name it by identity, not by path: while a
+// drive is unmounted its path is an empty directory of another file system,
+// which must not be taken for the drive.
+const idFile = ".slipstream.id"
+
+type driveID struct {
+	ID string `json:"id"`
+}
+
+// driveIdentity reads the identity of the drive at root, making one if it
+// has none and is writable.
+func driveIdentity(root string, readOnly bool) (string, error) {
+	p := filepath.Join(root, idFile)
+	b, err := os.ReadFile(p)
+	if err == nil {
+		var d driveID
+		if err := json.Unmarshal(b, &d); err != nil || d.ID == "" {
+			return "", fmt.Errorf("%w: bad drive identity %s", ErrCorrupt, p)
+		}
+		return d.ID, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return "", err
+	}
+	if readOnly {
+		return "", nil
+	}
+	var idb [16]byte
+	if _, err := rand.Read(idb[:]); err != nil {
+		return "", err
+	}
+	id := hex.EncodeToString(idb[:])
+	return id, writeFileAtomic(p, driveID{ID: id})
 }
 
 func probeXattr(dir string) error {
@@ -409,12 +453,21 @@ func isDriveFailure(err error) bool {
 	return errors.Is(err, unix.EIO) || errors.Is(err, unix.EROFS)
 }
 
+// sourceError is a failure to read the body being stored: the source's
+// device or connection failed, not the drive written to.
+type sourceError struct{ err error }
+
+func (e *sourceError) Error() string { return "store: read body: " + e.err.Error() }
+func (e *sourceError) Unwrap() error { return e.err }
+
 // checkDrive takes mp out of the write placement if err is its drive
 // failing, and returns err. Later writes go to the next mountpath; what
 // is on mp stays readable as far as the drive allows (reads that fail are
-// served from the other nodes' copies).
+// served from the other nodes' copies). An EIO from the body's source
+// (an NFS backend, a peer's disk) says nothing about mp.
 func (s *Store) checkDrive(mp *mountpath, err error) error {
-	if err != nil && isDriveFailure(err) && !mp.failed.Swap(true) {
+	var src *sourceError
+	if err != nil && isDriveFailure(err) && !errors.As(err, &src) && !mp.failed.Swap(true) {
 		s.failed.Add(1)
 		s.log.Error("store: mountpath failed; new writes go to the others", "mountpath", mp.path, "err", err)
 	}
