@@ -22,7 +22,8 @@ const deadDir = "dead"
 // deleted object does not come back, and an evicted newer version does not
 // give way to an older one.
 type deadCopy struct {
-	Mountpath string    `json:"mountpath"` // root of the mountpath that holds the file
+	Mountpath string    `json:"mountpath"`       // root of the mountpath that holds the file
+	Drive     string    `json:"drive,omitempty"` // identity of its drive; older records have none
 	Bucket    string    `json:"bucket"`
 	Key       string    `json:"key"`
 	ModTime   time.Time `json:"mtime"` // the copy's: an older or equal one is dead too
@@ -31,13 +32,38 @@ type deadCopy struct {
 // name is the record's file name: one record per copy, a newer one
 // replaces it.
 func (d deadCopy) name() string {
-	sum := sha256.Sum256([]byte(d.Mountpath + "\x00" + d.Bucket + "\x00" + d.Key))
+	where := d.Mountpath
+	if d.Drive != "" {
+		where = "drive:" + d.Drive
+	}
+	sum := sha256.Sum256([]byte(where + "\x00" + d.Bucket + "\x00" + d.Key))
 	return hex.EncodeToString(sum[:])
 }
 
-// kills reports whether the record makes f dead.
-func (d deadCopy) kills(root string, f found) bool {
-	return d.Mountpath == root && d.Bucket == f.info.Bucket && d.Key == f.info.Key && !f.info.ModTime.After(d.ModTime)
+// deadCopyOn returns the record of bucket/key's copy on mp, if any: by
+// the drive's identity, or by its path for records older than identities.
+func deadCopyOn(dead map[string]deadCopy, mp *mountpath, f found) (deadCopy, bool) {
+	byDrive := deadCopy{Mountpath: mp.root, Drive: mp.id, Bucket: f.info.Bucket, Key: f.info.Key}
+	byPath := deadCopy{Mountpath: mp.root, Bucket: f.info.Bucket, Key: f.info.Key}
+	for _, c := range []deadCopy{byDrive, byPath} {
+		if d, ok := dead[c.name()]; ok && d.kills(mp, f) {
+			return d, true
+		}
+	}
+	return deadCopy{}, false
+}
+
+// on reports whether the record is about a file of mp's drive.
+func (d deadCopy) on(mp *mountpath) bool {
+	if d.Drive != "" {
+		return d.Drive == mp.id
+	}
+	return d.Mountpath == mp.root
+}
+
+// kills reports whether the record makes f, found on mp, dead.
+func (d deadCopy) kills(mp *mountpath, f found) bool {
+	return d.on(mp) && d.Bucket == f.info.Bucket && d.Key == f.info.Key && !f.info.ModTime.After(d.ModTime)
 }
 
 // removeCopy removes the file of bucket/key's copy (modified at mtime)
@@ -61,7 +87,7 @@ func (s *Store) removeCopy(mp *mountpath, bucket, key string, mtime time.Time, d
 		return err
 	}
 	s.checkDrive(mp, err)
-	return s.recordDead(deadCopy{Mountpath: mp.root, Bucket: bucket, Key: key, ModTime: mtime.UTC()})
+	return s.recordDead(deadCopy{Mountpath: mp.root, Drive: mp.id, Bucket: bucket, Key: key, ModTime: mtime.UTC()})
 }
 
 // recordDead writes d durably on every writable mountpath; it fails if
@@ -155,10 +181,11 @@ func (s *Store) dropDeadRecords(names []string) {
 	}
 }
 
-// hasMountpath reports whether root is one of the store's mountpaths.
-func (s *Store) hasMountpath(root string) bool {
+// hasDrive reports whether the drive d is about is one of the store's
+// mountpaths now.
+func (s *Store) hasDrive(d deadCopy) bool {
 	for _, mp := range s.mps {
-		if mp.root == root {
+		if d.on(mp) {
 			return true
 		}
 	}

@@ -50,7 +50,7 @@ func (s *Store) recover(ctx context.Context) error {
 	for _, fs := range results {
 		for _, f := range fs {
 			mp := s.mps[f.mp]
-			if d, ok := dead[(deadCopy{Mountpath: mp.root, Bucket: f.info.Bucket, Key: f.info.Key}).name()]; ok && d.kills(mp.root, f) {
+			if d, ok := deadCopyOn(dead, mp, f); ok {
 				s.log.Warn("store: leaving out a copy recorded dead", "bucket", f.info.Bucket, "key", f.info.Key, "mountpath", mp.path)
 				if mp.failed.Load() || s.removeCopy(mp, f.info.Bucket, f.info.Key, f.info.ModTime, true) != nil {
 					keep[d.name()] = true // still on its drive
@@ -70,7 +70,7 @@ func (s *Store) recover(ctx context.Context) error {
 					s.log.Error("store: older duplicate not removed", "bucket", loser.info.Bucket, "key", loser.info.Key, "mountpath", lmp.path, "err", err)
 				}
 				if lmp.failed.Load() {
-					keep[(deadCopy{Mountpath: lmp.root, Bucket: loser.info.Bucket, Key: loser.info.Key}).name()] = true
+					keep[(deadCopy{Mountpath: lmp.root, Drive: lmp.id, Bucket: loser.info.Bucket, Key: loser.info.Key}).name()] = true
 				}
 				continue
 			}
@@ -78,11 +78,11 @@ func (s *Store) recover(ctx context.Context) error {
 		}
 	}
 	// Records of copies that are gone (or were written again since) are
-	// dropped; those of mountpaths the store does not have now are kept
-	// (the drive may come back).
+	// dropped; those of drives the store does not have now are kept (the
+	// drive may come back, at another path or after being unmounted).
 	var drop []string
 	for name, d := range dead {
-		if !keep[name] && s.hasMountpath(d.Mountpath) {
+		if !keep[name] && s.hasDrive(d) {
 			drop = append(drop, name)
 		}
 	}
