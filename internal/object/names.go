@@ -102,3 +102,19 @@ func isDottedQuad(name string) bool {
 }
 
 func isAlnum(c byte) bool { return c >= 'a' && c <= 'z' || c >= '0' && c <= '9' }
+
+// ValidateMeta rejects a Content-Type or user metadata that is not UTF-8.
+// HTTP lets header values carry other bytes, but metadata is kept as
+// text and must read back exactly as written, so such a value is refused
+// rather than changed.
+func ValidateMeta(contentType string, meta map[string]string) error {
+	if !utf8.ValidString(contentType) {
+		return fmt.Errorf("%w: Content-Type is not UTF-8", ErrInvalidArgument)
+	}
+	for k, v := range meta {
+		if !utf8.ValidString(k) || !utf8.ValidString(v) {
+			return fmt.Errorf("%w: metadata %q is not UTF-8", ErrInvalidArgument, strings.ToValidUTF8(k, "?"))
+		}
+	}
+	return nil
+}

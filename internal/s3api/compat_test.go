@@ -275,6 +275,44 @@ func TestKeyXMLCannotCarryRefused(t *testing.T) {
 	}
 }
 
+// Header values may carry bytes that are not UTF-8; metadata made of them
+// could not read back as written, so PUT, multipart creation and a copy
+// with new metadata refuse them, and nothing is stored.
+func TestMetaNotUTF8Refused(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.mkBucket("meta")
+	putString(t, e.client, "meta", "src", "x")
+	cases := []struct {
+		name, method, path, query string
+		hdr                       map[string]string
+	}{
+		{"user meta", "PUT", "/meta/k", "", map[string]string{"X-Amz-Meta-Name": "caf\xe9"}},
+		{"content type", "PUT", "/meta/k", "", map[string]string{"Content-Type": "text/plain; charset=\xe9"}},
+		{"multipart", "POST", "/meta/k", "uploads=", map[string]string{"X-Amz-Meta-Name": "caf\xe9"}},
+		{"copy", "PUT", "/meta/k", "", map[string]string{"X-Amz-Copy-Source": "/meta/src", "X-Amz-Metadata-Directive": "REPLACE", "X-Amz-Meta-Name": "caf\xe9"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var body []byte
+			if c.method == "PUT" && c.hdr["X-Amz-Copy-Source"] == "" {
+				body = []byte("x")
+			}
+			resp, rb := e.do(e.rawRequest(c.method, c.path, c.query, body, "", c.hdr))
+			if resp.StatusCode != 400 || errorCode(rb) != "InvalidArgument" {
+				t.Errorf("%d %s, want 400 InvalidArgument", resp.StatusCode, errorCode(rb))
+			}
+		})
+	}
+	if n := e.store.Len("meta"); n != 1 {
+		t.Errorf("%d objects stored, want only the copy source", n)
+	}
+	// UTF-8 beyond ASCII is fine.
+	resp, rb := e.do(e.rawRequest("PUT", "/meta/k", "", []byte("x"), "", map[string]string{"X-Amz-Meta-Name": "café"}))
+	if resp.StatusCode != 200 {
+		t.Fatalf("PUT with UTF-8 metadata: %d %s", resp.StatusCode, errorCode(rb))
+	}
+}
+
 // GET and HEAD agree on "Range: bytes=-0" of an empty object: both serve
 // it whole (200), as every range of an empty object.
 func TestHeadEmptyObjectSuffixZero(t *testing.T) {

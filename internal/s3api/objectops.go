@@ -47,7 +47,7 @@ func (h *handler) putOptions(rq *request, needSize bool) (object.PutOptions, err
 		return opts, err
 	}
 	opts.UserMeta = meta
-	return opts, nil
+	return opts, object.ValidateMeta(opts.ContentType, meta)
 }
 
 func userMeta(hdr http.Header) (map[string]string, error) {
@@ -310,6 +310,9 @@ func (h *handler) copyObject(w http.ResponseWriter, rq *request) error {
 		opts.ReplaceMeta = true
 		opts.ContentType = rq.Header.Get("Content-Type")
 		if opts.UserMeta, err = userMeta(rq.Header); err != nil {
+			return err
+		}
+		if err := object.ValidateMeta(opts.ContentType, opts.UserMeta); err != nil {
 			return err
 		}
 	default:

@@ -47,6 +47,10 @@ func marshalJSON(v any) ([]byte, error) {
 }
 
 func encodeInfo(info object.Info) ([]byte, error) {
+	// encoding/json would replace bytes that are not UTF-8.
+	if err := object.ValidateMeta(info.ContentType, info.UserMeta); err != nil {
+		return nil, err
+	}
 	b, err := marshalJSON(diskInfo{V: metaFormat, Info: info})
 	if err != nil {
 		return nil, err

@@ -359,6 +359,42 @@ func TestPutOptionsStored(t *testing.T) {
 	check(openTest(t, Config{Mountpaths: s.paths}))
 }
 
+// Metadata reads back exactly as written, across a restart too: UTF-8
+// beyond ASCII is kept, and a value that is not UTF-8 (which the on-disk
+// encoding would change) is refused before anything is stored.
+func TestMetaExactAcrossRestart(t *testing.T) {
+	s := openTest(t, Config{})
+	ctx := context.Background()
+	good := PutOptions{PutOptions: object.PutOptions{Size: 1, ContentType: "text/plain; name=café", UserMeta: map[string]string{"name": "日本"}}}
+	if _, err := s.Put(ctx, "bkt", "o", strings.NewReader("x"), good); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []object.PutOptions{
+		{Size: 1, UserMeta: map[string]string{"name": "caf\xe9"}},
+		{Size: 1, UserMeta: map[string]string{"n\xe9": "v"}},
+		{Size: 1, ContentType: "text/plain; charset=\xe9"},
+	} {
+		if _, err := s.Put(ctx, "bkt", "bad", strings.NewReader("x"), PutOptions{PutOptions: bad}); !errors.Is(err, object.ErrInvalidArgument) {
+			t.Errorf("Put with %q %q: %v, want ErrInvalidArgument", bad.ContentType, bad.UserMeta, err)
+		}
+		if _, err := s.CreateUpload(ctx, "bkt", "bad", UploadOptions{PutOptions: bad}); !errors.Is(err, object.ErrInvalidArgument) {
+			t.Errorf("CreateUpload with %q %q: %v, want ErrInvalidArgument", bad.ContentType, bad.UserMeta, err)
+		}
+	}
+	s.Close()
+	s = openTest(t, Config{Mountpaths: s.paths})
+	info, err := s.Stat(ctx, "bkt", "o")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.ContentType != good.ContentType || info.UserMeta["name"] != "日本" {
+		t.Errorf("after a restart: %q %q", info.ContentType, info.UserMeta)
+	}
+	if _, err := s.Stat(ctx, "bkt", "bad"); !errors.Is(err, object.ErrNotFound) {
+		t.Errorf("refused object: %v", err)
+	}
+}
+
 func TestUpdateMeta(t *testing.T) {
 	s := openTest(t, Config{Mountpaths: []string{filepath.Join(t.TempDir(), "mp")}})
 	ctx := context.Background()

@@ -173,7 +173,7 @@ func (b *Backend) Stat(ctx context.Context, key string) (backend.Attrs, error) {
 	}
 	return backend.Attrs{
 		Key: key, Size: aws.ToInt64(out.ContentLength), ETag: unquote(out.ETag), Version: aws.ToString(out.VersionId),
-		ModTime: aws.ToTime(out.LastModified), ContentType: aws.ToString(out.ContentType), UserMeta: lower(out.Metadata),
+		ModTime: aws.ToTime(out.LastModified), ContentType: text(out.ContentType), UserMeta: lower(out.Metadata),
 		ETagNotMD5: etagNotMD5(out.ServerSideEncryption, out.SSECustomerAlgorithm),
 	}, nil
 }
@@ -185,13 +185,18 @@ func etagNotMD5(sse types.ServerSideEncryption, sseC *string) bool {
 	return aws.ToString(sseC) != "" || sse != "" && sse != types.ServerSideEncryptionAes256
 }
 
+// text returns a header value as UTF-8 text: what a remote holds that is
+// not UTF-8 could not be kept as text, so it is served with U+FFFD in
+// place of the bad bytes.
+func text(s *string) string { return strings.ToValidUTF8(aws.ToString(s), "\uFFFD") }
+
 func lower(m map[string]string) map[string]string {
 	if len(m) == 0 {
 		return nil
 	}
 	out := make(map[string]string, len(m))
 	for k, v := range m {
-		out[strings.ToLower(k)] = v
+		out[strings.ToLower(text(&k))] = text(&v)
 	}
 	return out
 }
@@ -225,7 +230,7 @@ func (b *Backend) Get(ctx context.Context, key string, rng *object.Range) (io.Re
 	out.Body = newIdleBody(out.Body, b.readIdle, b.name+key)
 	a := backend.Attrs{
 		Key: key, Size: aws.ToInt64(out.ContentLength), ETag: unquote(out.ETag), Version: aws.ToString(out.VersionId),
-		ModTime: aws.ToTime(out.LastModified), ContentType: aws.ToString(out.ContentType), UserMeta: lower(out.Metadata),
+		ModTime: aws.ToTime(out.LastModified), ContentType: text(out.ContentType), UserMeta: lower(out.Metadata),
 		ETagNotMD5: etagNotMD5(out.ServerSideEncryption, out.SSECustomerAlgorithm),
 	}
 	if cr := aws.ToString(out.ContentRange); cr != "" {
