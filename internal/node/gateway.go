@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -129,18 +130,6 @@ func (g *gateway) writeTargets(m *cluster.Map, b cluster.BucketProps, key string
 		return up[:1], nil
 	}
 	return up[:b.Copies], nil
-}
-
-// readTargets returns the nodes to try, in order, for reading or deleting
-// an object: its replicas and a few nodes beyond among the up nodes, then
-// the nodes marked down (a node that just restarted may not be marked up
-// yet, and it may hold the only copy).
-func (g *gateway) readTargets(m *cluster.Map, b cluster.BucketProps, key string) (up, down []string) {
-	up, down = placementOf(m, b.Name, key)
-	if n := b.Copies + readFallback; n < len(up) {
-		up = up[:n]
-	}
-	return up, down
 }
 
 // ListBuckets implements s3api.Objects.
@@ -303,11 +292,13 @@ func (g *gateway) GetObject(ctx context.Context, bucket, key string, opts object
 		return nil, err
 	}
 	var rd object.Reader
-	err := g.eachHolder(ctx, bucket, key, func(l peer.Local) error {
+	err := g.eachHolder(ctx, bucket, key, func(l peer.Local) (object.Info, error) {
 		var err error
-		rd, err = l.Get(ctx, bucket, key, opts.Range)
-		return err
-	})
+		if rd, err = l.Get(ctx, bucket, key, opts.Range); err != nil {
+			return object.Info{}, err
+		}
+		return rd.Info(), nil
+	}, func() { rd.Close() })
 	return rd, err
 }
 
@@ -317,55 +308,127 @@ func (g *gateway) HeadObject(ctx context.Context, bucket, key string) (object.In
 		return object.Info{}, err
 	}
 	var info object.Info
-	err := g.eachHolder(ctx, bucket, key, func(l peer.Local) error {
+	err := g.eachHolder(ctx, bucket, key, func(l peer.Local) (object.Info, error) {
 		var err error
 		info, err = l.Stat(ctx, bucket, key)
-		return err
-	})
+		return info, err
+	}, func() {})
 	return info, err
 }
 
-// eachHolder calls f on the read targets in order until one succeeds or
-// answers from the object itself (a range, a precondition, ...). A holder
-// that does not have the object, cannot be reached or fails (a broken
-// drive) is passed over for the next; if none serves it, the error says
-// why, a failure first: an object that exists but cannot be read is not
-// "not found".
-func (g *gateway) eachHolder(ctx context.Context, bucket, key string, f func(peer.Local) error) error {
+// eachHolder calls f on the nodes that may hold bucket/key, in order,
+// until one serves it or answers from the object itself (a range, a
+// precondition, ...): the read targets (its replicas and readFallback
+// more up nodes); for a local bucket, then the other up nodes that have
+// it, asked all at once (after nodes join, a copy stays outside the first
+// ones until the rebalance moves it); then the nodes marked down (one that
+// just restarted may hold the only copy). A holder that does not have the
+// object, cannot be reached or fails (a broken drive) is passed over; if
+// none serves it, the error says why, a failure first: an object that
+// exists but cannot be read is not "not found".
+//
+// A holder that remembers deleting the key (a tombstone) makes a copy on a
+// later holder that is not newer than the delete not found (drop releases
+// what f got): a holder that missed the delete does not serve it.
+func (g *gateway) eachHolder(ctx context.Context, bucket, key string, f func(peer.Local) (object.Info, error), drop func()) error {
 	m, b, err := g.bucket(ctx, bucket)
 	if err != nil {
 		return err
 	}
-	up, down := g.readTargets(m, b, key)
-	targets := append(up, down...)
-	if len(targets) == 0 {
+	up, down := placementOf(m, b.Name, key)
+	if len(up)+len(down) == 0 {
 		return fmt.Errorf("%w: no node is up", object.ErrUnavailable)
 	}
-	last := fmt.Errorf("%w: %s/%s", object.ErrNotFound, bucket, key)
-	rank := 0 // of last: 0 not found, 1 unreachable, 2 failed
-	for _, id := range targets {
-		err := f(g.at(m, id))
+	first := up[:min(len(up), b.Copies+readFallback)]
+	h := holderSearch{g: g, m: m, bucket: bucket, key: key, f: f, drop: drop,
+		last: fmt.Errorf("%w: %s/%s", object.ErrNotFound, bucket, key)}
+	if done, err := h.try(ctx, first); done {
+		return err
+	}
+	if rest := up[len(first):]; b.Mode == cluster.ModeLocal && len(rest) > 0 {
+		if done, err := h.try(ctx, h.having(ctx, rest)); done {
+			return err
+		}
+	}
+	if done, err := h.try(ctx, down); done {
+		return err
+	}
+	return h.last
+}
+
+// holderSearch is the state of one eachHolder.
+type holderSearch struct {
+	g           *gateway
+	m           *cluster.Map
+	bucket, key string
+	f           func(peer.Local) (object.Info, error)
+	drop        func()
+	last        error     // the most telling error so far
+	rank        int       // of last: 0 not found, 1 unreachable, 2 failed
+	deleted     time.Time // the latest delete a holder remembers
+}
+
+// try calls f on ids in order; done when one served the object or the
+// search must end with err.
+func (h *holderSearch) try(ctx context.Context, ids []string) (done bool, err error) {
+	for _, id := range ids {
+		info, err := h.f(h.g.at(h.m, id))
 		r := 0
+		var de *peer.DeletedError
 		switch {
+		case err == nil && !h.deleted.IsZero() && !info.ModTime.After(h.deleted):
+			h.drop()
+			h.g.log.Warn("a holder that missed a delete has the deleted version; not served", "node", id, "bucket", h.bucket, "key", h.key, "deleted", h.deleted)
+			err = &peer.DeletedError{At: h.deleted}
 		case err == nil:
-			return nil
+			return true, nil
 		case ctx.Err() != nil:
-			return ctx.Err()
+			return true, ctx.Err()
+		case errors.As(err, &de):
+			if de.At.After(h.deleted) {
+				h.deleted = de.At
+			}
 		case errors.Is(err, object.ErrNotFound):
 		case errors.Is(err, peer.ErrUnreachable):
 			r = 1
-			g.log.Debug("holder unreachable, trying the next", "node", id, "bucket", bucket, "key", key, "err", err)
+			h.g.log.Debug("holder unreachable, trying the next", "node", id, "bucket", h.bucket, "key", h.key, "err", err)
 		case answersForObject(err):
-			return err
+			return true, err
 		default:
 			r = 2
-			g.log.Warn("holder failed to read, trying the next", "node", id, "bucket", bucket, "key", key, "err", err)
+			h.g.log.Warn("holder failed to read, trying the next", "node", id, "bucket", h.bucket, "key", h.key, "err", err)
 		}
-		if r >= rank {
-			last, rank = err, r
+		if r >= h.rank {
+			h.last, h.rank = err, r
 		}
 	}
-	return last
+	return false, nil
+}
+
+// having asks ids at once whether they have the object, and returns those
+// that do (in the order of ids) or could not say; it notes the deletes
+// they remember.
+func (h *holderSearch) having(ctx context.Context, ids []string) []string {
+	errs := make([]error, len(ids))
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		wg.Go(func() { _, errs[i] = h.g.at(h.m, id).Stat(ctx, h.bucket, h.key) })
+	}
+	wg.Wait()
+	var out []string
+	for i, err := range errs {
+		var de *peer.DeletedError
+		switch {
+		case errors.As(err, &de):
+			if de.At.After(h.deleted) {
+				h.deleted = de.At
+			}
+		case errors.Is(err, object.ErrNotFound):
+		default:
+			out = append(out, ids[i])
+		}
+	}
+	return out
 }
 
 // answersForObject reports whether err is an answer about the object or
@@ -386,6 +449,16 @@ func answersForObject(err error) bool {
 
 // DeleteObject implements s3api.Objects: every node that may hold a copy
 // deletes it. Deleting a missing object is not an error (as in S3).
+//
+// For a local bucket that is every up node (after nodes join, a copy stays
+// outside the first ones until the rebalance moves it, and a copy left
+// there would be moved back later). The delete fails (503, which clients
+// retry) unless every up node among the object's replicas and readFallback
+// beyond took it: a node that answers again without having been marked
+// down would serve the deleted copy, and nothing would ever remove it.
+// Holders that missed it (down, or unreachable past those) are remembered
+// by tombstones on the nodes that took it; they ask when they come back
+// (rejoin), and reads do not serve their copy meanwhile.
 func (g *gateway) DeleteObject(ctx context.Context, bucket, key string) error {
 	if err := object.ValidateKey(key); err != nil {
 		return err
@@ -395,13 +468,19 @@ func (g *gateway) DeleteObject(ctx context.Context, bucket, key string) error {
 		return err
 	}
 	at := g.now().UTC()
-	targets, others := g.readTargets(m, b, key)
-	if b.Mode == cluster.ModeWriteback && len(targets) > 1 {
+	up, others := placementOf(m, b.Name, key)
+	if len(up) == 0 {
+		return fmt.Errorf("%w: no node is up", object.ErrUnavailable)
+	}
+	primary := min(len(up), b.Copies+readFallback)
+	targets := up[:primary]
+	switch b.Mode {
+	case cluster.ModeWriteback:
 		// The owner's tier journals the delete and tells its replica
 		// holders itself; deleting on them too would race it.
-		targets = targets[:1]
-	}
-	if b.Mode == cluster.ModeLocal {
+		targets, primary = up[:1], 1
+	case cluster.ModeLocal:
+		targets = slices.Clone(up)
 		// A draining node is up but out of placement: it may still hold
 		// a copy it has not moved yet.
 		for _, id := range others {
@@ -413,25 +492,22 @@ func (g *gateway) DeleteObject(ctx context.Context, bucket, key string) error {
 	errs := make([]error, len(targets))
 	var wg sync.WaitGroup
 	for i, id := range targets {
-		wg.Add(1)
-		go func(i int, id string) {
-			defer wg.Done()
+		wg.Go(func() {
 			if err := g.at(m, id).Delete(ctx, bucket, key); err != nil && !errors.Is(err, object.ErrNotFound) {
 				errs[i] = err
 			}
-		}(i, id)
+		})
 	}
 	wg.Wait()
-	// The owner's answer decides. A holder that is down or unreachable
-	// misses the delete: the nodes that took it remember it, and the holder
-	// asks them when it comes back (rejoin).
-	if len(errs) > 0 && errs[0] != nil {
-		return errs[0]
-	}
 	if b.Mode == cluster.ModeLocal && missedHolder(m, b, key, errs) {
 		g.tombstone(ctx, m, targets, errs, bucket, key, at)
 	}
-	return nil
+	for i, err := range errs[primary:] {
+		if err != nil {
+			g.log.Warn("a node outside the object's replicas missed its delete", "node", targets[primary+i], "bucket", bucket, "key", key, "err", err)
+		}
+	}
+	return firstError(errs[:primary])
 }
 
 // missedHolder reports whether a node that may hold a copy of bucket/key
@@ -704,17 +780,25 @@ func (g *gateway) AbortMultipartUpload(ctx context.Context, bucket, key, uploadI
 }
 
 // CompleteMultipartUpload implements s3api.Objects: the owner assembles
-// the object, then the gateway copies it to the replicas before answering.
+// the object, then the gateway copies it to the other targets. If a copy
+// fails the client gets the error, and its retry (S3 clients retry a 503)
+// finds the upload gone but the object there with the ETag these parts
+// give: the completion went through, so the copies are made again.
 func (g *gateway) CompleteMultipartUpload(ctx context.Context, bucket, key, uploadID string, parts []object.CompletePart) (object.Info, error) {
 	m, l, id, err := g.uploadOwner(ctx, bucket, uploadID)
 	if err != nil {
 		return object.Info{}, err
 	}
+	b, _ := m.Bucket(bucket)
 	info, err := l.CompleteUpload(ctx, bucket, key, id, parts)
+	if errors.Is(err, object.ErrUploadNotFound) && b.Mode == cluster.ModeLocal && b.Copies > 1 {
+		if done, ok := g.completed(ctx, l, bucket, key, parts); ok {
+			info, err = done, nil
+		}
+	}
 	if err != nil {
 		return object.Info{}, err
 	}
-	b, _ := m.Bucket(bucket)
 	if b.Copies <= 1 {
 		return info, nil
 	}
@@ -723,30 +807,60 @@ func (g *gateway) CompleteMultipartUpload(ctx context.Context, bucket, key, uplo
 	if err != nil {
 		return object.Info{}, err
 	}
-	for _, id := range targets {
+	errs := make([]error, len(targets))
+	var wg sync.WaitGroup
+	for i, id := range targets {
 		if id == owner {
 			continue
 		}
-		if err := g.replicate(ctx, m, l, id, owner, info); err != nil {
-			return object.Info{}, fmt.Errorf("replicating %s/%s to %s: %w", bucket, key, id, err)
-		}
+		wg.Go(func() {
+			if err := g.replicate(ctx, m, l, id, owner, info); err != nil {
+				errs[i] = fmt.Errorf("replicating %s/%s to %s: %w", bucket, key, id, err)
+			}
+		})
+	}
+	wg.Wait()
+	if err := firstError(errs); err != nil {
+		return object.Info{}, err
 	}
 	return info, nil
 }
 
-// replicate copies an object from src to node id, keeping its ETag.
+// completed returns the owner's object if it is what completing an upload
+// with parts made (its ETag is theirs): a retried completion.
+func (g *gateway) completed(ctx context.Context, owner peer.Local, bucket, key string, parts []object.CompletePart) (object.Info, bool) {
+	etag, err := object.MultipartETag(parts)
+	if err != nil {
+		return object.Info{}, false
+	}
+	info, err := owner.Stat(ctx, bucket, key)
+	return info, err == nil && info.ETag == etag
+}
+
+// replicate copies the version info of an object from src to node id,
+// keeping its ETag. A version rewritten or deleted on src since, or one
+// as new on id, needs no copy: that write made its own.
 func (g *gateway) replicate(ctx context.Context, m *cluster.Map, src peer.Local, id, owner string, info object.Info) error {
 	rd, err := src.Get(ctx, info.Bucket, info.Key, nil)
+	if errors.Is(err, object.ErrNotFound) {
+		return nil
+	}
 	if err != nil {
 		return err
 	}
 	defer rd.Close()
+	if got := rd.Info(); got.ETag != info.ETag || !got.ModTime.Equal(info.ModTime) {
+		return nil
+	}
 	o := peer.PutOptions{
 		PutOptions: object.PutOptions{Size: info.Size, ContentType: info.ContentType, UserMeta: info.UserMeta},
 		ModTime:    info.ModTime, ETag: info.ETag, Dirty: info.Dirty, Replica: true, Owner: owner,
-		BackendETag: info.BackendETag, BackendVersion: info.BackendVersion,
+		BackendETag: info.BackendETag, BackendVersion: info.BackendVersion, KeepNewer: true,
 	}
 	_, err = g.at(m, id).Put(ctx, info.Bucket, info.Key, rd, o)
+	if errors.Is(err, object.ErrPrecondition) {
+		return nil
+	}
 	return err
 }
 

@@ -119,7 +119,7 @@ func (l *localService) Get(ctx context.Context, bucket, key string, rng *object.
 	}
 	rd, err := l.store.Get(ctx, bucket, key, rng)
 	if err != nil {
-		return nil, err
+		return nil, l.deleted(bucket, key, err)
 	}
 	if info := rd.Info(); l.rejoin.suspect(info) && l.rejoin.check(ctx, info) {
 		rd.Close()
@@ -137,15 +137,23 @@ func (l *localService) Stat(ctx context.Context, bucket, key string) (object.Inf
 		return withTier(ctx, l, func() (object.Info, error) { return l.tier.Stat(ctx, bucket, key) })
 	}
 	info, err := l.store.Stat(ctx, bucket, key)
-	if errors.Is(err, object.ErrNotFound) {
-		if at, ok := l.tombs.get(bucket, key); ok {
-			return object.Info{}, &peer.DeletedError{At: at}
-		}
-	}
+	err = l.deleted(bucket, key, err)
 	if err == nil && !peer.IsAsIs(ctx) && l.rejoin.suspect(info) && l.rejoin.check(ctx, info) {
 		return object.Info{}, fmt.Errorf("%w: %s/%s: this node's copy was out of date", object.ErrNotFound, bucket, key)
 	}
 	return info, err
+}
+
+// deleted turns a "not found" from the store into a peer.DeletedError if
+// this node remembers deleting the key: the gateway then does not serve
+// an older copy that a node which missed the delete still has.
+func (l *localService) deleted(bucket, key string, err error) error {
+	if errors.Is(err, object.ErrNotFound) {
+		if at, ok := l.tombs.get(bucket, key); ok {
+			return &peer.DeletedError{At: at}
+		}
+	}
+	return err
 }
 
 func (l *localService) Delete(ctx context.Context, bucket, key string) error {

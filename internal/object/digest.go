@@ -3,10 +3,13 @@ package object
 import (
 	"crypto/md5"
 	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"hash"
 	"hash/crc32"
 	"io"
+	"strconv"
+	"strings"
 	"sync"
 )
 
@@ -81,4 +84,18 @@ func (d *DigestReader) Digest() (Digest, error) {
 		return Digest{}, fmt.Errorf("%w: digest asked for before the end of the body", ErrIncompleteBody)
 	}
 	return d.d, nil
+}
+
+// MultipartETag is the ETag of an object completed from parts: the hex MD5
+// of the parts' binary MD5s, then "-" and their number, as S3 gives it.
+func MultipartETag(parts []CompletePart) (string, error) {
+	h := md5.New()
+	for _, p := range parts {
+		raw, err := hex.DecodeString(strings.Trim(p.ETag, `"`))
+		if err != nil || len(raw) != md5.Size {
+			return "", fmt.Errorf("%w: part %d has ETag %q, not an MD5", ErrInvalidPart, p.PartNumber, p.ETag)
+		}
+		h.Write(raw)
+	}
+	return hex.EncodeToString(h.Sum(nil)) + "-" + strconv.Itoa(len(parts)), nil
 }

@@ -3,9 +3,11 @@ package object
 import (
 	"bytes"
 	"crypto/md5"
+	"encoding/hex"
 	"errors"
 	"hash/crc32"
 	"io"
+	"strings"
 	"testing"
 	"testing/iotest"
 )
@@ -64,4 +66,29 @@ func FuzzParseDigest(f *testing.F) {
 			t.Fatalf("round trip %x -> %x, %v", b, again, err)
 		}
 	})
+}
+
+func TestMultipartETag(t *testing.T) {
+	a, b := md5.Sum([]byte("part one")), md5.Sum([]byte("part two"))
+	whole := md5.Sum(append(a[:], b[:]...))
+	want := hex.EncodeToString(whole[:]) + "-2"
+	for _, tc := range []struct {
+		name  string
+		parts []CompletePart
+		want  string
+		err   error
+	}{
+		{"plain", []CompletePart{{1, hex.EncodeToString(a[:])}, {2, hex.EncodeToString(b[:])}}, want, nil},
+		{"quoted upper case", []CompletePart{{1, `"` + strings.ToUpper(hex.EncodeToString(a[:])) + `"`}, {2, hex.EncodeToString(b[:])}}, want, nil},
+		{"one part", []CompletePart{{1, hex.EncodeToString(a[:])}}, func() string { s := md5.Sum(a[:]); return hex.EncodeToString(s[:]) + "-1" }(), nil},
+		{"not hex", []CompletePart{{1, "zz"}}, "", ErrInvalidPart},
+		{"short", []CompletePart{{1, "abcd"}}, "", ErrInvalidPart},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := MultipartETag(tc.parts)
+			if !errors.Is(err, tc.err) || got != tc.want {
+				t.Errorf("MultipartETag = %q, %v; want %q, %v", got, err, tc.want, tc.err)
+			}
+		})
+	}
 }

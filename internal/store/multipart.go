@@ -13,7 +13,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -400,7 +399,10 @@ func (s *Store) CompleteUpload(ctx context.Context, bucket, key, uploadID string
 	if err := w.reserve(ctx, total); err != nil {
 		return object.Info{}, err
 	}
-	etagHash := md5.New()
+	etag, err := object.MultipartETag(parts)
+	if err != nil {
+		return object.Info{}, err
+	}
 	var crc uint32
 	for i, pm := range use {
 		if err := ctx.Err(); err != nil {
@@ -409,11 +411,6 @@ func (s *Store) CompleteUpload(ctx context.Context, bucket, key, uploadID string
 		if err := appendPart(w, filepath.Join(u.dir, partFileName(pm.Part)), pm.Size); err != nil {
 			return object.Info{}, err
 		}
-		raw, err := hex.DecodeString(pm.ETag)
-		if err != nil {
-			return object.Info{}, fmt.Errorf("store: part %d has a bad ETag %q", pm.Part, pm.ETag)
-		}
-		etagHash.Write(raw)
 		if i == 0 {
 			crc = pm.CRC32C
 		} else {
@@ -423,7 +420,7 @@ func (s *Store) CompleteUpload(ctx context.Context, bucket, key, uploadID string
 	now := s.now().UTC()
 	info := object.Info{
 		Bucket: bucket, Key: key, Size: total,
-		ETag:        hex.EncodeToString(etagHash.Sum(nil)) + "-" + strconv.Itoa(len(use)),
+		ETag:        etag,
 		Checksum:    checksumString(crc),
 		ContentType: u.meta.ContentType,
 		UserMeta:    maps.Clone(u.meta.UserMeta),
