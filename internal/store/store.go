@@ -325,7 +325,11 @@ func openMountpath(idx int, path, policy string, workDirs int) (*mountpath, erro
 	}
 	mp.pol = pol
 	for _, d := range []string{root, mp.tmpDir, mp.objDir, mp.mpuDir} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
+		// Made durably: committed objects are fsynced only up to obj/.
+		if _, err := os.Stat(d); err == nil {
+			continue
+		}
+		if err := mkdirSynced(d, "/"); err != nil {
 			return nil, fmt.Errorf("store: mountpath %s: %w", path, err)
 		}
 	}

@@ -1,12 +1,12 @@
 package store
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -68,43 +68,85 @@ func TestXMPOrderChild(t *testing.T) {
 // commit the other's journal), so the other order would let a crash in
 // between lose both versions. Checked on the system calls, with strace.
 func TestCrossMountpathOverwriteOrder(t *testing.T) {
-	if _, err := exec.LookPath("strace"); err != nil {
-		t.Skip("needs strace")
-	}
 	dir := t.TempDir()
-	trace := filepath.Join(dir, "trace")
-	cmd := exec.Command("strace", "-f", "-y", "-o", trace, "-e", "trace=unlinkat,unlink,fsync,fdatasync",
-		os.Args[0], "-test.run=^TestXMPOrderChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), xmpOrderEnv+"="+dir)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("child: %v\n%s", err, out)
-	}
+	trace := straceChild(t, "TestXMPOrderChild", xmpOrderEnv, dir)
 	pb, err := os.ReadFile(filepath.Join(dir, "paths"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	paths := strings.Split(strings.TrimSpace(string(pb)), "\n")
 	oldFile, newDir := paths[0], paths[1]
-	f, err := os.Open(trace)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
 	unlinkAt, newSyncAt := -1, -1
-	sc := bufio.NewScanner(f)
-	for n := 0; sc.Scan(); n++ {
-		line := sc.Text()
+	for n, line := range trace {
 		switch {
 		case unlinkAt < 0 && strings.Contains(line, "unlink") && strings.Contains(line, filepath.Base(oldFile)):
 			unlinkAt = n
-		case unlinkAt >= 0 && newSyncAt < 0 && strings.Contains(line, "fsync(") && strings.Contains(line, "<"+newDir+">"):
+		case newSyncAt < 0 && strings.Contains(line, "fsync(") && strings.Contains(line, "<"+newDir+">"):
 			newSyncAt = n
 		}
 	}
-	if unlinkAt < 0 {
+	switch {
+	case unlinkAt < 0:
 		t.Fatalf("old copy %s never unlinked", oldFile)
-	}
-	if newSyncAt > unlinkAt {
+	case newSyncAt < 0:
+		t.Errorf("the new copy's directory %s was never fsynced", newDir)
+	case newSyncAt > unlinkAt:
 		t.Errorf("old copy unlinked (trace line %d) before the new copy's directory %s was fsynced (trace line %d): a crash in between leaves neither version", unlinkAt, newDir, newSyncAt)
 	}
+}
+
+const firstOpenEnv = "SLIPSTREAM_STORE_FIRST_OPEN_CHILD"
+
+// TestFirstOpenChild (child of TestFirstOpenSyncsDirectories) opens a
+// store on a mountpath that does not exist yet.
+func TestFirstOpenChild(t *testing.T) {
+	dir := os.Getenv(firstOpenEnv)
+	if dir == "" {
+		t.Skip("child of TestFirstOpenSyncsDirectories")
+	}
+	s, err := Open(context.Background(), Config{Mountpaths: []string{filepath.Join(dir, "new", "mp")}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+}
+
+// TestFirstOpenSyncsDirectories: a mountpath's directories are durable
+// once Open returns: every directory it creates has its parent fsynced
+// (commits fsync only up to obj/, so a crash must not lose obj/ itself).
+func TestFirstOpenSyncsDirectories(t *testing.T) {
+	dir := t.TempDir()
+	trace := straceChild(t, "TestFirstOpenChild", firstOpenEnv, dir)
+	root := filepath.Join(dir, "new", "mp")
+	for _, made := range []string{filepath.Join(dir, "new"), root, filepath.Join(root, "obj"), filepath.Join(root, "tmp"), filepath.Join(root, "mpu")} {
+		parent := filepath.Dir(made)
+		synced := slices.ContainsFunc(trace, func(l string) bool {
+			return strings.Contains(l, "fsync(") && strings.Contains(l, "<"+parent+">")
+		})
+		if !synced {
+			t.Errorf("%s was made but %s never fsynced", made, parent)
+		}
+	}
+}
+
+// straceChild runs the test named child in a child process under strace
+// with env set to dir, and returns the trace of its unlink and fsync calls
+// (file descriptors shown with their paths).
+func straceChild(t *testing.T, child, env, dir string) []string {
+	t.Helper()
+	if _, err := exec.LookPath("strace"); err != nil {
+		t.Skip("needs strace (scripts/setup.sh installs it)")
+	}
+	out := filepath.Join(t.TempDir(), "trace")
+	cmd := exec.Command("strace", "-f", "-y", "-o", out, "-e", "trace=unlinkat,unlink,fsync,fdatasync",
+		os.Args[0], "-test.run=^"+child+"$", "-test.count=1")
+	cmd.Env = append(os.Environ(), env+"="+dir)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("child: %v\n%s", err, b)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Split(string(b), "\n")
 }
