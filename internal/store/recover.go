@@ -153,8 +153,7 @@ func (s *Store) scanMountpath(ctx context.Context, mp *mountpath) ([]found, erro
 		bucket := bd.Name()
 		bdir := filepath.Join(mp.objDir, bucket)
 		if !bd.IsDir() || object.ValidateBucketName(bucket) != nil {
-			s.log.Warn("store: removing stray entry", "path", bdir)
-			os.RemoveAll(bdir)
+			s.quarantine(mp, bdir, "not a bucket directory")
 			continue
 		}
 		fans, err := os.ReadDir(bdir)
@@ -164,8 +163,7 @@ func (s *Store) scanMountpath(ctx context.Context, mp *mountpath) ([]found, erro
 		for _, fd := range fans {
 			fdir := filepath.Join(bdir, fd.Name())
 			if !fd.IsDir() || len(fd.Name()) != 2 {
-				s.log.Warn("store: removing stray entry", "path", fdir)
-				os.RemoveAll(fdir)
+				s.quarantine(mp, fdir, "not a fan-out directory")
 				continue
 			}
 			files, err := os.ReadDir(fdir)
@@ -179,8 +177,7 @@ func (s *Store) scanMountpath(ctx context.Context, mp *mountpath) ([]found, erro
 				p := filepath.Join(fdir, f.Name())
 				info, err := s.checkObjectFile(p, bucket, fd.Name(), f)
 				if err != nil {
-					s.log.Warn("store: removing orphan object file", "path", p, "reason", err)
-					os.RemoveAll(p)
+					s.quarantine(mp, p, err.Error())
 					continue
 				}
 				out = append(out, found{info: info, mp: mp.idx})
@@ -188,6 +185,29 @@ func (s *Store) scanMountpath(ctx context.Context, mp *mountpath) ([]found, erro
 		}
 	}
 	return out, nil
+}
+
+// quarantineDir holds, per mountpath, what Open found under obj/ and could
+// not take for an object: moved aside, never deleted, since it may be an
+// object of another version of the store or one whose metadata a failing
+// drive could not read.
+const quarantineDir = "quarantine"
+
+// quarantine moves p (under mp's obj/) to the same place under mp's
+// quarantine/, and logs why.
+func (s *Store) quarantine(mp *mountpath, p, why string) {
+	rel, err := filepath.Rel(mp.objDir, p)
+	if err == nil {
+		dst := filepath.Join(mp.root, quarantineDir, rel)
+		if err = os.MkdirAll(filepath.Dir(dst), 0o755); err == nil {
+			err = os.Rename(p, dst)
+		}
+		if err == nil {
+			s.log.Error("store: not an object; moved to quarantine", "path", p, "to", dst, "reason", why)
+			return
+		}
+	}
+	s.log.Error("store: not an object; left out (could not move it to quarantine)", "path", p, "reason", why, "err", err)
 }
 
 // checkObjectFile validates one object file found at Open.

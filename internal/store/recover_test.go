@@ -73,6 +73,12 @@ func TestRecoverOrphans(t *testing.T) {
 		if _, err := os.Stat(d); !os.IsNotExist(err) {
 			t.Errorf("debris %s survived Open (%v)", d, err)
 		}
+		// What is not an object under obj/ is moved aside, never deleted.
+		if rel, err := filepath.Rel(mp0.objDir, d); err == nil && !strings.HasPrefix(rel, "..") {
+			if _, err := os.Stat(filepath.Join(mp0.root, quarantineDir, rel)); err != nil {
+				t.Errorf("%s not in quarantine: %v", d, err)
+			}
+		}
 	}
 	for _, d := range s.mps[0].workDirs {
 		if fi, err := os.Stat(d); err != nil || !fi.IsDir() {

@@ -8,6 +8,8 @@
 //	<mp>/tmp/                        work files being written (wiped at Open)
 //	<mp>/obj/<bucket>/<hh>/<name>    committed objects
 //	<mp>/mpu/<bucket>/<uploadID>/    a multipart upload: upload.json, part-NNNNN
+//	<mp>/dead/                       records of copies a read-only drive keeps
+//	<mp>/quarantine/                 what Open found under obj/ that is not an object
 //
 // <name> is the hex SHA-256 of the object key and <hh> its first two
 // characters, so no key can name a path outside the mountpath whatever it
