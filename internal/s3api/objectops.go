@@ -150,9 +150,17 @@ func (h *handler) getObject(w http.ResponseWriter, rq *request) error {
 	}
 	conds := readConditions(rq.Header, "")
 	rng, err := readRange(rq)
+	// If-Range: the range only if the object is still the version the
+	// client has part of, else the whole object.
+	ifRange := rq.Header.Get("If-Range")
 	if err == nil {
 		var rd object.Reader
 		rd, err = h.objs.GetObject(rq.Context(), rq.bucket, rq.key, object.GetOptions{Range: rng})
+		if err == nil && rng != nil && !ifRangeHolds(ifRange, rd.Info()) {
+			rd.Close()
+			rng = nil
+			rd, err = h.objs.GetObject(rq.Context(), rq.bucket, rq.key, object.GetOptions{})
+		}
 		if err == nil {
 			return h.sendObject(w, rq, rd, rng != nil, conds)
 		}
@@ -170,10 +178,10 @@ func (h *handler) getObject(w http.ResponseWriter, rq *request) error {
 			}
 			return cerr
 		}
-		if info.Size == 0 {
+		if info.Size == 0 || !ifRangeHolds(ifRange, info) {
 			// No range of an empty object is satisfiable; serve it whole
 			// (RFC 9110 lets a server ignore Range), as ranged downloaders
-			// expect.
+			// expect. A failed If-Range ignores the range too.
 			rd, gerr := h.objs.GetObject(rq.Context(), rq.bucket, rq.key, object.GetOptions{})
 			if gerr != nil {
 				return gerr
@@ -250,8 +258,8 @@ func (h *handler) headObject(w http.ResponseWriter, rq *request) error {
 	hdr := w.Header()
 	rng, err := readRange(rq)
 	off, n := int64(0), info.Size
-	if info.Size == 0 {
-		rng, err = nil, nil // as for GET: an empty object is served whole
+	if info.Size == 0 || !ifRangeHolds(rq.Header.Get("If-Range"), info) {
+		rng, err = nil, nil // as for GET: an empty object, or a failed If-Range, is whole
 	}
 	if err != nil {
 		return err

@@ -193,6 +193,22 @@ func readConditions(h http.Header, prefix string) conditions {
 	return c
 }
 
+// ifRangeHolds evaluates an If-Range validator (RFC 9110 section 13.1.5)
+// against info: a strong ETag that matches, or the object's Last-Modified
+// date exactly. A weak ETag never holds. An empty validator holds.
+func ifRangeHolds(v string, info object.Info) bool {
+	switch {
+	case v == "":
+		return true
+	case strings.HasPrefix(v, `"`):
+		return v == `"`+info.ETag+`"`
+	case strings.HasPrefix(v, "W/"):
+		return false
+	}
+	t, err := http.ParseTime(v)
+	return err == nil && info.ModTime.Truncate(time.Second).Equal(t)
+}
+
 func (c conditions) empty() bool {
 	return c.ifMatch == "" && c.ifNoneMatch == "" && c.ifModifiedSince.IsZero() && c.ifUnmodifiedSin.IsZero()
 }
