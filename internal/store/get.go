@@ -16,6 +16,7 @@ import (
 // deleted or evicted meanwhile. io.Copy to a socket uses sendfile (WriteTo).
 type Reader struct {
 	f      *os.File
+	e      *entry // its index entry, whose readers it counts until Close
 	info   object.Info
 	off, n int64 // absolute offset and length delivered
 	pos    int64 // bytes delivered so far
@@ -103,7 +104,13 @@ func (r *Reader) WriteTo(w io.Writer) (int64, error) {
 }
 
 // Close closes the file.
-func (r *Reader) Close() error { return r.f.Close() }
+func (r *Reader) Close() error {
+	if r.e != nil {
+		r.e.readers.Add(-1)
+		r.e = nil
+	}
+	return r.f.Close()
+}
 
 // open opens bucket/key's file and returns it with its index entry and
 // metadata, taken under the key lock so that they are the same version.
@@ -158,5 +165,6 @@ func (s *Store) Get(ctx context.Context, bucket, key string, rng *object.Range) 
 	if info.Evictable() {
 		mp.polTouch(placement.ObjectName(bucket, key))
 	}
-	return &Reader{f: f, info: cloneInfo(info), off: off, n: n}, nil
+	e.readers.Add(1)
+	return &Reader{f: f, e: e, info: cloneInfo(info), off: off, n: n}, nil
 }

@@ -17,6 +17,10 @@ type entry struct {
 	info  *object.Info
 	mp    int
 	atime atomic.Int64 // unix nanoseconds of the last access, in memory
+	// readers counts the open Readers of this version: eviction passes
+	// over a copy being read, whose unlinking would free no space until
+	// the last reader is done.
+	readers atomic.Int32
 }
 
 func newEntry(info object.Info, mp int) *entry {

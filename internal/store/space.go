@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -228,29 +229,49 @@ func (s *Store) evictUntil(ctx context.Context, mp *mountpath, done func(freed i
 	mp.evictMu.Lock()
 	defer mp.evictMu.Unlock()
 	var freed int64
+	// Victims passed over while being read go back once the pass is done
+	// (back at once, they could come up again before the others).
+	type victim struct {
+		k    string
+		size int64
+	}
+	var busy []victim
+	defer func() {
+		for _, v := range busy {
+			mp.polAdd(v.k, v.size)
+		}
+	}()
 	for !done(freed) && ctx.Err() == nil {
 		mp.polMu.Lock()
-		k, _, ok := mp.pol.Evict()
+		k, size, ok := mp.pol.Evict()
 		mp.polMu.Unlock()
 		if !ok {
 			break
 		}
 		bucket, key, _ := strings.Cut(k, "/")
-		var size int64
 		err := s.remove(bucket, key, func(e *entry) error {
-			if e.mp != mp.idx || !e.info.Evictable() {
+			switch {
+			case e.mp != mp.idx || !e.info.Evictable():
 				return ErrDirty
+			case e.readers.Load() > 0:
+				return errBeingRead
 			}
 			size = e.info.Size
 			return nil
 		}, false)
-		if err == nil {
+		switch {
+		case err == nil:
 			freed += size
 			s.log.Debug("store: evicted", "bucket", bucket, "key", key, "size", size)
+		case errors.Is(err, errBeingRead):
+			busy = append(busy, victim{k, size})
 		}
 	}
 	return freed
 }
+
+// errBeingRead: a victim has open readers; unlinking it would free no space.
+var errBeingRead = errors.New("store: object is being read")
 
 // EvictObject evicts one clean object: ErrDirty if it is not yet destaged,
 // ErrPinned if it is a local bucket's, object.ErrNotFound if absent.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -429,5 +430,57 @@ func TestHopelessPutEvictsNothing(t *testing.T) {
 	// 12 chunks fit once the 4 clean copies go.
 	if _, err := s.Put(ctx, "bkt", keys[12], bytes.NewReader(randBytes(99, 12*chunk)), putOpts(12*chunk, false)); err != nil {
 		t.Fatalf("Put that eviction makes room for: %v", err)
+	}
+}
+
+// TestEvictionPassesOverOpenCopies: unlinking a copy that is being read
+// frees no space until its reader is done, so eviction passes over it:
+// the least recently used copy, held open by a slow reader, survives a
+// PUT that needs room, the next one goes instead, and the reader reads it
+// to the end. Once closed, it is evictable again.
+func TestEvictionPassesOverOpenCopies(t *testing.T) {
+	const chunk = 256 << 10
+	// Full at 3 copies, never over the high watermark: only PUTs evict.
+	s := openTest(t, Config{MaxBytes: 3*chunk + 1, HighWatermark: 100, LowWatermark: 99, Policy: "lru"})
+	ctx := context.Background()
+	keys := keysOn(s, "bkt", 0, 6)
+	for i, k := range keys[:3] {
+		if _, err := s.Put(ctx, "bkt", k, bytes.NewReader(randBytes(uint64(i), chunk)), putOpts(chunk, false)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rd, err := s.Get(ctx, "bkt", keys[0], nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{keys[1], keys[2]} { // keys[0] is the least recently used again
+		r, err := s.Get(ctx, "bkt", k, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Close()
+	}
+	put := func(i int) {
+		t.Helper()
+		if _, err := s.Put(ctx, "bkt", keys[i], bytes.NewReader(randBytes(uint64(i), chunk)), putOpts(chunk, false)); err != nil {
+			t.Fatalf("PUT %d that needs room: %v", i, err)
+		}
+	}
+	put(3)
+	if _, err := s.Stat(ctx, "bkt", keys[0]); err != nil {
+		t.Errorf("the copy being read was evicted: %v", err)
+	}
+	if _, err := s.Stat(ctx, "bkt", keys[1]); !errors.Is(err, object.ErrNotFound) {
+		t.Errorf("the least recently used copy not being read: %v, want evicted", err)
+	}
+	b, err := io.ReadAll(rd)
+	if err != nil || !bytes.Equal(b, randBytes(0, chunk)) {
+		t.Fatalf("reader: %d bytes, %v", len(b), err)
+	}
+	rd.Close()
+	put(4)
+	put(5)
+	if _, err := s.Stat(ctx, "bkt", keys[0]); !errors.Is(err, object.ErrNotFound) {
+		t.Errorf("the closed copy after two more PUTs: %v, want evicted", err)
 	}
 }
