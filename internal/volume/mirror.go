@@ -224,7 +224,14 @@ func (v *Volume) Grow(size int64) error {
 	from := (cur + v.spec.ChunkSize - 1) >> v.shift
 	chunks := spec.Chunks()
 	// Everything a chunk beyond the old size needs is in place before the
-	// size that makes it reachable is published.
+	// size that makes it reachable is published, the owners table before
+	// any mark that wakes the resync loop on the new chunks.
+	old := *v.owners.Load()
+	owners := make([]atomic.Pointer[[]*mirror], chunks)
+	for i := range old {
+		owners[i].Store(old[i].Load())
+	}
+	v.owners.Store(&owners)
 	v.stale.grow(chunks)
 	marked := false
 	for _, id := range v.cfg.Nodes {
@@ -244,12 +251,6 @@ func (v *Volume) Grow(size int64) error {
 		}
 		v.poke()
 	}
-	old := *v.owners.Load()
-	owners := make([]atomic.Pointer[[]*mirror], chunks)
-	for i := range old {
-		owners[i].Store(old[i].Load())
-	}
-	v.owners.Store(&owners)
 	v.size.Store(size)
 	v.cfg.Logger.Info("volume resized", "volume", v.spec.Name, "size", size)
 	return nil
@@ -1040,6 +1041,9 @@ func (v *Volume) resyncChunk(ctx context.Context, dst *mirror, c int64, buf []by
 		}
 	}
 	size := min(v.spec.ChunkSize, v.size.Load()-c*v.spec.ChunkSize)
+	if size <= 0 {
+		return nil // beyond the size a Grow has not published yet: later
+	}
 	for off := int64(0); off < size; off += int64(len(buf)) {
 		b := buf[:min(int64(len(buf)), size-off)]
 		octx, cancel := v.opCtx(ctx)
