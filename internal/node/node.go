@@ -353,6 +353,12 @@ func (n *Node) serve(ln net.Listener, h http.Handler, tlsCfg *tls.Config) {
 func (n *Node) Close(ctx context.Context) error {
 	n.closeOnce.Do(func() {
 		var errs []error
+		if n.vols != nil {
+			// First, while the cluster transport still runs and before
+			// the background context its requests carry ends: the NBD
+			// server answers the requests in flight, on every mirror.
+			n.vols.stopServing()
+		}
 		if n.bgCancel != nil {
 			n.bgCancel()
 		}

@@ -175,6 +175,14 @@ func closeListeners(lns []net.Listener) {
 	}
 }
 
+// stopServing stops the NBD server: it stops reading requests and answers
+// those in flight.
+func (vs *volumes) stopServing() {
+	if vs.server != nil {
+		_ = vs.server.Close()
+	}
+}
+
 // close stops the NBD server and closes the open volumes.
 func (vs *volumes) close() error {
 	var errs []error

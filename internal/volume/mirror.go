@@ -465,13 +465,28 @@ func (v *Volume) mutate(ctx context.Context, chunk int64, op func(ctx context.Co
 	}
 
 	ok := 0
-	for i, m := range owners {
+	for i := range owners {
 		if errs[i] == nil {
 			ok++
-		} else if errs[i] != skipped {
-			if ctx.Err() != nil {
-				return ctx.Err()
+		}
+	}
+	if ctx.Err() != nil {
+		// Not acknowledged, but the mirrors may now differ: those that
+		// did not finish it are marked (without waiting for the marks to
+		// be saved), so that a resync makes them agree again.
+		newly := false
+		for i, m := range owners {
+			if ok > 0 && errs[i] != nil && errs[i] != skipped {
+				newly = v.stale.mark(m.id, chunk) || newly
 			}
+		}
+		if newly {
+			v.poke()
+		}
+		return ctx.Err()
+	}
+	for i, m := range owners {
+		if errs[i] != nil && errs[i] != skipped {
 			v.fail(m, errs[i])
 		}
 	}
