@@ -226,11 +226,43 @@ func (l *localService) CompleteUpload(ctx context.Context, bucket, key, uploadID
 	if err != nil {
 		return object.Info{}, err
 	}
+	if b.Mode == cluster.ModeWriteback {
+		// The dirty-bytes cap holds for large objects too: a completion
+		// over it answers SlowDown with the upload intact, to be retried.
+		size, err := l.uploadSize(ctx, bucket, key, uploadID, parts)
+		if err != nil {
+			return object.Info{}, err
+		}
+		release, err := withTier(ctx, l, func() (func(), error) { return l.tier.ReserveDirty(ctx, bucket, size) })
+		if err != nil {
+			return object.Info{}, err
+		}
+		defer release()
+	}
 	info, err := l.store.CompleteUpload(ctx, bucket, key, uploadID, parts)
 	if err != nil || !tiered(b) {
 		return info, err
 	}
 	return withTier(ctx, l, func() (object.Info, error) { return l.tier.Adopt(ctx, bucket, key) })
+}
+
+// uploadSize is the size of the object completing an upload with parts
+// would make (parts not uploaded count nothing: the completion refuses
+// them).
+func (l *localService) uploadSize(ctx context.Context, bucket, key, uploadID string, parts []object.CompletePart) (int64, error) {
+	have, err := l.store.ListParts(ctx, bucket, key, uploadID)
+	if err != nil {
+		return 0, err
+	}
+	sizes := make(map[int]int64, len(have))
+	for _, p := range have {
+		sizes[p.PartNumber] = p.Size
+	}
+	var n int64
+	for _, p := range parts {
+		n += sizes[p.PartNumber]
+	}
+	return n, nil
 }
 
 func (l *localService) Replica(ctx context.Context, op peer.ReplicaOp) error {

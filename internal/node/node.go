@@ -191,7 +191,9 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 	rep.g, peers.g = n.gw, n.gw
 	rj := &rejoin{self: cfg.ID, meta: cl, store: st, at: n.gw.at, log: log, stateFile: filepath.Join(cfg.DataDir, "rejoin-downs")}
 	local.rejoin = rj
-	ts := &tierSync{tier: n.tier, log: log, props: map[string]cluster.BucketProps{}, down: map[string]bool{},
+	bgCtx, bgCancel := context.WithCancel(context.Background())
+	n.bgCancel = bgCancel
+	ts := &tierSync{tier: n.tier, log: log, base: bgCtx, props: map[string]cluster.BucketProps{}, taking: map[string]bool{},
 		takeover: func(ctx context.Context, owner string) {
 			if k, err := n.tier.TakeOver(ctx, owner); err != nil {
 				log.Error("taking over destaging", "owner", owner, "err", err)
@@ -201,8 +203,6 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 		}}
 	ts.apply(ctx, cl.Map())
 	local.syncTier = ts.apply
-	bgCtx, bgCancel := context.WithCancel(context.Background())
-	n.bgCancel = bgCancel
 	n.wg.Add(1)
 	go func() { defer n.wg.Done(); ts.run(bgCtx, cl) }()
 	n.wg.Add(1)

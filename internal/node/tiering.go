@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -22,9 +23,13 @@ type tierSync struct {
 	tier *tier.Tier
 	log  *slog.Logger
 
+	// base is the context take-overs run with: they outlive the request
+	// or map change that started them.
+	base context.Context
+
 	mu       sync.Mutex
 	props    map[string]cluster.BucketProps
-	down     map[string]bool
+	taking   map[string]bool // owners whose take-over is running
 	takeover func(ctx context.Context, owner string)
 }
 
@@ -64,20 +69,56 @@ func (s *tierSync) apply(ctx context.Context, m *cluster.Map) {
 			delete(s.props, name)
 		}
 	}
-	for id, n := range m.Nodes {
-		wasDown := s.down[id]
-		isDown := n.State == cluster.StateDown
-		s.down[id] = isDown
-		if isDown && !wasDown && s.takeover != nil {
-			go s.takeover(ctx, id)
+	s.takeOvers(m)
+}
+
+// takeOvers starts a take-over for every owner this node holds replicas
+// for that the map shows down or no longer has (removed while this node
+// was away, or before it restarted: it never saw the owner go down). An
+// owner whose take-over failed still has replicas and is tried again at
+// the next map change or retry tick (s.mu held).
+func (s *tierSync) takeOvers(m *cluster.Map) {
+	if s.takeover == nil {
+		return
+	}
+	for _, owner := range s.tier.ReplicaOwners() {
+		if n, ok := m.Node(owner); ok && n.State != cluster.StateDown {
+			continue
 		}
+		if s.taking[owner] {
+			continue
+		}
+		s.taking[owner] = true
+		go func() {
+			s.takeover(cmp.Or(s.base, context.Background()), owner)
+			s.mu.Lock()
+			delete(s.taking, owner)
+			s.mu.Unlock()
+		}()
 	}
 }
 
+// takeOverRetry is how often take-overs that failed are tried again when
+// the map does not change.
+const takeOverRetry = time.Minute
+
 // run follows the map until ctx ends.
 func (s *tierSync) run(ctx context.Context, mv mapView) {
-	for m := range mv.Watch(ctx) {
-		s.apply(ctx, m)
+	tick := time.NewTicker(takeOverRetry)
+	defer tick.Stop()
+	maps := mv.Watch(ctx)
+	for {
+		select {
+		case m, ok := <-maps:
+			if !ok {
+				return
+			}
+			s.apply(ctx, m)
+		case <-tick.C:
+			s.mu.Lock()
+			s.takeOvers(mv.Map())
+			s.mu.Unlock()
+		}
 	}
 }
 

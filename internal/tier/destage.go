@@ -24,6 +24,10 @@ type op struct {
 	etag    string
 	owner   string
 	holders []string
+	// notify: holders of the operations of the key this one superseded
+	// before they were destaged, to tell when this one is (they hold
+	// replicas of writes that will never be destaged).
+	notify []string
 	// verify: the operation may be older than a write that went through
 	// another node, so it is checked against the backend's stamp first. It
 	// is set for operations read from the journal at start (this node may
@@ -49,8 +53,7 @@ type keyState struct {
 	pending  *op // latest operation not started yet
 	running  *op // operation being destaged
 	queued   bool
-	attempts int      // consecutive failures
-	notify   []string // holders of superseded operations, to tell when one is done
+	attempts int // consecutive failures
 }
 
 // destager owns the journal, the backlog and the upload workers.
@@ -156,7 +159,7 @@ func (d *destager) setPending(k string, o *op) {
 			return
 		}
 		d.dirty -= ks.pending.bytes() // superseded before it was destaged
-		ks.supersede(ks.pending)
+		o.supersede(ks.pending)
 	}
 	ks.pending = o
 	d.dirty += o.bytes()
@@ -522,7 +525,7 @@ func (d *destager) finish(k string, o *op, err error) {
 			ks.pending = o // retry it
 		} else {
 			d.dirty -= o.bytes() // a newer operation replaces it
-			ks.supersede(o)
+			ks.pending.supersede(o)
 		}
 		delay := d.backoff(ks.attempts)
 		d.note.broadcast()
@@ -534,7 +537,7 @@ func (d *destager) finish(k string, o *op, err error) {
 	d.destaged++
 	d.dirty -= o.bytes()
 	if ks.pending != nil {
-		ks.supersede(o) // its holders learn of the next operation too (a delete)
+		ks.pending.supersede(o) // its holders learn of the next operation too (a delete)
 		if !ks.queued {
 			ks.queued = true
 			d.queue = append(d.queue, k)

@@ -396,6 +396,14 @@ func (j *journal) needsCompaction(limit int64) bool {
 	return j.broken != nil || j.size >= limit && j.size >= 2*j.live
 }
 
+// isBroken reports whether a failed write left the journal refusing
+// appends until it is rewritten.
+func (j *journal) isBroken() bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.broken != nil
+}
+
 func (j *journal) bytes() int64 {
 	j.mu.Lock()
 	defer j.mu.Unlock()

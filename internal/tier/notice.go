@@ -38,15 +38,15 @@ func (n notice) record() Record {
 // tell sends the notices of o, just destaged, to its holders and to the
 // holders of the operations of the key that o superseded before they were
 // destaged (they hold replicas of writes that will never be destaged).
+// Those are o's own: an older operation that finishes first must not use
+// them up, since its notice (an older seq) is ignored by a holder of a
+// newer replica.
 func (d *destager) tell(o *op) {
 	if d.t.cfg.Replicator == nil {
 		return
 	}
 	d.mu.Lock()
-	var superseded []string
-	if ks := d.keys[okey(o.bucket, o.key)]; ks != nil {
-		superseded, ks.notify = ks.notify, nil
-	}
+	superseded := o.notify
 	d.mu.Unlock()
 	now := time.Now()
 	for _, h := range o.holders {
@@ -110,7 +110,10 @@ func (d *destager) deliver(n notice) error {
 }
 
 // redeliver sends the undelivered notices again every interval until ctx
-// ends.
+// ends. It also repairs a journal that a failed write left unusable (by
+// a compaction, which writes it afresh from memory): otherwise only a
+// successful destage would, and with no backlog or the backend down every
+// write-back PUT and DELETE would fail until a restart.
 func (d *destager) redeliver(ctx context.Context, interval time.Duration) {
 	defer d.wg.Done()
 	tick := time.NewTicker(interval)
@@ -120,6 +123,9 @@ func (d *destager) redeliver(ctx context.Context, interval time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+		}
+		if d.j.isBroken() {
+			d.maybeCompact()
 		}
 		d.mu.Lock()
 		ns := slices.Collect(maps.Values(d.undelivered))
@@ -142,12 +148,12 @@ func (d *destager) redeliver(ctx context.Context, interval time.Duration) {
 	}
 }
 
-// supersede records that o will never be destaged, so that the operation
-// that replaces it tells o's holders (d.mu held).
-func (ks *keyState) supersede(o *op) {
-	for _, h := range o.holders {
-		if !slices.Contains(ks.notify, h) {
-			ks.notify = append(ks.notify, h)
+// supersede records that q will never be destaged, so that o, which
+// replaces it, tells q's holders and those q had to tell (d.mu held).
+func (o *op) supersede(q *op) {
+	for _, h := range append(slices.Clip(q.holders), q.notify...) {
+		if !slices.Contains(o.notify, h) {
+			o.notify = append(o.notify, h)
 		}
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/slipstream-io/slipstream/internal/backend"
@@ -105,6 +107,26 @@ func (t *Tier) putThrough(ctx context.Context, b Bucket, bucket, key string, r i
 			ModTime: a.ModTime, BackendETag: a.ETag, BackendVersion: a.Version}, nil
 	}
 	return info, nil
+}
+
+// ReserveDirty waits, as a write-back PUT of size bytes does, until the
+// dirty bytes of bucket leave room for size more (object.ErrSlowDown after
+// Config.DirtyWait), and sets them aside until release. A multipart
+// completion calls it before the parts are assembled, so that a client
+// refused can retry the completion, and Adopt counts the object in the
+// backlog before release. Other modes reserve nothing.
+func (t *Tier) ReserveDirty(ctx context.Context, bucket string, size int64) (release func(), err error) {
+	b, err := t.bucket(bucket)
+	if err != nil {
+		return nil, err
+	}
+	if b.Mode != ModeWriteback {
+		return func() {}, nil
+	}
+	if err := t.d.reserve(ctx, size); err != nil {
+		return nil, err
+	}
+	return func() { t.d.unreserve(size) }, nil
 }
 
 func (t *Tier) putBack(ctx context.Context, b Bucket, bucket, key string, r io.Reader, opts object.PutOptions) (object.Info, error) {
@@ -232,6 +254,15 @@ func (t *Tier) PutReplica(ctx context.Context, owner string, seq uint64, bucket,
 		return object.Info{}, err
 	}
 	defer end()
+	if t.replicaSuperseded(ctx, owner, seq, bucket, key, opts.ModTime) {
+		// A late copy (the owner gave up on this request and wrote again,
+		// or this node took a newer write meanwhile): what is here wins.
+		n, err := io.Copy(io.Discard, r)
+		if err != nil {
+			return object.Info{}, err
+		}
+		return object.Info{Bucket: bucket, Key: key, Size: n, ETag: opts.ETag, ModTime: opts.ModTime}, nil
+	}
 	info, err := t.local.Put(ctx, bucket, key, r, store.PutOptions{PutOptions: opts.PutOptions, ETag: opts.ETag, ModTime: opts.ModTime, Dirty: true, NoCache: true})
 	if err != nil {
 		return object.Info{}, err
@@ -241,6 +272,22 @@ func (t *Tier) PutReplica(ctx context.Context, owner string, seq uint64, bucket,
 		return object.Info{}, err
 	}
 	return info, nil
+}
+
+// replicaSuperseded reports whether owner's replica seq of bucket/key,
+// written at mtime, comes after something newer: a later operation of the
+// same owner, or a write this node holds dirty (its own, or another
+// owner's replica) that is at least as recent. A clean copy (a fill, or
+// destaged) never supersedes: its time is the backend's.
+func (t *Tier) replicaSuperseded(ctx context.Context, owner string, seq uint64, bucket, key string, mtime time.Time) bool {
+	t.d.mu.Lock()
+	rec := t.d.replicas[owner][okey(bucket, key)]
+	t.d.mu.Unlock()
+	if rec != nil && rec.seq > seq {
+		return true
+	}
+	info, err := t.local.Stat(ctx, bucket, key)
+	return err == nil && info.Dirty && !info.ModTime.Before(mtime)
 }
 
 // DeleteReplica records on a replica holder that owner deleted bucket/key
@@ -255,9 +302,9 @@ func (t *Tier) DeleteReplica(ctx context.Context, owner string, seq uint64, buck
 	}
 	defer end()
 	t.d.mu.Lock()
-	newer := t.d.replicas[owner][okey(bucket, key)]
+	rec := t.d.replicas[owner][okey(bucket, key)]
 	t.d.mu.Unlock()
-	if newer != nil && newer.seq > seq {
+	if rec != nil && rec.seq > seq {
 		return nil // a late notice: the owner wrote the key again since
 	}
 	// Journaled first, as Delete does: if the holder died between removing
@@ -268,6 +315,23 @@ func (t *Tier) DeleteReplica(ctx context.Context, owner string, seq uint64, buck
 	if err := t.d.j.append(true, func() { t.d.mu.Lock(); t.d.setReplica(o); t.d.mu.Unlock() }, o.record()); err != nil {
 		return err
 	}
+	// The local copy goes only if it is the owner's replica. A notice that
+	// arrives late (the owner was away) must not remove a newer write
+	// this node took meanwhile: its own pending one, or another version.
+	if t.d.pendingOp(bucket, key) != nil {
+		return nil
+	}
+	info, err := t.local.Stat(ctx, bucket, key)
+	if errors.Is(err, object.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if rec != nil && rec.kind == KindReplicaPut && info.ETag != rec.etag {
+		return nil
+	}
+	// Under the key's write lock: no other write of it runs meanwhile.
 	if err := t.local.Delete(context.WithoutCancel(ctx), bucket, key); err != nil && !errors.Is(err, object.ErrNotFound) {
 		return err
 	}
@@ -301,6 +365,17 @@ func (t *Tier) ReplicaDestaged(ctx context.Context, owner string, seq uint64, bu
 		}
 	}
 	return t.d.j.append(false, nil, Record{Kind: KindReplicaDone, Seq: seq, Time: time.Now(), Bucket: bucket, Key: key, Owner: owner})
+}
+
+// ReplicaOwners returns the owners this node holds replica operations for
+// (writes or deletes not known to be destaged), sorted.
+func (t *Tier) ReplicaOwners() []string {
+	if t.d == nil {
+		return nil
+	}
+	t.d.mu.Lock()
+	defer t.d.mu.Unlock()
+	return slices.Sorted(maps.Keys(t.d.replicas))
 }
 
 // TakeOver makes this node destage every replica it holds for owner, as if

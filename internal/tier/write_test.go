@@ -14,6 +14,7 @@ import (
 
 	"github.com/slipstream-io/slipstream/internal/backend/backendtest"
 	"github.com/slipstream-io/slipstream/internal/object"
+	"github.com/slipstream-io/slipstream/internal/store"
 	"github.com/slipstream-io/slipstream/internal/tier"
 )
 
@@ -268,6 +269,53 @@ func TestDirtyCapBackPressure(t *testing.T) {
 	}
 	if bl := tr.Backlog(); bl.Bytes > 1<<20 {
 		t.Errorf("dirty bytes %d over the cap", bl.Bytes)
+	}
+}
+
+// TestMultipartWithinDirtyCap: a multipart completion into a writeback
+// bucket reserves its size like a PUT before its parts are assembled: over
+// the cap it is refused with SlowDown (the upload stays, to be retried),
+// and once the backlog drains it is let through and counted.
+func TestMultipartWithinDirtyCap(t *testing.T) {
+	e := newEnv(t, "fs")
+	gate := make(chan struct{})
+	e.be.set(func(c *ctl) { c.gate = gate })
+	const limit = 1 << 20
+	tr := e.newTier(t, tier.Config{MaxDirtyBytes: limit, DirtyWait: 300 * time.Millisecond}, wbBucket)
+	ctx := context.Background()
+	small := backendtest.Body(1, 600<<10)
+	if _, err := tr.Put(ctx, "wback", "a", bytesReader(small), putOpts(len(small))); err != nil {
+		t.Fatal(err)
+	}
+	big := backendtest.Body(2, 2<<20)
+	if _, err := tr.ReserveDirty(ctx, "wback", int64(len(big))); !errors.Is(err, object.ErrSlowDown) {
+		t.Fatalf("reserving a completion over the cap: %v, want ErrSlowDown", err)
+	}
+	close(gate)
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := tr.WaitDestaged(wctx); err != nil {
+		t.Fatal(err)
+	}
+	release, err := tr.ReserveDirty(ctx, "wback", int64(len(big)))
+	if err != nil {
+		t.Fatalf("reserving with the backlog drained: %v", err)
+	}
+	if _, err := e.local.Put(ctx, "wback", "mp", bytesReader(big), store.PutOptions{PutOptions: putOpts(len(big)), Dirty: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.Adopt(ctx, "wback", "mp"); err != nil {
+		t.Fatal(err)
+	}
+	release()
+	if err := tr.WaitDestaged(wctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(e.remoteFile("mp")); err != nil || len(got) != len(big) {
+		t.Errorf("backend mp: %d bytes, %v", len(got), err)
+	}
+	if _, err := tr.ReserveDirty(ctx, "nope", 1); !errors.Is(err, tier.ErrNoBucket) {
+		t.Errorf("reserving in an unknown bucket: %v", err)
 	}
 }
 

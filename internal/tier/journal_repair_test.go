@@ -1,0 +1,82 @@
+package tier
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/slipstream-io/slipstream/internal/backend"
+	"github.com/slipstream-io/slipstream/internal/backend/fs"
+	"github.com/slipstream-io/slipstream/internal/object"
+	"github.com/slipstream-io/slipstream/internal/store"
+)
+
+// wbTier is a Tier with one writeback bucket "wback" over an fs backend.
+func wbTier(t *testing.T) (*Tier, *store.Store) {
+	t.Helper()
+	dir := t.TempDir()
+	st, err := store.Open(context.Background(), store.Config{Mountpaths: []string{dir + "/mp1"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	be, err := fs.New(backend.Spec{Kind: "fs", Path: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := New(context.Background(), Config{JournalDir: dir + "/journal", SpoolDir: dir + "/spool", RetryBackoff: 10 * time.Millisecond}, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tr.Close() })
+	if err := tr.AddBucket("wback", Bucket{Mode: ModeWriteback, Backend: be}); err != nil {
+		t.Fatal(err)
+	}
+	return tr, st
+}
+
+// TestBrokenJournalIsRepaired: a journal write that fails and cannot be
+// cut off (ENOSPC, then a failing truncate) leaves the journal refusing
+// appends until it is rewritten. With an empty backlog (or a backend that
+// is down) no destage succeeds to trigger that rewrite; the destager's
+// periodic loop repairs it, so write-back PUTs work again once the disk
+// is fine.
+func TestBrokenJournalIsRepaired(t *testing.T) {
+	tr, _ := wbTier(t)
+	ctx := context.Background()
+	put := func(key string) error {
+		body := []byte("body of " + key)
+		_, err := tr.Put(ctx, "wback", key, bytes.NewReader(body), object.PutOptions{Size: int64(len(body))})
+		return err
+	}
+	if err := put("a"); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := tr.WaitDestaged(wctx); err != nil {
+		t.Fatal(err)
+	}
+	j := tr.d.j
+	j.mu.Lock()
+	sf := &shortFile{File: j.f.(*os.File), short: true, failTruncate: true}
+	j.f = sf
+	j.mu.Unlock()
+	if err := put("b"); err == nil {
+		t.Fatal("the failed journal write was not reported")
+	}
+	j.mu.Lock()
+	sf.failTruncate = false // the file system is fine again
+	j.mu.Unlock()
+	var err error
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		if err = put("c"); err == nil {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("write-back PUTs still fail 3s after one journal write failed (nothing repairs the journal): %v", err)
+}
