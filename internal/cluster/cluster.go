@@ -264,8 +264,8 @@ func New(ctx context.Context, cfg Config) (*Cluster, error) {
 	if bootstrap && len(cfg.Seeds) > 0 {
 		// A bootstrap node that lost its state must not start a second
 		// cluster next to a running one: join it instead.
-		if leader := c.seedLeader(ctx); leader != "" {
-			c.log.Warn("a cluster already runs: joining it instead of bootstrapping", "leader", leader)
+		if seed := c.seedInCluster(ctx); seed != "" {
+			c.log.Warn("a cluster already runs: joining it instead of bootstrapping", "seed", seed)
 			bootstrap = false
 		}
 	}
@@ -299,13 +299,16 @@ func New(ctx context.Context, cfg Config) (*Cluster, error) {
 	return c, nil
 }
 
-// seedLeader asks each seed's health endpoint for a leader and returns the
-// first one named, or "".
-func (c *Cluster) seedLeader(ctx context.Context) string {
+// seedInCluster returns the first seed whose health endpoint shows it in a
+// running cluster (it names a leader, or has applied a map: a cluster
+// between leaders, in an election or without quorum, still exists), or "".
+// Seeds that are as new as this node (starting a cluster together) show
+// neither.
+func (c *Cluster) seedInCluster(ctx context.Context) string {
 	for _, seed := range c.cfg.Seeds {
 		var h Health
-		if err := c.get(ctx, BaseURL(seed)+PathHealth, time.Second, &h); err == nil && h.Leader != "" {
-			return h.Leader
+		if err := c.get(ctx, BaseURL(seed)+PathHealth, time.Second, &h); err == nil && h.ID != c.cfg.NodeID && (h.Leader != "" || h.Version > 0) {
+			return seed
 		}
 	}
 	return ""

@@ -31,10 +31,13 @@ const (
 // deterministic (times, defaults) is filled in by the proposer, never by the
 // state machine.
 type command struct {
-	Op     string       `json:"op"`
-	Node   *NodeInfo    `json:"node,omitempty"`
-	Name   string       `json:"name,omitempty"` // node ID, bucket or volume name
-	State  NodeState    `json:"state,omitempty"`
+	Op    string    `json:"op"`
+	Node  *NodeInfo `json:"node,omitempty"`
+	Name  string    `json:"name,omitempty"` // node ID, bucket or volume name
+	State NodeState `json:"state,omitempty"`
+	// From, on node.state, applies the change only if the node is still
+	// in this state (the health check decided on an older map).
+	From   NodeState    `json:"from,omitempty"`
 	Bucket *BucketProps `json:"bucket,omitempty"`
 	Volume *VolumeSpec  `json:"volume,omitempty"`
 	Drain  bool         `json:"drain,omitempty"`
@@ -60,14 +63,25 @@ func applyCommand(m *Map, c command) (*Map, error) {
 			return m, fmt.Errorf("%w: node.put without a node", ErrInvalid)
 		}
 		nn := c.Node.Clone()
-		if old, ok := m.Nodes[c.Node.ID]; ok {
+		old, ok := m.Nodes[c.Node.ID]
+		if ok {
 			nn.Downs = max(nn.Downs, old.Downs)               // the count survives re-announcements
 			nn.Draining, nn.Drains = old.Draining, old.Drains // and so does a drain
 			if nodeEqual(old, nn) {
 				return m, nil
 			}
 		}
-		mut = func(n *Map) error { n.Nodes[c.Node.ID] = nn; return nil }
+		removed, wasRemoved := m.RemovedDowns[c.Node.ID]
+		if !ok && wasRemoved {
+			nn.Downs = max(nn.Downs, removed) // and a removal
+		}
+		mut = func(n *Map) error {
+			n.Nodes[c.Node.ID] = nn
+			if wasRemoved {
+				delete(n.RemovedDowns, c.Node.ID)
+			}
+			return nil
+		}
 	case opNodeState:
 		old, ok := m.Nodes[c.Name]
 		if !ok {
@@ -76,14 +90,18 @@ func applyCommand(m *Map, c command) (*Map, error) {
 		if !c.State.Valid() {
 			return m, fmt.Errorf("%w: node state %q", ErrInvalid, c.State)
 		}
-		if old.State == c.State {
+		if old.State == c.State || c.From != "" && old.State != c.From {
 			return m, nil
 		}
 		mut = func(n *Map) error {
-			old.State = c.State
-			if c.State == StateDown {
+			// Downs counts the times the node went away: down, or out of
+			// placement for maintenance (writes and deletes of its keys go
+			// elsewhere meanwhile, so its copies are checked when it is
+			// back).
+			if c.State == StateDown || old.State == StateUp && c.State != StateUp {
 				old.Downs++
 			}
+			old.State = c.State
 			n.Nodes[c.Name] = old
 			return nil
 		}
@@ -102,10 +120,18 @@ func applyCommand(m *Map, c command) (*Map, error) {
 			return nil
 		}
 	case opNodeRemove:
-		if _, ok := m.Nodes[c.Name]; !ok {
+		old, ok := m.Nodes[c.Name]
+		if !ok {
 			return m, nil
 		}
-		mut = func(n *Map) error { delete(n.Nodes, c.Name); return nil }
+		mut = func(n *Map) error {
+			delete(n.Nodes, c.Name)
+			if n.RemovedDowns == nil {
+				n.RemovedDowns = map[string]uint64{}
+			}
+			n.RemovedDowns[c.Name] = old.Downs + 1
+			return nil
+		}
 	case opBucketCreate:
 		if c.Bucket == nil {
 			return m, fmt.Errorf("%w: bucket.create without props", ErrInvalid)
@@ -142,7 +168,18 @@ func applyCommand(m *Map, c command) (*Map, error) {
 		}
 		nv := *c.Volume
 		if old, ok := m.Volumes[nv.Name]; ok {
-			nv.Created, nv.ID, nv.Stale, nv.StaleBy = old.Created, old.ID, old.Stale, old.StaleBy
+			// Checked here, not only by the caller on its (maybe lagging)
+			// map: a second create of the name, or a resize that raced
+			// another, must not change a volume's layout under its data.
+			switch {
+			case nv.ID != old.ID:
+				return m, fmt.Errorf("%w: volume %q exists", ErrInvalid, nv.Name)
+			case nv.ChunkSize != old.ChunkSize || nv.Copies != old.Copies || !slices.Equal(nv.Nodes, old.Nodes):
+				return m, fmt.Errorf("%w: volume %q: only its size can change", ErrInvalid, nv.Name)
+			case nv.Size < old.Size:
+				return m, fmt.Errorf("%w: volume %q can only grow (%d < %d)", ErrInvalid, nv.Name, nv.Size, old.Size)
+			}
+			nv.Created, nv.Stale, nv.StaleBy = old.Created, old.Stale, old.StaleBy
 			if old.equal(nv) {
 				return m, nil
 			}

@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -85,17 +87,19 @@ func (c *Cluster) healthRound(lastOK map[string]time.Time) {
 		case ok[id]:
 			lastOK[id] = time.Now()
 			if n.State == StateDown {
-				c.setState(actx, id, StateUp)
+				c.setState(actx, id, StateDown, StateUp)
 			}
 		case n.State == StateUp && time.Since(lastOK[id]) > c.cfg.DownAfter:
-			c.setState(actx, id, StateDown)
+			c.setState(actx, id, StateUp, StateDown)
 		}
 	}
 	c.syncVoters(actx, ok)
 }
 
-func (c *Cluster) setState(ctx context.Context, id string, s NodeState) {
-	if err := c.applyLocal(ctx, command{Op: opNodeState, Name: id, State: s}); err != nil {
+// setState moves node id from state from (as the round saw it) to s; if
+// an operator changed its state meanwhile, that change stands.
+func (c *Cluster) setState(ctx context.Context, id string, from, s NodeState) {
+	if err := c.applyLocal(ctx, command{Op: opNodeState, Name: id, From: from, State: s}); err != nil {
 		c.log.Warn("recording node state failed", "node", id, "state", s, "err", err)
 		return
 	}
@@ -103,8 +107,9 @@ func (c *Cluster) setState(ctx context.Context, id string, s NodeState) {
 }
 
 // probe reports whether the node answers GET HealthPath with 200 on any of
-// its intra addresses. The addresses are tried at once, so one dead
-// interface does not use up the probe's time.
+// its intra addresses (on the cluster's own health path, with its ID). The
+// addresses are tried at once, so one dead interface does not use up the
+// probe's time.
 func (c *Cluster) probe(ctx context.Context, n NodeInfo) bool {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -122,8 +127,21 @@ func (c *Cluster) probe(ctx context.Context, n NodeInfo) bool {
 				answers <- false
 				return
 			}
-			resp.Body.Close()
-			answers <- resp.StatusCode == http.StatusOK
+			defer resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				answers <- false
+				return
+			}
+			if c.cfg.HealthPath != PathHealth {
+				answers <- true
+				return
+			}
+			// The answer must come from the node itself, not from another
+			// process that took over its address (a replacement node, a
+			// recycled address).
+			var h Health
+			err = json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&h)
+			answers <- err == nil && h.ID == n.ID
 		}()
 	}
 	for range urls {

@@ -55,7 +55,9 @@ var errorCodes = []struct {
 	{"no_leader", http.StatusServiceUnavailable, ErrNoLeader},
 	{"not_leader", http.StatusServiceUnavailable, ErrNotLeader},
 	{"not_leader", http.StatusServiceUnavailable, raft.ErrNotLeader},
-	{"not_leader", http.StatusServiceUnavailable, raft.ErrLeadershipLost},
+	// Its own code: the entry may have been committed, which the
+	// forwarding node must know (a retried delete that finds nothing).
+	{"leadership_lost", http.StatusServiceUnavailable, raft.ErrLeadershipLost},
 	{"not_leader", http.StatusServiceUnavailable, raft.ErrLeadershipTransferInProgress},
 	{"closed", http.StatusServiceUnavailable, ErrClosed},
 	{"closed", http.StatusServiceUnavailable, raft.ErrRaftShutdown},

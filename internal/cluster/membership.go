@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -17,6 +18,9 @@ func (c *Cluster) admit(ctx context.Context, info NodeInfo) (*Map, error) {
 	info = info.Clone()
 	if info.ID == "" || info.RaftAddr == "" || len(info.IntraAddrs) == 0 {
 		return nil, fmt.Errorf("%w: join needs id, raftAddr and intraAddrs", ErrInvalid)
+	}
+	if err := c.checkNotLive(ctx, info); err != nil {
+		return nil, err
 	}
 	timeout := timeoutFrom(ctx, 10*time.Second)
 	cf := c.raft.GetConfiguration()
@@ -87,6 +91,34 @@ func (c *Cluster) admit(ctx context.Context, info NodeInfo) (*Map, error) {
 	}
 	c.log.Info("node admitted", "id", info.ID, "raft", info.RaftAddr, "voter", voter)
 	return c.Map(), nil
+}
+
+// checkNotLive refuses a join with the ID of a member that is up and
+// still answers, as that ID, on addresses the joiner does not have: a
+// second process with a copied configuration would otherwise take over
+// the member's entry and drop it out of raft. A member that restarted with
+// other addresses no longer answers on its old ones.
+func (c *Cluster) checkNotLive(ctx context.Context, info NodeInfo) error {
+	old, ok := c.Map().Nodes[info.ID]
+	if !ok || old.State != StateUp || info.ID == c.self.ID {
+		return nil
+	}
+	var gone []string
+	for _, a := range old.IntraAddrs {
+		if !slices.Contains(info.IntraAddrs, a) {
+			gone = append(gone, a)
+		}
+	}
+	if len(gone) == 0 {
+		return nil
+	}
+	old.IntraAddrs = gone
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if c.probe(pctx, old) {
+		return fmt.Errorf("%w: node %s is live at %v: another node has its ID", ErrInvalid, info.ID, gone)
+	}
+	return nil
 }
 
 // removeMember drops a node from the map and the raft configuration; it runs

@@ -317,6 +317,10 @@ type Map struct {
 	// volumes, oldest first, the last maxDeletedVolumes: a node that was
 	// away for a delete removes the chunks it still has.
 	DeletedVolumes []string `json:"deletedVolumes,omitempty"`
+	// RemovedDowns keeps the Downs count (plus one: the removal) of nodes
+	// removed from the cluster: one that comes back with its data is away
+	// again by that count, so it checks its copies.
+	RemovedDowns map[string]uint64 `json:"removedDowns,omitempty"`
 }
 
 // maxDeletedVolumes bounds Map.DeletedVolumes.
@@ -345,6 +349,7 @@ func (m *Map) Clone() *Map {
 		c.Volumes[k] = v
 	}
 	c.DeletedVolumes = slices.Clone(m.DeletedVolumes)
+	c.RemovedDowns = maps.Clone(m.RemovedDowns)
 	return c
 }
 
