@@ -77,6 +77,26 @@ func (l *localService) Put(ctx context.Context, bucket, key string, r io.Reader,
 	if err != nil {
 		return object.Info{}, err
 	}
+	if tiered(b) {
+		return l.put(ctx, b, bucket, key, r, opts)
+	}
+	info, err := l.put(ctx, b, bucket, key, r, opts)
+	if err != nil {
+		return info, err
+	}
+	if _, ok := l.meta.Map().Bucket(bucket); !ok {
+		// The bucket was deleted while the body arrived: the copy must not
+		// outlive it (DeleteBucket purged the bucket here already, or
+		// will once this node's map drops it).
+		if err := l.store.DeleteVersion(context.WithoutCancel(ctx), bucket, key, info); err != nil && !errors.Is(err, object.ErrNotFound) && !errors.Is(err, store.ErrChanged) {
+			return object.Info{}, err
+		}
+		return object.Info{}, fmt.Errorf("%w: %s was deleted", object.ErrBucketNotFound, bucket)
+	}
+	return info, nil
+}
+
+func (l *localService) put(ctx context.Context, b cluster.BucketProps, bucket, key string, r io.Reader, opts peer.PutOptions) (object.Info, error) {
 	switch {
 	case opts.KeepNewer:
 		// A rebalance copy: refused (under the key lock, at commit) if a
@@ -185,10 +205,16 @@ func (l *localService) ListBackend(ctx context.Context, bucket string, opts obje
 	return withTier(ctx, l, func() (object.ListResult, error) { return l.tier.List(ctx, bucket, opts) })
 }
 
-// DeleteBucket removes the bucket's local directories; the bucket is
-// already gone from the cluster map when peers are asked.
+// DeleteBucket removes what this node holds of a bucket the cluster map
+// no longer has: its directories, and any object or upload a request that
+// raced the delete left (it waits, bounded, for this node's map to drop
+// the bucket, and refuses if it does not).
 func (l *localService) DeleteBucket(ctx context.Context, bucket string) error {
-	return l.store.DeleteBucket(ctx, bucket)
+	m := waitMap(ctx, l.meta, func(m *cluster.Map) bool { return !hasBucket(bucket)(m) })
+	if hasBucket(bucket)(m) {
+		return fmt.Errorf("%w: bucket %s is still in this node's map", object.ErrUnavailable, bucket)
+	}
+	return l.store.PurgeBucket(ctx, bucket, time.Now())
 }
 
 func (l *localService) CreateUpload(ctx context.Context, bucket, key string, opts object.PutOptions) (string, error) {

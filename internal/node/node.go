@@ -194,6 +194,11 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 	bgCtx, bgCancel := context.WithCancel(context.Background())
 	n.bgCancel = bgCancel
 	ts := &tierSync{tier: n.tier, log: log, base: bgCtx, props: map[string]cluster.BucketProps{}, taking: map[string]bool{},
+		purge: func(ctx context.Context, bucket string) {
+			if err := st.PurgeBucket(ctx, bucket, time.Now()); err != nil {
+				log.Warn("removing what is left of a deleted bucket", "bucket", bucket, "err", err)
+			}
+		},
 		takeover: func(ctx context.Context, owner string) {
 			if k, err := n.tier.TakeOver(ctx, owner); err != nil {
 				log.Error("taking over destaging", "owner", owner, "err", err)

@@ -31,6 +31,9 @@ type tierSync struct {
 	props    map[string]cluster.BucketProps
 	taking   map[string]bool // owners whose take-over is running
 	takeover func(ctx context.Context, owner string)
+	// purge removes what this node holds of a bucket deleted from the
+	// map (nil: nothing).
+	purge func(ctx context.Context, bucket string)
 }
 
 // apply registers new or changed buckets with the tier and removes deleted
@@ -67,6 +70,11 @@ func (s *tierSync) apply(ctx context.Context, m *cluster.Map) {
 		if _, ok := m.Buckets[name]; !ok {
 			s.tier.RemoveBucket(name)
 			delete(s.props, name)
+			if s.purge != nil {
+				// A node that missed the gateway's DeleteBucket (its map
+				// lagged) or a PUT that raced it leaves nothing behind.
+				go s.purge(cmp.Or(s.base, context.Background()), name)
+			}
 		}
 	}
 	s.takeOvers(m)

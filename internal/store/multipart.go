@@ -582,6 +582,45 @@ func (s *Store) DeleteBucket(ctx context.Context, bucket string) error {
 	return nil
 }
 
+// PurgeBucket removes the objects (modified before before) and uploads
+// (started before it) of bucket, then its directories if empty: what a
+// bucket deleted from the cluster at about that time left on this node (a
+// PUT that committed while the bucket was being deleted). What a bucket
+// of the same name created since holds stays.
+func (s *Store) PurgeBucket(ctx context.Context, bucket string, before time.Time) error {
+	var old []object.Info
+	err := s.Walk(ctx, bucket, func(i object.Info) error {
+		if i.ModTime.Before(before) {
+			old = append(old, i)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, i := range old {
+		if err := s.DeleteVersion(ctx, bucket, i.Key, i); err != nil && !errors.Is(err, object.ErrNotFound) && !errors.Is(err, ErrChanged) {
+			return err
+		}
+	}
+	ups, err := s.ListUploads(ctx, bucket, "")
+	if err != nil {
+		return err
+	}
+	for _, u := range ups {
+		if !u.Initiated.Before(before) {
+			continue
+		}
+		if err := s.AbortUpload(ctx, bucket, u.Key, u.UploadID); err != nil && !errors.Is(err, object.ErrUploadNotFound) {
+			return err
+		}
+	}
+	if err := s.DeleteBucket(ctx, bucket); err != nil && !errors.Is(err, object.ErrBucketNotEmpty) {
+		return err
+	}
+	return nil
+}
+
 // removeEmptyTree removes dir if it holds only (empty) directories.
 func removeEmptyTree(dir string) error {
 	ents, err := os.ReadDir(dir)

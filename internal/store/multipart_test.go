@@ -304,3 +304,41 @@ func TestPutRacingDeleteBucket(t *testing.T) {
 		}
 	}
 }
+
+// TestPurgeBucket: what a deleted bucket left (objects modified and uploads
+// started before the cut-off) goes; what a bucket of the same name created
+// since holds stays, and the directories go once empty.
+func TestPurgeBucket(t *testing.T) {
+	s := openTest(t, Config{})
+	ctx := context.Background()
+	cut := time.Now()
+	for _, k := range []string{"old1", "dir/old2"} {
+		if _, err := s.Put(ctx, "bkt", k, strings.NewReader("x"), PutOptions{PutOptions: object.PutOptions{Size: 1}, ModTime: cut.Add(-time.Minute)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.CreateUpload(ctx, "bkt", "up", UploadOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Put(ctx, "bkt", "new", strings.NewReader("y"), PutOptions{PutOptions: object.PutOptions{Size: 1}, ModTime: cut.Add(time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PurgeBucket(ctx, "bkt", cut.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.List(ctx, "bkt", object.ListOptions{})
+	if err != nil || len(res.Objects) != 1 || res.Objects[0].Key != "new" {
+		t.Fatalf("after the purge: %+v, %v; want only the newer object", res.Objects, err)
+	}
+	if ups, _ := s.ListUploads(ctx, "bkt", ""); len(ups) != 0 {
+		t.Errorf("uploads left: %+v", ups)
+	}
+	if err := s.PurgeBucket(ctx, "bkt", cut.Add(2*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	for _, mp := range s.mps {
+		if _, err := os.Stat(filepath.Join(mp.objDir, "bkt")); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("bucket directory on %s left: %v", mp.path, err)
+		}
+	}
+}
