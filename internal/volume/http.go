@@ -3,7 +3,9 @@ package volume
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -53,7 +55,9 @@ func (h *Handler) Close() error {
 
 // NewHandler serves r over HTTP under /volume/.
 func NewHandler(r Replica) *Handler {
-	h := &handler{r: r, streams: map[net.Conn]struct{}{}}
+	var boot [8]byte
+	_, _ = rand.Read(boot[:])
+	h := &handler{r: r, streams: map[net.Conn]struct{}{}, boot: hex.EncodeToString(boot[:])}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /volume/_ping", func(w http.ResponseWriter, req *http.Request) {
 		if err := r.Ping(req.Context()); err != nil {
@@ -74,7 +78,11 @@ func NewHandler(r Replica) *Handler {
 }
 
 type handler struct {
-	r    Replica
+	r Replica
+	// boot names this handler's life: a client that finds another one
+	// after it dials again knows the node restarted, and what it wrote
+	// there without a sync may be lost.
+	boot string
 	pool sync.Pool
 
 	smu     sync.Mutex

@@ -118,7 +118,7 @@ func (h *handler) serveStream(w http.ResponseWriter, req *http.Request) {
 		delete(h.streams, c)
 		h.smu.Unlock()
 	}()
-	if _, err := io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: "+streamProto+"\r\n\r\n"); err != nil {
+	if _, err := io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: "+streamProto+"\r\n"+headerBoot+": "+h.boot+"\r\n\r\n"); err != nil {
 		return
 	}
 	s := newStreamServer(h, c)
@@ -291,6 +291,15 @@ func (s *streamServer) writeReplies(batch []streamReply) {
 	}
 }
 
+// headerBoot carries the serving handler's boot ID in the stream upgrade.
+const headerBoot = "X-Slipstream-Boot"
+
+// ErrReplicaRestarted: the replica's node restarted since this client
+// last reached it; writes it had not synced may be lost. It wraps
+// ErrReplicaError, so the call that finds out fails the mirror, and the
+// volume marks what it had not synced there stale.
+var ErrReplicaRestarted = fmt.Errorf("%w: the node restarted", ErrReplicaError)
+
 // streamClient keeps a few upgraded connections to one node and spreads
 // calls over them.
 type streamClient struct {
@@ -298,6 +307,9 @@ type streamClient struct {
 	timeout time.Duration
 	conns   []streamSlot
 	next    atomic.Uint64
+
+	bmu  sync.Mutex
+	boot string // the handler's boot ID last seen
 }
 
 type streamSlot struct {
@@ -329,6 +341,13 @@ func (sc *streamClient) conn(ctx context.Context) (*streamConn, error) {
 		return nil, err
 	}
 	slot.c = c
+	sc.bmu.Lock()
+	prev := sc.boot
+	sc.boot = c.boot
+	sc.bmu.Unlock()
+	if prev != "" && c.boot != prev {
+		return nil, fmt.Errorf("%w: %s", ErrReplicaRestarted, sc.host)
+	}
 	return c, nil
 }
 
@@ -344,7 +363,8 @@ func (sc *streamClient) close() {
 }
 
 type streamConn struct {
-	c net.Conn
+	c    net.Conn
+	boot string // the serving handler's boot ID
 
 	out  combine.Queue[pendingReq] // flushed by writeRequests
 	bufs net.Buffers               // writeRequests' own scratch
@@ -421,7 +441,7 @@ func dialStream(ctx context.Context, host string, timeout time.Duration) (*strea
 		return nil, fmt.Errorf("%w: stream upgrade refused: %s", ErrReplicaError, resp.Status)
 	}
 	_ = c.SetDeadline(time.Time{})
-	sc := &streamConn{c: c, calls: map[uint64]*streamCall{}}
+	sc := &streamConn{c: c, boot: resp.Header.Get(headerBoot), calls: map[uint64]*streamCall{}}
 	sc.out.Flush = sc.writeRequests
 	sc.out.Gather = runtime.Gosched // as the server's replies
 	go sc.readLoop(br)
