@@ -27,6 +27,11 @@ func hasBucket(name string) func(*cluster.Map) bool {
 	return func(m *cluster.Map) bool { _, ok := m.Bucket(name); return ok }
 }
 
+// isDown is a map condition: node id is marked down.
+func isDown(id string) func(*cluster.Map) bool {
+	return func(m *cluster.Map) bool { n, _ := m.Node(id); return n.State == cluster.StateDown }
+}
+
 func follower(t *testing.T, tc *clustertest.Cluster) *clustertest.Node {
 	t.Helper()
 	for _, n := range tc.Nodes() {
@@ -359,7 +364,7 @@ func TestNodeDownDetection(t *testing.T) {
 	}
 	// Down again, then back up by itself.
 	tc.Stop(f)
-	if err := tc.WaitMap(ctx, leader, func(m *cluster.Map) bool { n, _ := m.Node(f.ID); return n.State == cluster.StateDown }); err != nil {
+	if err := tc.WaitMap(ctx, leader, isDown(f.ID)); err != nil {
 		t.Fatal(err)
 	}
 	tc.Restart(f, true)

@@ -55,7 +55,7 @@ func TestHealthRoundKeepsOperatorState(t *testing.T) {
 		t.Skip("the probed node leads")
 	}
 	mode.Store(failing)
-	if err := tc.WaitMap(ctx, leader, func(m *cluster.Map) bool { n, _ := m.Node(x.ID); return n.State == cluster.StateDown }); err != nil {
+	if err := tc.WaitMap(ctx, leader, isDown(x.ID)); err != nil {
 		t.Fatal(err)
 	}
 	mode.Store(slowOK)
@@ -82,7 +82,7 @@ func TestRemovedNodeRejoinKeepsDowns(t *testing.T) {
 	}
 	f := follower(t, tc)
 	tc.Stop(f)
-	if err := tc.WaitMap(ctx, leader, func(m *cluster.Map) bool { n, _ := m.Node(f.ID); return n.State == cluster.StateDown }); err != nil {
+	if err := tc.WaitMap(ctx, leader, isDown(f.ID)); err != nil {
 		t.Fatal(err)
 	}
 	downs := leader.Cluster().Map().Nodes[f.ID].Downs

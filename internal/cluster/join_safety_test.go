@@ -100,7 +100,7 @@ func TestProbeChecksWhoAnswers(t *testing.T) {
 	}
 	f := follower(t, tc)
 	tc.Stop(f)
-	if err := tc.WaitMap(ctx, leader, func(m *cluster.Map) bool { n, _ := m.Node(f.ID); return n.State == cluster.StateDown }); err != nil {
+	if err := tc.WaitMap(ctx, leader, isDown(f.ID)); err != nil {
 		t.Fatal(err)
 	}
 	addr := strings.TrimPrefix(f.URL, "http://")

@@ -93,19 +93,37 @@ func (r *holderRig) gateway(self string) *gateway {
 
 func (r *holderRig) holds(id, bucket, key string) string {
 	r.t.Helper()
-	rd, err := r.stores[id].Get(context.Background(), bucket, key, nil)
+	return storeHolds(r.t, r.stores[id], bucket, key)
+}
+
+// storeHolds returns the body st holds for bucket/key, or "" if none.
+func storeHolds(t *testing.T, st *store.Store, bucket, key string) string {
+	t.Helper()
+	rd, err := st.Get(context.Background(), bucket, key, nil)
 	if errors.Is(err, object.ErrNotFound) {
 		return ""
 	}
 	if err != nil {
+		t.Fatal(err)
+	}
+	return readAll(t, rd)
+}
+
+// putPair makes bucket "bkt" a local bucket with copies=2 over the rig's
+// two nodes and PUTs body as key through its owner: both hold it.
+func (r *holderRig) putPair(ctx context.Context, key, body string) (owner, replica string, g *gateway) {
+	r.t.Helper()
+	r.m.Buckets["bkt"] = cluster.BucketProps{Name: "bkt", Copies: 2, Mode: cluster.ModeLocal}
+	order := placement.Order(r.m.NodeIDs(), placement.ObjectName("bkt", key))
+	owner, replica = order[0], order[1]
+	g = r.gateway(owner)
+	if _, err := g.PutObject(ctx, "bkt", key, bytes.NewReader([]byte(body)), object.PutOptions{Size: int64(len(body))}); err != nil {
 		r.t.Fatal(err)
 	}
-	defer rd.Close()
-	b, err := io.ReadAll(rd)
-	if err != nil {
-		r.t.Fatal(err)
+	if r.holds(owner, "bkt", key) != body || r.holds(replica, "bkt", key) != body {
+		r.t.Fatal("PUT did not reach both holders")
 	}
-	return string(b)
+	return owner, replica, g
 }
 
 func readAll(t *testing.T, rd object.Reader) string {
@@ -128,19 +146,8 @@ func readAll(t *testing.T, rd object.Reader) string {
 func TestDeleteWithHolderUnreachable(t *testing.T) {
 	ctx := context.Background()
 	r := newHolderRig(t, "n1", "n2")
-	r.m.Buckets["bkt"] = cluster.BucketProps{Name: "bkt", Copies: 2, Mode: cluster.ModeLocal}
 	const key = "k"
-	order := placement.Order([]string{"n1", "n2"}, placement.ObjectName("bkt", key))
-	owner, replica := order[0], order[1]
-	g := r.gateway(owner)
-
-	body := "acknowledged then deleted"
-	if _, err := g.PutObject(ctx, "bkt", key, bytes.NewReader([]byte(body)), object.PutOptions{Size: int64(len(body))}); err != nil {
-		t.Fatal(err)
-	}
-	if r.holds(owner, "bkt", key) != body || r.holds(replica, "bkt", key) != body {
-		t.Fatal("PUT did not reach both holders")
-	}
+	owner, replica, g := r.putPair(ctx, key, "acknowledged then deleted")
 
 	r.cut[replica].Store(true) // a blip: the map still says up
 	if err := g.DeleteObject(ctx, "bkt", key); !errors.Is(err, object.ErrUnavailable) {
@@ -258,15 +265,8 @@ func TestHoldersAfterJoin(t *testing.T) {
 func TestDeletedNotServedByNodeMarkedDown(t *testing.T) {
 	ctx := context.Background()
 	r := newHolderRig(t, "n1", "n2")
-	r.m.Buckets["bkt"] = cluster.BucketProps{Name: "bkt", Copies: 2, Mode: cluster.ModeLocal}
 	const key = "k"
-	order := placement.Order([]string{"n1", "n2"}, placement.ObjectName("bkt", key))
-	owner, replica := order[0], order[1]
-	g := r.gateway(owner)
-	body := "deleted while a holder was marked down"
-	if _, err := g.PutObject(ctx, "bkt", key, bytes.NewReader([]byte(body)), object.PutOptions{Size: int64(len(body))}); err != nil {
-		t.Fatal(err)
-	}
+	owner, replica, g := r.putPair(ctx, key, "deleted while a holder was marked down")
 	n := r.m.Nodes[replica]
 	n.State, n.Downs = cluster.StateDown, 1
 	r.m.Nodes[replica] = n

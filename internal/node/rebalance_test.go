@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"path/filepath"
 	"slices"
@@ -80,19 +79,8 @@ func (r *rebalanceRig) put(id, bucket, key, body string, at time.Time, dirty boo
 
 // holds returns the body node id holds for bucket/key, or "" if none.
 func (r *rebalanceRig) holds(id, bucket, key string) string {
-	rd, err := r.stores[id].Get(context.Background(), bucket, key, nil)
-	if errors.Is(err, object.ErrNotFound) {
-		return ""
-	}
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	defer rd.Close()
-	b, err := io.ReadAll(rd)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	return string(b)
+	r.t.Helper()
+	return storeHolds(r.t, r.stores[id], bucket, key)
 }
 
 // top returns the first n nodes HRW orders for bucket/key among ids.
