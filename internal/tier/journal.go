@@ -327,13 +327,27 @@ func (j *journal) syncTo(seq uint64) error {
 		return nil
 	}
 	j.mu.Lock()
-	f, upTo := j.f, j.written
+	f, upTo, broken := j.f, j.written, j.broken
 	j.mu.Unlock()
 	if f == nil {
 		return errJournalClosed
 	}
+	if broken != nil {
+		// A later fsync would not say whether these records survived the
+		// failed one; only the rewrite from memory makes them durable.
+		return broken
+	}
 	if err := f.Sync(); err != nil {
-		return fmt.Errorf("tier: journal fsync: %w", err)
+		// The kernel may have dropped the pages that failed to write and
+		// cleared the error: the next fsync could succeed over a hole.
+		// The journal refuses appends until it is rewritten.
+		err = fmt.Errorf("tier: journal fsync: %w", err)
+		j.mu.Lock()
+		if j.broken == nil {
+			j.broken = fmt.Errorf("tier: journal unusable after a failed fsync: %w", err)
+		}
+		j.mu.Unlock()
+		return err
 	}
 	j.synced = upTo
 	return nil

@@ -199,12 +199,21 @@ func TestJournalGroupCommit(t *testing.T) {
 	}
 }
 
-// shortFile makes the next write stop after half its bytes with ENOSPC, and
-// (failTruncate) its truncates fail.
+// shortFile makes the next write stop after half its bytes with ENOSPC,
+// (failTruncate) its truncates fail, and (failSync) its next fsync fail.
 type shortFile struct {
 	*os.File
 	short        bool
 	failTruncate bool
+	failSync     bool
+}
+
+func (f *shortFile) Sync() error {
+	if f.failSync {
+		f.failSync = false
+		return syscall.EIO
+	}
+	return f.File.Sync()
 }
 
 func (f *shortFile) Write(p []byte) (int, error) {
@@ -292,5 +301,46 @@ func TestJournalRefusesAppendsAfterUndoFails(t *testing.T) {
 	}
 	if len(recs) != 2 || !reflect.DeepEqual(recs[1], all[3]) {
 		t.Fatalf("replayed %+v", recs)
+	}
+}
+
+// A failed fsync is not retried: the kernel may have dropped the pages it
+// could not write and cleared the error, so a second fsync could succeed
+// over a hole. Neither the record whose fsync failed nor a later one is
+// acknowledged until a compaction rewrites the file from memory.
+func TestJournalFailedFsyncRefusesAppends(t *testing.T) {
+	dir := t.TempDir()
+	j, _, err := openJournal(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.close()
+	all := sampleRecords()
+	if err := j.append(true, nil, all[1]); err != nil {
+		t.Fatal(err)
+	}
+	j.f = &shortFile{File: j.f.(*os.File), failSync: true}
+	if err := j.append(true, nil, all[2]); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("append whose fsync failed: %v", err)
+	}
+	if err := j.append(true, nil, all[3]); err == nil {
+		t.Fatal("append after a failed fsync was acknowledged")
+	}
+	if !j.needsCompaction(1 << 30) {
+		t.Error("the journal does not ask for the compaction that repairs it")
+	}
+	if err := j.rewrite(func() []Record { return all[1:3] }); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.append(true, nil, all[3]); err != nil {
+		t.Fatalf("append after compaction: %v", err)
+	}
+	j.close()
+	_, recs, err := openJournal(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(recs, all[1:4]) {
+		t.Fatalf("replayed %+v, want %+v", recs, all[1:4])
 	}
 }
