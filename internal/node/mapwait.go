@@ -50,6 +50,11 @@ func leaderSync(cl *cluster.Cluster) func(ctx context.Context) error {
 		if cl.IsLeader() {
 			return nil
 		}
+		if cl.LeaderID() == "" {
+			// An election, or no quorum: there is no newer map to wait
+			// for, and waiting would stall every bucket lookup by mapLag.
+			return cluster.ErrNoLeader
+		}
 		ctx, cancel := context.WithTimeout(ctx, mapLag)
 		defer cancel()
 		return cl.Sync(ctx)
