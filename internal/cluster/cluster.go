@@ -489,6 +489,13 @@ func (c *Cluster) DeleteVolume(ctx context.Context, name string) error {
 	return c.propose(ctx, command{Op: opVolumeDelete, Name: name})
 }
 
+// DeleteVolumeID removes volume name only if it is still the volume with
+// that ID (ErrVolumeNotFound otherwise): a delete decided on one volume
+// never removes another created since under its name.
+func (c *Cluster) DeleteVolumeID(ctx context.Context, name, id string) error {
+	return c.propose(ctx, command{Op: opVolumeDelete, Name: name, Volume: &VolumeSpec{Name: name, ID: id}})
+}
+
 // SetNodeState records a node's state. It fails with ErrNodeNotFound. The
 // leader's health checks move nodes between up and down; they leave nodes in
 // maintenance alone.

@@ -207,7 +207,9 @@ func applyCommand(m *Map, c command) (*Map, error) {
 		}
 	case opVolumeDelete:
 		old, ok := m.Volumes[c.Name]
-		if !ok {
+		if !ok || c.Volume != nil && c.Volume.ID != old.ID {
+			// With an ID, only that volume goes: not one created since
+			// under the same name.
 			return m, fmt.Errorf("%w: %q", ErrVolumeNotFound, c.Name)
 		}
 		mut = func(n *Map) error {

@@ -74,3 +74,24 @@ func TestForwardedLeadershipLost(t *testing.T) {
 		t.Errorf("a forwarded apply that lost leadership comes back as %v (not ErrLeadershipLost): propose will not treat it as uncertain", err)
 	}
 }
+
+// TestVolumeDeleteByID: a delete that names the volume's ID removes only
+// that volume, not one created since under the same name.
+func TestVolumeDeleteByID(t *testing.T) {
+	m := NewMap()
+	v := VolumeSpec{Name: "v", Size: 1 << 30, ChunkSize: 4 << 20, Copies: 2, Created: t0, ID: "new"}
+	var err error
+	if m, err = applyCommand(m, command{Op: opVolumePut, Volume: &v}); err != nil {
+		t.Fatal(err)
+	}
+	stale := command{Op: opVolumeDelete, Name: "v", Volume: &VolumeSpec{Name: "v", ID: "old"}}
+	if m2, err := applyCommand(m, stale); !errors.Is(err, ErrVolumeNotFound) || m2.Volumes["v"].ID != "new" {
+		t.Fatalf("delete of an older volume of the name: %v; volume now %+v", err, m2.Volumes["v"])
+	}
+	if m, err = applyCommand(m, command{Op: opVolumeDelete, Name: "v", Volume: &VolumeSpec{Name: "v", ID: "new"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := m.Volumes["v"]; ok {
+		t.Fatal("delete by the right ID left the volume")
+	}
+}
