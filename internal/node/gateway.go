@@ -492,8 +492,12 @@ func (g *gateway) DeleteObject(ctx context.Context, bucket, key string) error {
 	errs := make([]error, len(targets))
 	var wg sync.WaitGroup
 	for i, id := range targets {
+		dctx := ctx
+		if i > 0 && b.Mode == cluster.ModeCache {
+			dctx = peer.AsIs(ctx) // the owner deletes from the backend, the others their copies
+		}
 		wg.Go(func() {
-			if err := g.at(m, id).Delete(ctx, bucket, key); err != nil && !errors.Is(err, object.ErrNotFound) {
+			if err := g.at(m, id).Delete(dctx, bucket, key); err != nil && !errors.Is(err, object.ErrNotFound) {
 				errs[i] = err
 			}
 		})

@@ -181,6 +181,10 @@ func (l *localService) Delete(ctx context.Context, bucket, key string) error {
 	if err != nil {
 		return err
 	}
+	if tiered(b) && peer.IsAsIs(ctx) && b.Mode == cluster.ModeCache {
+		// A copy the owner wrote through: the owner deletes the backend's.
+		return l.store.Delete(ctx, bucket, key)
+	}
 	if tiered(b) {
 		_, err := withTier(ctx, l, func() (struct{}, error) { return struct{}{}, l.tier.Delete(ctx, bucket, key) })
 		return err

@@ -268,7 +268,11 @@ func (r *remote) Stat(ctx context.Context, bucket, key string) (object.Info, err
 }
 
 func (r *remote) Delete(ctx context.Context, bucket, key string) error {
-	return r.call(ctx, http.MethodDelete, "object", bk(bucket, key), nil, nil, -1, nil)
+	var hdr http.Header
+	if IsAsIs(ctx) {
+		hdr = http.Header{hdrAsIs: {"1"}}
+	}
+	return r.call(ctx, http.MethodDelete, "object", bk(bucket, key), hdr, nil, -1, nil)
 }
 
 func (r *remote) List(ctx context.Context, bucket string, opts object.ListOptions) (object.ListResult, error) {

@@ -90,7 +90,9 @@ type asIsKey struct{}
 // copy as it is: without the check a node that came back after a down mark
 // makes of a copy it may have missed writes to (the checks themselves ask
 // this way, so that two returning nodes never wait on each other), and,
-// in a tiered bucket, without asking the backend.
+// in a tiered bucket, without asking the backend. A Delete through it
+// removes the node's own copy only: in a cache bucket the owner deletes
+// from the backend, once.
 func AsIs(ctx context.Context) context.Context { return context.WithValue(ctx, asIsKey{}, true) }
 
 // IsAsIs reports whether ctx was marked by AsIs.

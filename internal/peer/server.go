@@ -23,7 +23,7 @@ const (
 	hdrErr      = "X-Slipstream-Error"
 	hdrErrMsg   = "X-Slipstream-Error-Message"
 	hdrDeleted  = "X-Slipstream-Deleted-At" // with NotFound: the node's tombstone
-	hdrAsIs     = "X-Slipstream-As-Is"      // a Stat from a context marked by AsIs
+	hdrAsIs     = "X-Slipstream-As-Is"      // a Stat or Delete from a context marked by AsIs
 	contentJSON = "application/json"
 )
 
@@ -112,6 +112,9 @@ func (s *server) object(w http.ResponseWriter, r *http.Request) {
 		}
 		w.WriteHeader(http.StatusOK)
 	case http.MethodDelete:
+		if r.Header.Get(hdrAsIs) != "" {
+			ctx = AsIs(ctx)
+		}
 		reply(w, struct{}{}, s.local.Delete(ctx, bucket, key))
 	default:
 		w.WriteHeader(http.StatusMethodNotAllowed)

@@ -51,6 +51,7 @@ type Remote struct {
 	proxy    *http.Server
 	requests atomic.Int64
 	gets     atomic.Int64
+	deletes  atomic.Int64
 	down     atomic.Bool
 	readOnly atomic.Bool
 }
@@ -151,8 +152,12 @@ func (r *Remote) startProxy(cfg Config) error {
 	}
 	h := http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		r.requests.Add(1)
-		if req.Method == http.MethodGet && req.URL.Path != "/" && strings.Count(strings.Trim(req.URL.Path, "/"), "/") >= 1 {
+		isObject := req.URL.Path != "/" && strings.Count(strings.Trim(req.URL.Path, "/"), "/") >= 1
+		switch {
+		case req.Method == http.MethodGet && isObject:
 			r.gets.Add(1)
+		case req.Method == http.MethodDelete && isObject:
+			r.deletes.Add(1)
 		}
 		if r.down.Load() {
 			http.Error(w, "remote link down", http.StatusServiceUnavailable)
@@ -193,6 +198,10 @@ func (r *Remote) Requests() int64 { return r.requests.Load() }
 // ObjectGets is the number of object GETs (whole or ranged) that went
 // through the slow link.
 func (r *Remote) ObjectGets() int64 { return r.gets.Load() }
+
+// ObjectDeletes is the number of object DELETEs that went through the
+// slow link.
+func (r *Remote) ObjectDeletes() int64 { return r.deletes.Load() }
 
 // SetDown cuts (true) or restores (false) the slow link: while it is down
 // every request through it fails with 503.

@@ -218,6 +218,28 @@ func TestCacheBucket(t *testing.T) {
 		}
 	})
 
+	t.Run("delete", func(t *testing.T) {
+		if err := putObject(ctx, cl, "cached", "gone", []byte("written, then deleted")); err != nil {
+			t.Fatal(err)
+		}
+		before := r.ObjectDeletes()
+		if _, err := cl.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String("cached"), Key: aws.String("gone")}); err != nil {
+			t.Fatal(err)
+		}
+		// The owner deletes the backend's copy; the other nodes only theirs.
+		if n := r.ObjectDeletes() - before; n != 1 {
+			t.Errorf("one DELETE made %d backend DELETEs, want 1", n)
+		}
+		if _, err := getObject(ctx, direct, "remote", "cached/gone"); err == nil {
+			t.Error("deleted object still in the backend")
+		}
+		for _, ep := range c.Endpoints() {
+			if _, err := getObject(ctx, s3Client(c, ep), "cached", "gone"); err == nil {
+				t.Errorf("deleted object served via %s", ep)
+			}
+		}
+	})
+
 	t.Run("stale after remote overwrite", func(t *testing.T) {
 		if err := putObject(ctx, direct, "remote", "fresh/obj", []byte("version one")); err != nil {
 			t.Fatal(err)
