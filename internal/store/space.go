@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -236,6 +237,7 @@ func (s *Store) evictUntil(ctx context.Context, mp *mountpath, done func(freed i
 		size int64
 	}
 	var busy []victim
+	dirs := map[string]bool{}
 	defer func() {
 		for _, v := range busy {
 			mp.polAdd(v.k, v.size)
@@ -262,9 +264,19 @@ func (s *Store) evictUntil(ctx context.Context, mp *mountpath, done func(freed i
 		switch {
 		case err == nil:
 			freed += size
+			dir, _ := mp.objectPath(bucket, key)
+			dirs[dir] = true
 			s.log.Debug("store: evicted", "bucket", bucket, "key", key, "size", size)
 		case errors.Is(err, errBeingRead):
 			busy = append(busy, victim{k, size})
+		}
+	}
+	// The removals are made durable once per directory and pass: an
+	// evicted copy that came back after a crash could be served although
+	// its key was deleted or rewritten through another node since.
+	for dir := range dirs {
+		if err := syncDir(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+			s.log.Warn("store: fsync after eviction", "dir", dir, "err", err)
 		}
 	}
 	return freed

@@ -150,3 +150,66 @@ func straceChild(t *testing.T, child, env, dir string) []string {
 	}
 	return strings.Split(string(b), "\n")
 }
+
+const evictEnv = "SLIPSTREAM_STORE_EVICT_CHILD"
+
+// TestEvictChild (child of TestEvictionIsDurable) fills a small mountpath
+// with clean copies until a PUT evicts the first one, and writes that
+// copy's file and directory to the file "paths".
+func TestEvictChild(t *testing.T) {
+	dir := os.Getenv(evictEnv)
+	if dir == "" {
+		t.Skip("child of TestEvictionIsDurable")
+	}
+	ctx := context.Background()
+	const chunk = 64 << 10
+	s, err := Open(ctx, Config{Mountpaths: []string{filepath.Join(dir, "mp")}, MaxBytes: 2*chunk + 1, HighWatermark: 100, LowWatermark: 99, Policy: "lru"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, k := range []string{"first", "second"} {
+		if _, err := s.Put(ctx, "bkt", k, bytes.NewReader(make([]byte, chunk)), PutOptions{PutOptions: object.PutOptions{Size: chunk}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	file := s.objectFile("bkt", "first")
+	if err := os.WriteFile(filepath.Join(dir, "paths"), []byte(file+"\n"+filepath.Dir(file)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Put(ctx, "bkt", "third", bytes.NewReader(make([]byte, chunk)), PutOptions{PutOptions: object.PutOptions{Size: chunk}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Stat(ctx, "bkt", "first"); err == nil {
+		t.Fatal("nothing evicted")
+	}
+}
+
+// TestEvictionIsDurable: an evicted copy's removal is fsynced (once per
+// directory and eviction pass): after a crash it does not come back, to be
+// served although its key was deleted or rewritten elsewhere since.
+func TestEvictionIsDurable(t *testing.T) {
+	dir := t.TempDir()
+	trace := straceChild(t, "TestEvictChild", evictEnv, dir)
+	pb, err := os.ReadFile(filepath.Join(dir, "paths"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	paths := strings.Split(strings.TrimSpace(string(pb)), "\n")
+	file, fdir := paths[0], paths[1]
+	unlinkAt, syncAt := -1, -1
+	for n, line := range trace {
+		switch {
+		case unlinkAt < 0 && strings.Contains(line, "unlink") && strings.Contains(line, filepath.Base(file)):
+			unlinkAt = n
+		case unlinkAt >= 0 && syncAt < 0 && strings.Contains(line, "fsync(") && strings.Contains(line, "<"+fdir+">"):
+			syncAt = n
+		}
+	}
+	if unlinkAt < 0 {
+		t.Fatalf("evicted copy %s never unlinked", file)
+	}
+	if syncAt < 0 {
+		t.Errorf("the directory %s of the evicted copy was not fsynced after its unlink", fdir)
+	}
+}
