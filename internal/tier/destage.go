@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -67,8 +68,9 @@ type destager struct {
 	queue    []string
 	replicas map[string]map[string]*op // owner -> object -> latest replica op
 	nextSeq  uint64
-	dirty    int64 // bytes of owned pending + running operations
-	reserved int64 // bytes promised to PUTs in progress
+	dirty    int64    // bytes of owned pending + running operations
+	reserved int64    // bytes promised to PUTs in progress
+	waiters  []*int64 // PUTs waiting for room, in arrival order
 	replicaB int64
 	destaged int64
 	failures int64
@@ -433,27 +435,54 @@ func (d *destager) reserve(ctx context.Context, size int64) error {
 	if size < 0 {
 		size = 0
 	}
+	fits := func() bool {
+		used := d.dirty + d.reserved
+		return limit <= 0 || used == 0 || used+size <= limit
+	}
+	d.mu.Lock()
+	if len(d.waiters) == 0 && fits() {
+		d.reserved += size
+		d.mu.Unlock()
+		return nil
+	}
+	// First come, first served: a PUT that fits does not pass one that
+	// waits for room, or a large PUT would wait for ever behind a steady
+	// stream of small ones.
+	w := &size // its place in the line
+	d.waiters = append(d.waiters, w)
+	leave := func() {
+		d.waiters = slices.DeleteFunc(d.waiters, func(x *int64) bool { return x == w })
+		d.note.broadcast()
+	}
+	d.mu.Unlock()
 	timer := time.NewTimer(d.t.cfg.DirtyWait)
 	defer timer.Stop()
 	for {
 		d.mu.Lock()
-		used := d.dirty + d.reserved
-		if limit <= 0 || used == 0 || used+size <= limit {
+		if d.waiters[0] == w && fits() {
 			d.reserved += size
+			leave()
 			d.mu.Unlock()
 			return nil
 		}
+		used := d.dirty + d.reserved
 		ch := d.note.wait()
 		d.mu.Unlock()
+		var err error
 		select {
 		case <-ch:
+			continue
 		case <-timer.C:
-			return fmt.Errorf("%w: %d dirty bytes of %d allowed", object.ErrSlowDown, used, limit)
+			err = fmt.Errorf("%w: %d dirty bytes of %d allowed", object.ErrSlowDown, used, limit)
 		case <-ctx.Done():
-			return ctx.Err()
+			err = ctx.Err()
 		case <-d.t.ctx.Done():
-			return ErrClosed
+			err = ErrClosed
 		}
+		d.mu.Lock()
+		leave()
+		d.mu.Unlock()
+		return err
 	}
 }
 

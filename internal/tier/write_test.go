@@ -272,6 +272,44 @@ func TestDirtyCapBackPressure(t *testing.T) {
 	}
 }
 
+// TestDirtyCapFirstComeFirstServed: a PUT that fits under the dirty cap
+// does not pass one that is waiting for room, or a large PUT would wait for
+// ever behind a steady stream of small ones.
+func TestDirtyCapFirstComeFirstServed(t *testing.T) {
+	e := newEnv(t, "fs")
+	gate := make(chan struct{})
+	e.be.set(func(c *ctl) { c.gate = gate })
+	tr := e.newTier(t, tier.Config{MaxDirtyBytes: 1 << 20, DirtyWait: 10 * time.Second}, wbBucket)
+	ctx := context.Background()
+	first := backendtest.Body(1, 600<<10)
+	if _, err := tr.Put(ctx, "wback", "first", bytesReader(first), putOpts(len(first))); err != nil {
+		t.Fatal(err)
+	}
+	put := func(key string, size int) <-chan error {
+		done := make(chan error, 1)
+		go func() {
+			body := backendtest.Body(int64(size), size)
+			_, err := tr.Put(ctx, "wback", key, bytesReader(body), putOpts(len(body)))
+			done <- err
+		}()
+		return done
+	}
+	big := put("big", 700<<10) // does not fit until "first" is destaged
+	time.Sleep(100 * time.Millisecond)
+	small := put("small", 100<<10) // would fit, but "big" came first
+	select {
+	case err := <-small:
+		t.Fatalf("a PUT that came later passed the one waiting for room (%v)", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	close(gate)
+	for name, ch := range map[string]<-chan error{"big": big, "small": small} {
+		if err := <-ch; err != nil {
+			t.Errorf("%s PUT: %v", name, err)
+		}
+	}
+}
+
 // TestMultipartWithinDirtyCap: a multipart completion into a writeback
 // bucket reserves its size like a PUT before its parts are assembled: over
 // the cap it is refused with SlowDown (the upload stays, to be retried),
