@@ -22,6 +22,7 @@ import (
 	"github.com/slipstream-io/slipstream/internal/peer"
 	"github.com/slipstream-io/slipstream/internal/placement"
 	"github.com/slipstream-io/slipstream/internal/store"
+	"github.com/slipstream-io/slipstream/internal/tier"
 )
 
 // holderRig is a cluster of real local services (store + tombstones), each
@@ -328,5 +329,28 @@ func TestCompleteRetriedAfterReplicaFailed(t *testing.T) {
 	ri, err := r.stores[replica].Stat(ctx, "bkt", key)
 	if err != nil || ri.ETag != info.ETag || !ri.ModTime.Equal(info.ModTime) {
 		t.Errorf("replica's copy %+v (%v), want the owner's version %s at %s", ri, err, info.ETag, info.ModTime)
+	}
+}
+
+// TestReplicateNamesHoldersOnFailure: when one peer fails while the others
+// store their copy, Replicate fails but still names every peer it asked:
+// the owner journals them as holders and tells them when the write is
+// destaged, so no replica stays dirty for ever.
+func TestReplicateNamesHoldersOnFailure(t *testing.T) {
+	ctx := context.Background()
+	r := newHolderRig(t, "n1", "n2", "n3")
+	r.m.Buckets["bkt"] = cluster.BucketProps{Name: "bkt", Copies: 3, Mode: cluster.ModeLocal}
+	const key = "k"
+	order := placement.Order(r.m.NodeIDs(), placement.ObjectName("bkt", key))
+	owner, ok, cut := order[0], order[1], order[2]
+	r.cut[cut].Store(true)
+	body := "a replica that one peer misses"
+	holders, err := (&replicator{g: r.gateway(owner)}).Replicate(ctx, tier.ReplicaPut{Owner: owner, Seq: 1, Bucket: "bkt", Key: key,
+		Opts: object.PutOptions{Size: int64(len(body))}, ModTime: time.Now(), Copies: 2, Body: strings.NewReader(body)})
+	if !errors.Is(err, object.ErrUnavailable) {
+		t.Fatalf("Replicate with a peer cut off: %v, want ErrUnavailable", err)
+	}
+	if !slices.Contains(holders, ok) || !slices.Contains(holders, cut) {
+		t.Errorf("holders %v, want both peers %s and %s", holders, ok, cut)
 	}
 }

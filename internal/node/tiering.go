@@ -166,7 +166,10 @@ func (r *replicator) Replicate(ctx context.Context, req tier.ReplicaPut) ([]stri
 	}
 	opts := peer.PutOptions{PutOptions: req.Opts, ModTime: req.ModTime, Replica: true, Owner: req.Owner, Seq: req.Seq, Dirty: true}
 	if _, err := r.g.fanOut(ctx, m, peers, req.Bucket, req.Key, req.Body, func(int) peer.PutOptions { return opts }); err != nil {
-		return nil, err
+		// Some peers may have stored their copy before another failed:
+		// they are holders all the same, to be told when the write is
+		// destaged, or their dirty replicas would stay for ever.
+		return peers, err
 	}
 	return peers, nil
 }

@@ -135,7 +135,8 @@ type ReplicaPut struct {
 // DeleteReplica and ReplicaDestaged on their own Tier.
 type Replicator interface {
 	// Replicate stores req.Body on req.Copies peers and returns their IDs
-	// once every copy is durable. It must consume Body to the end or fail.
+	// once every copy is durable. It must consume Body to the end or fail;
+	// when it fails it still returns the peers that may hold a copy.
 	Replicate(ctx context.Context, req ReplicaPut) (holders []string, err error)
 	// ReplicateDelete tells the peers that hold (or may hold) replicas of
 	// bucket/key that the owner deleted it as operation seq.
