@@ -157,3 +157,35 @@ func TestLateDeleteNoticeKeepsOwnedWrite(t *testing.T) {
 		t.Fatalf("backend k = %q (%v), want B's acknowledged write %q", got, err, v2)
 	}
 }
+
+// TestNoticeOfNewerWriteDropsOlderReplica: a holder keeps A's replica of
+// v1 (seq 5) and missed v2 (seq 6). When A tells it that seq 6 reached the
+// backend, the copy here is older than the backend's: it goes, instead of
+// staying as a clean copy that would be served as current. A notice of
+// the very write held makes the copy clean.
+func TestNoticeOfNewerWriteDropsOlderReplica(t *testing.T) {
+	e := newEnv(t, "fs")
+	tb := e.newTier(t, tier.Config{NodeID: "B"}, map[string]tier.Bucket{"wback": {Mode: tier.ModeWriteback, Copies: 2}})
+	ctx := context.Background()
+	for _, k := range []string{"older", "same"} {
+		v := []byte("A's write of " + k)
+		if _, err := tb.PutReplica(ctx, "A", 5, "wback", k, bytesReader(v), tier.ReplicaOptions{PutOptions: putOpts(len(v)), ModTime: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tb.ReplicaDestaged(ctx, "A", 6, "wback", "older"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.ReplicaDestaged(ctx, "A", 5, "wback", "same"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.local.Stat(ctx, "wback", "older"); !errors.Is(err, object.ErrNotFound) {
+		t.Errorf("replica older than the destaged write: %v, want it gone", err)
+	}
+	if info, err := e.local.Stat(ctx, "wback", "same"); err != nil || info.Dirty {
+		t.Errorf("replica of the destaged write: %+v, %v; want a clean copy", info, err)
+	}
+	if bl := tb.Backlog(); bl.ReplicaObjects != 0 {
+		t.Errorf("replicas still held: %+v", bl)
+	}
+}

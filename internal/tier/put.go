@@ -352,19 +352,58 @@ func (t *Tier) ReplicaDestaged(ctx context.Context, owner string, seq uint64, bu
 	if !done {
 		return nil // unknown, or a newer replica operation is pending
 	}
-	if o.kind == KindReplicaPut && t.d.pendingOp(bucket, key) == nil {
-		_, err := t.local.UpdateMeta(ctx, bucket, key, func(i *object.Info) error {
-			if i.ETag != o.etag {
-				return errSkip
+	switch {
+	case o.kind != KindReplicaPut:
+	case o.seq == seq:
+		// This very write reached the backend: the copy becomes a clean
+		// (evictable) copy of it.
+		if t.d.pendingOp(bucket, key) == nil {
+			_, err := t.local.UpdateMeta(ctx, bucket, key, func(i *object.Info) error {
+				if i.ETag != o.etag {
+					return errSkip
+				}
+				i.Dirty = false
+				return nil
+			})
+			if err != nil && !errors.Is(err, errSkip) && !errors.Is(err, object.ErrNotFound) {
+				return err
 			}
-			i.Dirty = false
-			return nil
-		})
-		if err != nil && !errors.Is(err, errSkip) && !errors.Is(err, object.ErrNotFound) {
+		}
+	default:
+		// A later write of the owner, which this node does not hold,
+		// reached the backend: the copy here is older than the backend's
+		// and goes (kept as a clean copy, it would be served as current).
+		if err := t.dropOlderReplica(ctx, bucket, key, o.etag); err != nil {
 			return err
 		}
 	}
 	return t.d.j.append(false, nil, Record{Kind: KindReplicaDone, Seq: seq, Time: time.Now(), Bucket: bucket, Key: key, Owner: owner})
+}
+
+// dropOlderReplica removes the local copy of bucket/key if it is still the
+// replica with ETag etag and this node has no write of the key pending.
+func (t *Tier) dropOlderReplica(ctx context.Context, bucket, key, etag string) error {
+	end, err := t.beginWrite(ctx, bucket, key)
+	if err != nil {
+		return err
+	}
+	defer end()
+	if t.d.pendingOp(bucket, key) != nil {
+		return nil
+	}
+	info, err := t.local.Stat(ctx, bucket, key)
+	switch {
+	case errors.Is(err, object.ErrNotFound):
+		return nil
+	case err != nil:
+		return err
+	case info.ETag != etag || !info.Dirty:
+		return nil
+	}
+	if err := t.local.Delete(context.WithoutCancel(ctx), bucket, key); err != nil && !errors.Is(err, object.ErrNotFound) {
+		return err
+	}
+	return nil
 }
 
 // ReplicaOwners returns the owners this node holds replica operations for
