@@ -602,6 +602,20 @@ func (d *destager) requeue(k string) {
 	d.mu.Unlock()
 }
 
+// verifyBucket makes the pending operations of bucket check the backend's
+// stamp before they act: they wait for a bucket of that name to be added
+// again, perhaps over the same backend, where writes made meanwhile through
+// other nodes must not be deleted or replaced by them.
+func (d *destager) verifyBucket(bucket string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, ks := range d.keys {
+		if ks.pending != nil && ks.pending.bucket == bucket {
+			ks.pending.verify = true
+		}
+	}
+}
+
 // destage sends one operation to the backend.
 func (d *destager) destage(o *op) error {
 	t := d.t

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slipstream-io/slipstream/internal/backend"
 	"github.com/slipstream-io/slipstream/internal/object"
 	"github.com/slipstream-io/slipstream/internal/tier"
 )
@@ -187,5 +188,43 @@ func TestNoticeOfNewerWriteDropsOlderReplica(t *testing.T) {
 	}
 	if bl := tb.Backlog(); bl.ReplicaObjects != 0 {
 		t.Errorf("replicas still held: %+v", bl)
+	}
+}
+
+// TestPendingDeleteOfRemovedBucket: a write-back DELETE still pending when
+// its bucket is removed waits for a bucket of the name to come back. If
+// one does, over the same backend, a write made there meanwhile (through
+// another node: the backend's stamp is newer) is not deleted by it.
+func TestPendingDeleteOfRemovedBucket(t *testing.T) {
+	e := newEnv(t, "fs")
+	e.be.set(func(c *ctl) { c.failPuts = true })
+	tr := e.newTier(t, tier.Config{RetryBackoff: 20 * time.Millisecond}, wbBucket)
+	ctx := context.Background()
+	old := []byte("old")
+	if _, err := e.raw.Put(ctx, "k", bytesReader(old), int64(len(old)), backend.PutAttrs{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Delete(ctx, "wback", "k"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a failed destage attempt", func() bool { return tr.Backlog().Failures >= 1 })
+	tr.RemoveBucket("wback")
+	// The bucket is created again; another node writes k and destages it.
+	newer := []byte("written in the new bucket")
+	stamp := map[string]string{"slipstream-written": time.Now().Add(time.Second).UTC().Format(time.RFC3339Nano)}
+	if _, err := e.raw.Put(ctx, "k", bytesReader(newer), int64(len(newer)), backend.PutAttrs{UserMeta: stamp}); err != nil {
+		t.Fatal(err)
+	}
+	e.be.set(func(c *ctl) { c.failPuts = false })
+	if err := tr.AddBucket("wback", tier.Bucket{Mode: tier.ModeWriteback, Backend: e.be}); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	if err := tr.WaitDestaged(wctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(e.remoteFile("k")); err != nil || string(got) != string(newer) {
+		t.Fatalf("backend k = %q (%v), want the newer write %q", got, err, newer)
 	}
 }

@@ -306,6 +306,9 @@ func (t *Tier) RemoveBucket(name string) {
 	t.bmu.Lock()
 	delete(t.buckets, name)
 	t.bmu.Unlock()
+	if t.d != nil {
+		t.d.verifyBucket(name)
+	}
 }
 
 func (t *Tier) bucket(name string) (Bucket, error) {
