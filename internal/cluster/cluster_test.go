@@ -32,6 +32,24 @@ func isDown(id string) func(*cluster.Map) bool {
 	return func(m *cluster.Map) bool { n, _ := m.Node(id); return n.State == cluster.StateDown }
 }
 
+// downFollower starts a 3-node cluster, stops a follower and waits until
+// the leader marks it down.
+func downFollower(t *testing.T) (tc *clustertest.Cluster, ctx context.Context, leader, f *clustertest.Node) {
+	t.Helper()
+	tc = clustertest.Start(t, clustertest.Options{N: 3})
+	ctx = testCtx(t, 30*time.Second)
+	leader, err := tc.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f = follower(t, tc)
+	tc.Stop(f)
+	if err := tc.WaitMap(ctx, leader, isDown(f.ID)); err != nil {
+		t.Fatal(err)
+	}
+	return tc, ctx, leader, f
+}
+
 func follower(t *testing.T, tc *clustertest.Cluster) *clustertest.Node {
 	t.Helper()
 	for _, n := range tc.Nodes() {

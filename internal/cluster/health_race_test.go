@@ -74,17 +74,7 @@ func TestHealthRoundKeepsOperatorState(t *testing.T) {
 // Downs count above the one it had, so internal/node's rejoin checks its
 // copies.
 func TestRemovedNodeRejoinKeepsDowns(t *testing.T) {
-	tc := clustertest.Start(t, clustertest.Options{N: 3})
-	ctx := testCtx(t, 30*time.Second)
-	leader, err := tc.Leader(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := follower(t, tc)
-	tc.Stop(f)
-	if err := tc.WaitMap(ctx, leader, isDown(f.ID)); err != nil {
-		t.Fatal(err)
-	}
+	tc, ctx, leader, f := downFollower(t)
 	downs := leader.Cluster().Map().Nodes[f.ID].Downs
 	resp, err := http.Post(leader.URL+cluster.PathLeave, "application/json", bytes.NewReader([]byte(`{"id":"`+f.ID+`"}`)))
 	if err != nil {

@@ -92,17 +92,7 @@ func TestBootstrapNodeJoinsClusterWithoutLeader(t *testing.T) {
 // another process took over (a replacement node, a recycled address) stays
 // down instead of being placed on again.
 func TestProbeChecksWhoAnswers(t *testing.T) {
-	tc := clustertest.Start(t, clustertest.Options{N: 3})
-	ctx := testCtx(t, 30*time.Second)
-	leader, err := tc.Leader(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := follower(t, tc)
-	tc.Stop(f)
-	if err := tc.WaitMap(ctx, leader, isDown(f.ID)); err != nil {
-		t.Fatal(err)
-	}
+	_, _, leader, f := downFollower(t)
 	addr := strings.TrimPrefix(f.URL, "http://")
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
