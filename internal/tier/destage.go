@@ -86,6 +86,10 @@ func openDestager(ctx context.Context, t *Tier) (*destager, error) {
 	if err != nil {
 		return nil, err
 	}
+	if j.cut != "" {
+		t.log.Warn("tier: journal cut after its last good record (a torn append, or a damaged record: then later records are lost)",
+			"bytes", j.cutBytes, "kept_in", j.cut, "records", len(recs))
+	}
 	d := &destager{t: t, j: j, keys: make(map[string]*keyState), replicas: make(map[string]map[string]*op),
 		undelivered: make(map[string]notice), nextSeq: 1}
 	d.replay(recs)

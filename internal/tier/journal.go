@@ -214,6 +214,12 @@ type journal struct {
 
 	smu    sync.Mutex // held across an fsync; taken before mu
 	synced uint64     // appends known to be durable
+
+	// cut names the file that keeps what openJournal cut off after the
+	// last good record (a torn tail, or records behind a damaged one), and
+	// cutBytes its size; "" if nothing was cut.
+	cut      string
+	cutBytes int
 }
 
 const journalName = "journal.log"
@@ -244,7 +250,16 @@ func openJournal(dir string) (*journal, []Record, error) {
 		recs = append(recs, r)
 		off += n
 	}
+	cut := ""
 	if off < len(data) {
+		// Usually the torn tail of an append a crash interrupted; but a
+		// damaged record in the middle would take the good ones behind it
+		// along, so what is cut off is kept for inspection first.
+		cut = filepath.Join(dir, fmt.Sprintf("journal.cut-%d", time.Now().UnixNano()))
+		if err := os.WriteFile(cut, data[off:], 0o644); err != nil {
+			f.Close()
+			return nil, nil, fmt.Errorf("tier: keep the journal's cut tail: %w", err)
+		}
 		if err := f.Truncate(int64(off)); err != nil {
 			f.Close()
 			return nil, nil, fmt.Errorf("tier: truncate journal tail: %w", err)
@@ -254,7 +269,7 @@ func openJournal(dir string) (*journal, []Record, error) {
 		f.Close()
 		return nil, nil, err
 	}
-	return &journal{dir: dir, f: f, size: int64(off)}, recs, nil
+	return &journal{dir: dir, f: f, size: int64(off), cut: cut, cutBytes: len(data) - off}, recs, nil
 }
 
 // errJournalClosed fails appends after close.

@@ -104,6 +104,11 @@ func TestJournalTornTail(t *testing.T) {
 	if fi, _ := os.Stat(filepath.Join(dir, journalName)); fi.Size() != size {
 		t.Errorf("torn tail not cut: size %d, want %d", fi.Size(), size)
 	}
+	// What was cut is kept, in case it was not a torn tail but records
+	// behind a damaged one.
+	if kept, err := os.ReadFile(j.cut); err != nil || !bytes.Equal(kept, half[:len(half)/2]) || j.cutBytes != len(kept) {
+		t.Errorf("cut tail kept in %q: %d bytes (%v), want the %d torn bytes", j.cut, len(kept), err, len(half)/2)
+	}
 	// Appends continue after the good records.
 	if err := j.append(true, nil, all[3]); err != nil {
 		t.Fatal(err)
