@@ -134,6 +134,10 @@ func (d *destager) replay(recs []Record) {
 			d.nextSeq = r.Seq + 1
 		}
 	}
+	// Numbers handed out before a crash to writes that never reached the
+	// journal (their replicas may have) are past the last one journaled:
+	// skip well beyond, so that none is handed out twice.
+	d.nextSeq += seqGap
 	for k, ks := range d.keys {
 		if ks.pending != nil && !ks.queued {
 			ks.queued = true
@@ -312,6 +316,10 @@ func (d *destager) close() error {
 	d.wg.Wait()
 	return d.j.close()
 }
+
+// seqGap is how far past the last journaled sequence number a restart
+// starts: more than the writes one process can have in flight.
+const seqGap = 1 << 20
 
 func (d *destager) seq() uint64 {
 	d.mu.Lock()

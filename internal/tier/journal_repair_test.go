@@ -80,3 +80,34 @@ func TestBrokenJournalIsRepaired(t *testing.T) {
 	}
 	t.Fatalf("write-back PUTs still fail 3s after one journal write failed (nothing repairs the journal): %v", err)
 }
+
+// TestSeqNotReusedAfterCrash: sequence numbers handed out to writes that
+// never reached the journal before the node died (their replicas may hold
+// them) are not handed out again after the restart.
+func TestSeqNotReusedAfterCrash(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	st, err := store.Open(ctx, store.Config{Mountpaths: []string{dir + "/mp1"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	open := func() *Tier {
+		tr, err := New(ctx, Config{JournalDir: dir + "/journal", SpoolDir: dir + "/spool"}, st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr
+	}
+	tr := open()
+	var handed uint64
+	for range 3 {
+		handed = tr.d.seq() // replicated, then the node died before journaling
+	}
+	tr.Close() // journals nothing more
+	tr = open()
+	defer tr.Close()
+	if s := tr.d.seq(); s <= handed {
+		t.Errorf("after a restart sequence number %d is handed out again (the last one before was %d)", s, handed)
+	}
+}
