@@ -301,6 +301,8 @@ func (l *localService) Replica(ctx context.Context, op peer.ReplicaOp) error {
 		return l.tier.DeleteReplica(ctx, op.Owner, op.Seq, op.Bucket, op.Key)
 	case peer.ReplicaDestaged:
 		return l.tier.ReplicaDestaged(ctx, op.Owner, op.Seq, op.Bucket, op.Key)
+	case peer.ReplicaAbandoned:
+		return l.tier.ReplicaAbandoned(ctx, op.Owner, op.Seq, op.Bucket, op.Key)
 	case peer.ReplicaTombstone:
 		if l.tombs == nil {
 			return fmt.Errorf("%w: this node keeps no tombstones", object.ErrInvalidArgument)

@@ -189,6 +189,10 @@ func (r *replicator) Destaged(ctx context.Context, owner string, seq uint64, buc
 	return r.tell(ctx, peer.ReplicaOp{Op: peer.ReplicaDestaged, Owner: owner, Seq: seq, Bucket: bucket, Key: key}, holders)
 }
 
+func (r *replicator) Abandoned(ctx context.Context, owner string, seq uint64, bucket, key string, holders []string) error {
+	return r.tell(ctx, peer.ReplicaOp{Op: peer.ReplicaAbandoned, Owner: owner, Seq: seq, Bucket: bucket, Key: key}, holders)
+}
+
 func (r *replicator) Deleted(ctx context.Context, owner string, seq uint64, bucket, key string, holders []string) error {
 	return r.tell(ctx, peer.ReplicaOp{Op: peer.ReplicaDelete, Owner: owner, Seq: seq, Bucket: bucket, Key: key}, holders)
 }

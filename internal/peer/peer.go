@@ -55,6 +55,9 @@ type PutOptions struct {
 const (
 	ReplicaDelete   = "delete"   // the owner deleted the object
 	ReplicaDestaged = "destaged" // the owner's write reached the backend
+	// ReplicaAbandoned: the owner's write failed on the owner itself; it
+	// will never be destaged, and its replicas go.
+	ReplicaAbandoned = "abandoned"
 	// ReplicaTombstone asks a node that deleted an object to remember the
 	// delete (Time): a holder of a copy was down or unreachable and missed
 	// it, and will ask when it comes back.

@@ -3,12 +3,16 @@ package tier_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"os"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/slipstream-io/slipstream/internal/backend"
 	"github.com/slipstream-io/slipstream/internal/object"
+	"github.com/slipstream-io/slipstream/internal/store"
 	"github.com/slipstream-io/slipstream/internal/tier"
 )
 
@@ -226,5 +230,49 @@ func TestPendingDeleteOfRemovedBucket(t *testing.T) {
 	}
 	if got, err := os.ReadFile(e.remoteFile("k")); err != nil || string(got) != string(newer) {
 		t.Fatalf("backend k = %q (%v), want the newer write %q", got, err, newer)
+	}
+}
+
+// failingLocal is a store whose Puts fail (its drive broke) after reading
+// the body.
+type failingLocal struct{ *store.Store }
+
+func (f failingLocal) Put(ctx context.Context, bucket, key string, r io.Reader, opts store.PutOptions) (object.Info, error) {
+	_, _ = io.Copy(io.Discard, r)
+	return object.Info{}, fmt.Errorf("store: %w", syscall.EIO)
+}
+
+// TestFailedWriteAbandonsReplicas: a write-back PUT whose replica was
+// stored but whose own copy failed on the owner is answered with an error
+// and will never be destaged: the holder is told, and its replica goes
+// instead of staying dirty for ever (or being uploaded by a take-over).
+func TestFailedWriteAbandonsReplicas(t *testing.T) {
+	owner, holder := newEnv(t, "fs"), newEnv(t, "fs")
+	holder.be = owner.be
+	p := &peers{tiers: map[string]*tier.Tier{}, order: []string{"A", "B"}}
+	wb2 := map[string]tier.Bucket{"wback": {Mode: tier.ModeWriteback, Copies: 2}}
+	ctx := context.Background()
+	ta, err := tier.New(ctx, tier.Config{NodeID: "A", Replicator: p, SpoolDir: owner.dir + "/spool", JournalDir: owner.dir + "/journal"}, failingLocal{owner.local})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ta.Close() })
+	if err := ta.AddBucket("wback", tier.Bucket{Mode: tier.ModeWriteback, Copies: 2, Backend: owner.be}); err != nil {
+		t.Fatal(err)
+	}
+	tb := holder.newTier(t, tier.Config{NodeID: "B", Replicator: p}, wb2)
+	p.tiers["A"], p.tiers["B"] = ta, tb
+	body := []byte("written on the peer, failed on the owner")
+	if _, err := ta.Put(ctx, "wback", "k", bytesReader(body), putOpts(len(body))); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("PUT whose own copy failed: %v, want EIO", err)
+	}
+	if bl := tb.Backlog(); bl.ReplicaObjects != 0 {
+		t.Errorf("holder still holds a replica of the failed write: %+v", bl)
+	}
+	if _, err := holder.local.Stat(ctx, "wback", "k"); !errors.Is(err, object.ErrNotFound) {
+		t.Errorf("holder's copy of the failed write: %v, want it gone", err)
+	}
+	if n, err := tb.TakeOver(ctx, "A"); err != nil || n != 0 {
+		t.Errorf("take-over of the owner adopted %d operations (%v), want none", n, err)
 	}
 }

@@ -166,6 +166,14 @@ func (t *Tier) putBack(ctx context.Context, b Bucket, bucket, key string, r io.R
 		info, errL = t.local.Put(ctx, bucket, key, r, lopts)
 	}
 	if errL != nil {
+		if len(holders) > 0 {
+			// Peers may hold a copy of a write that failed here: it will
+			// never be destaged, so their replicas must not stay dirty
+			// (nor be taken over and uploaded).
+			if err := t.cfg.Replicator.Abandoned(context.WithoutCancel(ctx), t.cfg.NodeID, seq, bucket, key, holders); err != nil {
+				t.log.Warn("tier: replica holders not told of a failed write", "bucket", bucket, "key", key, "holders", holders, "err", err)
+			}
+		}
 		if errors.Is(errL, fanout.ErrConsumerDone) && errR != nil {
 			// The replication failure stopped the local write too.
 			return object.Info{}, fmt.Errorf("tier: %s/%s: replicas failed: %w: %w", bucket, key, object.ErrUnavailable, errR)
@@ -376,6 +384,33 @@ func (t *Tier) ReplicaDestaged(ctx context.Context, owner string, seq uint64, bu
 		if err := t.dropOlderReplica(ctx, bucket, key, o.etag); err != nil {
 			return err
 		}
+	}
+	return t.d.j.append(false, nil, Record{Kind: KindReplicaDone, Seq: seq, Time: time.Now(), Bucket: bucket, Key: key, Owner: owner})
+}
+
+// ReplicaAbandoned records on a replica holder that owner's operation seq
+// of bucket/key failed on the owner: the replica of it goes (the local
+// copy first, if it is still that replica: a crash in between leaves a
+// record whose copy is gone, which a take-over skips).
+func (t *Tier) ReplicaAbandoned(ctx context.Context, owner string, seq uint64, bucket, key string) error {
+	if t.d == nil {
+		return ErrNoJournal
+	}
+	k := okey(bucket, key)
+	t.d.mu.Lock()
+	o := t.d.replicas[owner][k]
+	t.d.mu.Unlock()
+	if o == nil || o.seq != seq || o.kind != KindReplicaPut {
+		return nil // unknown, or a later operation of the owner
+	}
+	if err := t.dropOlderReplica(ctx, bucket, key, o.etag); err != nil {
+		return err
+	}
+	t.d.mu.Lock()
+	done := t.d.replicaDone(owner, k, seq)
+	t.d.mu.Unlock()
+	if !done {
+		return nil
 	}
 	return t.d.j.append(false, nil, Record{Kind: KindReplicaDone, Seq: seq, Time: time.Now(), Bucket: bucket, Key: key, Owner: owner})
 }

@@ -144,6 +144,10 @@ type Replicator interface {
 	// Destaged tells holders that operation seq of bucket/key reached the
 	// backend, so their replicas may become clean.
 	Destaged(ctx context.Context, owner string, seq uint64, bucket, key string, holders []string) error
+	// Abandoned tells holders that operation seq of bucket/key failed on
+	// the owner (its own copy could not be written): it will never be
+	// destaged, and their replicas of it go.
+	Abandoned(ctx context.Context, owner string, seq uint64, bucket, key string, holders []string) error
 	// Deleted tells holders that the owner deleted bucket/key as operation
 	// seq, so that they drop their copies (sent to holders of earlier
 	// writes that missed the delete).

@@ -411,6 +411,15 @@ func (p *peers) Deleted(ctx context.Context, owner string, seq uint64, bucket, k
 	return nil
 }
 
+func (p *peers) Abandoned(ctx context.Context, owner string, seq uint64, bucket, key string, holders []string) error {
+	for _, h := range holders {
+		if err := p.tiers[h].ReplicaAbandoned(ctx, owner, seq, bucket, key); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (p *peers) Destaged(ctx context.Context, owner string, seq uint64, bucket, key string, holders []string) error {
 	for _, h := range holders {
 		if p.isDown(h) {
