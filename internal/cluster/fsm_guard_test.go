@@ -75,6 +75,22 @@ func TestForwardedLeadershipLost(t *testing.T) {
 	}
 }
 
+// TestForwardedToClosingLeader: a leader that is shutting down answers
+// "closed"; for the node that forwarded to it that is a leader gone
+// mid-request, which it retries with the next one (and treats as
+// uncertain), not a failure of its own.
+func TestForwardedToClosingLeader(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, ErrClosed)
+	}))
+	defer srv.Close()
+	c := &Cluster{hc: srv.Client()}
+	err := c.post(t.Context(), srv.URL+PathApply, []byte(`{}`), nil, true)
+	if !retryable(err) || errors.Is(err, ErrClosed) {
+		t.Errorf("a forwarded apply to a closing leader comes back as %v: not retried", err)
+	}
+}
+
 // TestVolumeDeleteByID: a delete that names the volume's ID removes only
 // that volume, not one created since under the same name.
 func TestVolumeDeleteByID(t *testing.T) {

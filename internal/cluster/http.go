@@ -79,6 +79,11 @@ func (e *remoteError) Error() string { return e.msg }
 func (e *remoteError) Unwrap() error { return e.err }
 
 func errorFromBody(status int, b errorBody) error {
+	if b.Code == "closed" {
+		// The other node is shutting down (a leader restarted): for this
+		// one it went away mid-request, which the next leader can retry.
+		return &remoteError{msg: b.Message, err: errUnreachable}
+	}
 	for _, ec := range errorCodes {
 		if ec.code == b.Code {
 			return &remoteError{msg: b.Message, err: ec.err}
