@@ -298,7 +298,7 @@ func (g *gateway) GetObject(ctx context.Context, bucket, key string, opts object
 			return object.Info{}, err
 		}
 		return rd.Info(), nil
-	}, func() { rd.Close() })
+	}, func() { rd.Close(); rd = nil })
 	return rd, err
 }
 
