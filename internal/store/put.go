@@ -403,11 +403,12 @@ func (s *Store) commit(ctx context.Context, w *work, info object.Info, check fun
 	mp.commitSpace(w.reserved, info.Size)
 	w.reserved = 0
 	pk := placement.ObjectName(info.Bucket, info.Key)
+	crossDrive := old != nil && old.mp != mp.idx
 	var synced error
 	if old != nil {
 		omp := s.mps[old.mp]
 		omp.dropSpace(old.info.Size)
-		if old.mp != mp.idx {
+		if crossDrive {
 			omp.polRemove(pk)
 			// The drives are separate file systems: the new copy's rename
 			// must be durable before the old copy is removed, or a crash
@@ -428,7 +429,7 @@ func (s *Store) commit(ctx context.Context, w *work, info object.Info, check fun
 		mp.polRemove(pk)
 	}
 	l.Unlock()
-	if synced == nil && (old == nil || old.mp == mp.idx) {
+	if !crossDrive {
 		synced = syncDir(dir)
 	}
 	if synced != nil {

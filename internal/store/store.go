@@ -396,11 +396,7 @@ func driveIdentity(root string, readOnly bool) (string, error) {
 	if readOnly {
 		return "", nil
 	}
-	var idb [16]byte
-	if _, err := rand.Read(idb[:]); err != nil {
-		return "", err
-	}
-	id := hex.EncodeToString(idb[:])
+	id := rand.Text()
 	return id, writeFileAtomic(p, driveID{ID: id})
 }
 

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -55,9 +54,7 @@ func (h *Handler) Close() error {
 
 // NewHandler serves r over HTTP under /volume/.
 func NewHandler(r Replica) *Handler {
-	var boot [8]byte
-	_, _ = rand.Read(boot[:])
-	h := &handler{r: r, streams: map[net.Conn]struct{}{}, boot: hex.EncodeToString(boot[:])}
+	h := &handler{r: r, streams: map[net.Conn]struct{}{}, boot: rand.Text()}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /volume/_ping", func(w http.ResponseWriter, req *http.Request) {
 		if err := r.Ping(req.Context()); err != nil {
