@@ -374,7 +374,6 @@ func (h *holderSearch) try(ctx context.Context, ids []string) (done bool, err er
 	for _, id := range ids {
 		info, err := h.f(h.g.at(h.m, id))
 		r := 0
-		var de *peer.DeletedError
 		switch {
 		case err == nil && !h.deleted.IsZero() && !info.ModTime.After(h.deleted):
 			h.drop()
@@ -384,10 +383,7 @@ func (h *holderSearch) try(ctx context.Context, ids []string) (done bool, err er
 			return true, nil
 		case ctx.Err() != nil:
 			return true, ctx.Err()
-		case errors.As(err, &de):
-			if de.At.After(h.deleted) {
-				h.deleted = de.At
-			}
+		case h.noteDeleted(err):
 		case errors.Is(err, object.ErrNotFound):
 		case errors.Is(err, peer.ErrUnreachable):
 			r = 1
@@ -417,18 +413,24 @@ func (h *holderSearch) having(ctx context.Context, ids []string) []string {
 	wg.Wait()
 	var out []string
 	for i, err := range errs {
-		var de *peer.DeletedError
-		switch {
-		case errors.As(err, &de):
-			if de.At.After(h.deleted) {
-				h.deleted = de.At
-			}
-		case errors.Is(err, object.ErrNotFound):
-		default:
+		if !h.noteDeleted(err) && !errors.Is(err, object.ErrNotFound) {
 			out = append(out, ids[i])
 		}
 	}
 	return out
+}
+
+// noteDeleted reports whether err is a holder remembering a delete of the
+// key, and keeps the latest such delete.
+func (h *holderSearch) noteDeleted(err error) bool {
+	var de *peer.DeletedError
+	if !errors.As(err, &de) {
+		return false
+	}
+	if de.At.After(h.deleted) {
+		h.deleted = de.At
+	}
+	return true
 }
 
 // answersForObject reports whether err is an answer about the object or

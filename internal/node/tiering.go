@@ -73,7 +73,7 @@ func (s *tierSync) apply(ctx context.Context, m *cluster.Map) {
 			if s.purge != nil {
 				// A node that missed the gateway's DeleteBucket (its map
 				// lagged) or a PUT that raced it leaves nothing behind.
-				go s.purge(cmp.Or(s.base, context.Background()), name)
+				go s.purge(s.bg(), name)
 			}
 		}
 	}
@@ -98,13 +98,16 @@ func (s *tierSync) takeOvers(m *cluster.Map) {
 		}
 		s.taking[owner] = true
 		go func() {
-			s.takeover(cmp.Or(s.base, context.Background()), owner)
+			s.takeover(s.bg(), owner)
 			s.mu.Lock()
 			delete(s.taking, owner)
 			s.mu.Unlock()
 		}()
 	}
 }
+
+// bg is the context of work that outlives the map change starting it.
+func (s *tierSync) bg() context.Context { return cmp.Or(s.base, context.Background()) }
 
 // takeOverRetry is how often take-overs that failed are tried again when
 // the map does not change.
