@@ -326,24 +326,9 @@ func (t *Tier) DeleteReplica(ctx context.Context, owner string, seq uint64, buck
 	// The local copy goes only if it is the owner's replica. A notice that
 	// arrives late (the owner was away) must not remove a newer write
 	// this node took meanwhile: its own pending one, or another version.
-	if t.d.pendingOp(bucket, key) != nil {
-		return nil
-	}
-	info, err := t.local.Stat(ctx, bucket, key)
-	if errors.Is(err, object.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if rec != nil && rec.kind == KindReplicaPut && info.ETag != rec.etag {
-		return nil
-	}
-	// Under the key's write lock: no other write of it runs meanwhile.
-	if err := t.local.Delete(context.WithoutCancel(ctx), bucket, key); err != nil && !errors.Is(err, object.ErrNotFound) {
-		return err
-	}
-	return nil
+	return t.removeCopyIf(ctx, bucket, key, func(info object.Info) bool {
+		return rec == nil || rec.kind != KindReplicaPut || info.ETag == rec.etag
+	})
 }
 
 // ReplicaDestaged records on a replica holder that owner destaged operation
@@ -423,6 +408,13 @@ func (t *Tier) dropOlderReplica(ctx context.Context, bucket, key, etag string) e
 		return err
 	}
 	defer end()
+	return t.removeCopyIf(ctx, bucket, key, func(info object.Info) bool { return info.ETag == etag && info.Dirty })
+}
+
+// removeCopyIf removes the local copy of bucket/key if this node has no
+// write of the key pending and match accepts the copy. The caller holds
+// the key's write lock, so no other write of it runs meanwhile.
+func (t *Tier) removeCopyIf(ctx context.Context, bucket, key string, match func(object.Info) bool) error {
 	if t.d.pendingOp(bucket, key) != nil {
 		return nil
 	}
@@ -432,7 +424,7 @@ func (t *Tier) dropOlderReplica(ctx context.Context, bucket, key, etag string) e
 		return nil
 	case err != nil:
 		return err
-	case info.ETag != etag || !info.Dirty:
+	case !match(info):
 		return nil
 	}
 	if err := t.local.Delete(context.WithoutCancel(ctx), bucket, key); err != nil && !errors.Is(err, object.ErrNotFound) {
