@@ -484,15 +484,10 @@ func (c *Cluster) SetVolumeStale(ctx context.Context, name, mirror, writer strin
 	return c.propose(ctx, command{Op: opVolumeStale, Name: name, Node: &NodeInfo{ID: mirror}, State: st, Writer: writer})
 }
 
-// DeleteVolume removes a volume. It fails with ErrVolumeNotFound.
-func (c *Cluster) DeleteVolume(ctx context.Context, name string) error {
-	return c.propose(ctx, command{Op: opVolumeDelete, Name: name})
-}
-
-// DeleteVolumeID removes volume name only if it is still the volume with
-// that ID (ErrVolumeNotFound otherwise): a delete decided on one volume
-// never removes another created since under its name.
-func (c *Cluster) DeleteVolumeID(ctx context.Context, name, id string) error {
+// DeleteVolume removes volume name if it is still the volume with that ID
+// (ErrVolumeNotFound otherwise): a delete decided on one volume never
+// removes another created since under its name.
+func (c *Cluster) DeleteVolume(ctx context.Context, name, id string) error {
 	return c.propose(ctx, command{Op: opVolumeDelete, Name: name, Volume: &VolumeSpec{Name: name, ID: id}})
 }
 

@@ -137,7 +137,7 @@ func TestThreeNodesBucketOnFollower(t *testing.T) {
 	if err := g.Cluster().PutVolume(ctx, cluster.VolumeSpec{Name: "vol1", Size: 1 << 30, Copies: 2}); err != nil {
 		t.Fatalf("put volume: %v", err)
 	}
-	if err := g.Cluster().DeleteVolume(ctx, "vol2"); !errors.Is(err, cluster.ErrVolumeNotFound) {
+	if err := g.Cluster().DeleteVolume(ctx, "vol2", ""); !errors.Is(err, cluster.ErrVolumeNotFound) {
 		t.Errorf("delete missing volume: %v", err)
 	}
 	if err := tc.WaitAll(ctx, func(m *cluster.Map) bool {

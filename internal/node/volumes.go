@@ -451,7 +451,7 @@ func (n *Node) registerVolumeAdmin() {
 			writeAdmin(w, nil, fmt.Errorf("%w: no volume %q", object.ErrInvalidArgument, name))
 			return
 		}
-		if err := n.cluster.DeleteVolumeID(r.Context(), name, v.ID); err != nil {
+		if err := n.cluster.DeleteVolume(r.Context(), name, v.ID); err != nil {
 			writeAdmin(w, nil, err)
 			return
 		}
