@@ -207,6 +207,19 @@ func (e *env) remoteFile(key string) string {
 	return e.srv.Dir + "/" + e.bucket + "/" + key
 }
 
+// destaged waits (bounded) until tr has destaged its backlog and returns
+// what the remote holds for key, and the error reading it.
+func (e *env) destaged(t *testing.T, tr *tier.Tier, key string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := tr.WaitDestaged(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(e.remoteFile(key))
+	return string(b), err
+}
+
 func (e *env) newTier(t *testing.T, cfg tier.Config, buckets map[string]tier.Bucket) *tier.Tier {
 	t.Helper()
 	if cfg.SpoolDir == "" {

@@ -269,83 +269,60 @@ func TestJournalFailedWriteLeavesNoTornRecord(t *testing.T) {
 	}
 }
 
-// If the torn bytes cannot be cut off, no later append may be acknowledged
-// (replay would drop it) until a compaction rewrites the file.
-func TestJournalRefusesAppendsAfterUndoFails(t *testing.T) {
-	dir := t.TempDir()
-	j, _, err := openJournal(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer j.close()
+// A journal whose last write cannot be trusted refuses every later append
+// until a compaction rewrites the file from memory:
+//   - torn bytes that cannot be cut off: replay would drop what follows;
+//   - a failed fsync, which is not retried: the kernel may have dropped the
+//     pages it could not write and cleared the error, so a second fsync
+//     could succeed over a hole.
+func TestJournalRefusesAppendsUntilRewritten(t *testing.T) {
 	all := sampleRecords()
-	if err := j.append(true, nil, all[1]); err != nil {
-		t.Fatal(err)
-	}
-	j.f = &shortFile{File: j.f.(*os.File), short: true, failTruncate: true}
-	if err := j.append(true, nil, all[2]); err == nil {
-		t.Fatal("short write not reported")
-	}
-	if err := j.append(true, nil, all[3]); err == nil {
-		t.Fatal("append after a torn record was accepted")
-	}
-	if !j.needsCompaction(1 << 30) {
-		t.Error("a broken journal does not ask for the compaction that repairs it")
-	}
-	// A compaction writes a whole new file: appends work again.
-	if err := j.rewrite(func() []Record { return []Record{all[1]} }); err != nil {
-		t.Fatal(err)
-	}
-	if err := j.append(true, nil, all[3]); err != nil {
-		t.Fatalf("append after compaction: %v", err)
-	}
-	j.close()
-	_, recs, err := openJournal(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(recs) != 2 || !reflect.DeepEqual(recs[1], all[3]) {
-		t.Fatalf("replayed %+v", recs)
-	}
-}
-
-// A failed fsync is not retried: the kernel may have dropped the pages it
-// could not write and cleared the error, so a second fsync could succeed
-// over a hole. Neither the record whose fsync failed nor a later one is
-// acknowledged until a compaction rewrites the file from memory.
-func TestJournalFailedFsyncRefusesAppends(t *testing.T) {
-	dir := t.TempDir()
-	j, _, err := openJournal(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer j.close()
-	all := sampleRecords()
-	if err := j.append(true, nil, all[1]); err != nil {
-		t.Fatal(err)
-	}
-	j.f = &shortFile{File: j.f.(*os.File), failSync: true}
-	if err := j.append(true, nil, all[2]); !errors.Is(err, syscall.EIO) {
-		t.Fatalf("append whose fsync failed: %v", err)
-	}
-	if err := j.append(true, nil, all[3]); err == nil {
-		t.Fatal("append after a failed fsync was acknowledged")
-	}
-	if !j.needsCompaction(1 << 30) {
-		t.Error("the journal does not ask for the compaction that repairs it")
-	}
-	if err := j.rewrite(func() []Record { return all[1:3] }); err != nil {
-		t.Fatal(err)
-	}
-	if err := j.append(true, nil, all[3]); err != nil {
-		t.Fatalf("append after compaction: %v", err)
-	}
-	j.close()
-	_, recs, err := openJournal(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(recs, all[1:4]) {
-		t.Fatalf("replayed %+v, want %+v", recs, all[1:4])
+	for _, tc := range []struct {
+		name    string
+		fault   func(f *os.File) journalFile
+		failure error // the failed append's error; nil: any
+		keep    []Record
+		want    []Record // replayed after the rewrite and one more append
+	}{
+		{"torn write not cut off", func(f *os.File) journalFile { return &shortFile{File: f, short: true, failTruncate: true} },
+			nil, []Record{all[1]}, []Record{all[1], all[3]}},
+		{"failed fsync", func(f *os.File) journalFile { return &shortFile{File: f, failSync: true} },
+			syscall.EIO, all[1:3], all[1:4]},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			j, _, err := openJournal(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer j.close()
+			if err := j.append(true, nil, all[1]); err != nil {
+				t.Fatal(err)
+			}
+			j.f = tc.fault(j.f.(*os.File))
+			if err := j.append(true, nil, all[2]); err == nil || tc.failure != nil && !errors.Is(err, tc.failure) {
+				t.Fatalf("failed append: %v, want %v", err, tc.failure)
+			}
+			if err := j.append(true, nil, all[3]); err == nil {
+				t.Fatal("append after the failure was acknowledged")
+			}
+			if !j.needsCompaction(1 << 30) {
+				t.Error("the journal does not ask for the compaction that repairs it")
+			}
+			if err := j.rewrite(func() []Record { return tc.keep }); err != nil {
+				t.Fatal(err)
+			}
+			if err := j.append(true, nil, all[3]); err != nil {
+				t.Fatalf("append after compaction: %v", err)
+			}
+			j.close()
+			_, recs, err := openJournal(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(recs, tc.want) {
+				t.Fatalf("replayed %+v, want %+v", recs, tc.want)
+			}
+		})
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"syscall"
 	"testing"
 	"time"
@@ -39,13 +38,7 @@ func TestLateReplicaPutDoesNotReplaceNewer(t *testing.T) {
 	if n, err := tb.TakeOver(ctx, "A"); err != nil || n != 1 {
 		t.Fatalf("TakeOver: %d %v", n, err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
-	if err := tb.WaitDestaged(wctx); err != nil {
-		t.Fatal(err)
-	}
-	got, err := os.ReadFile(e.remoteFile("k"))
-	if err != nil || string(got) != string(v2) {
+	if got, err := e.destaged(t, tb, "k"); err != nil || got != string(v2) {
 		t.Fatalf("backend k = %q (%v), want the newest write %q", got, err, v2)
 	}
 }
@@ -152,13 +145,7 @@ func TestLateDeleteNoticeKeepsOwnedWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.be.set(func(c *ctl) { c.failPuts = false })
-	wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
-	if err := tb.WaitDestaged(wctx); err != nil {
-		t.Fatal(err)
-	}
-	got, err := os.ReadFile(e.remoteFile("k"))
-	if err != nil || string(got) != string(v2) {
+	if got, err := e.destaged(t, tb, "k"); err != nil || got != string(v2) {
 		t.Fatalf("backend k = %q (%v), want B's acknowledged write %q", got, err, v2)
 	}
 }
@@ -223,12 +210,7 @@ func TestPendingDeleteOfRemovedBucket(t *testing.T) {
 	if err := tr.AddBucket("wback", tier.Bucket{Mode: tier.ModeWriteback, Backend: e.be}); err != nil {
 		t.Fatal(err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
-	if err := tr.WaitDestaged(wctx); err != nil {
-		t.Fatal(err)
-	}
-	if got, err := os.ReadFile(e.remoteFile("k")); err != nil || string(got) != string(newer) {
+	if got, err := e.destaged(t, tr, "k"); err != nil || got != string(newer) {
 		t.Fatalf("backend k = %q (%v), want the newer write %q", got, err, newer)
 	}
 }
