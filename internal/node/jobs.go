@@ -145,6 +145,7 @@ type tierCollector struct {
 	objects, bytes, oldest, replicaObjs *prometheus.Desc
 	notices                             *prometheus.Desc
 	destaged, failures                  *prometheus.Desc
+	cutBytes, cutRegions                *prometheus.Desc
 }
 
 func newTierCollector(t *tier.Tier) *tierCollector {
@@ -160,11 +161,13 @@ func newTierCollector(t *tier.Tier) *tierCollector {
 		notices:     d("slipstream_destage_undelivered_notices", "Notices replica holders missed, to be sent again."),
 		destaged:    d("slipstream_destaged_total", "Operations destaged since start."),
 		failures:    d("slipstream_destage_failures_total", "Failed destage attempts since start."),
+		cutBytes:    d("slipstream_destage_journal_cut_bytes", "Damaged bytes the write-back journal's replay cut out at start (kept in journal.cut-<time>)."),
+		cutRegions:  d("slipstream_destage_journal_cut_regions", "Damaged regions the write-back journal's replay cut out at start; more than one, or one not at the end, means records were skipped."),
 	}
 }
 
 func (c *tierCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.warm, c.cold, c.objects, c.bytes, c.oldest, c.replicaObjs, c.notices, c.destaged, c.failures} {
+	for _, d := range []*prometheus.Desc{c.warm, c.cold, c.objects, c.bytes, c.oldest, c.replicaObjs, c.notices, c.destaged, c.failures, c.cutBytes, c.cutRegions} {
 		ch <- d
 	}
 }
@@ -181,6 +184,8 @@ func (c *tierCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.notices, prometheus.GaugeValue, float64(b.Notices))
 	ch <- prometheus.MustNewConstMetric(c.destaged, prometheus.CounterValue, float64(b.Destaged))
 	ch <- prometheus.MustNewConstMetric(c.failures, prometheus.CounterValue, float64(b.Failures))
+	ch <- prometheus.MustNewConstMetric(c.cutBytes, prometheus.GaugeValue, float64(b.JournalCutBytes))
+	ch <- prometheus.MustNewConstMetric(c.cutRegions, prometheus.GaugeValue, float64(b.JournalCutRegions))
 }
 
 // statsCounters are the node counters the stats endpoint adds to disk and

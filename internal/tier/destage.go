@@ -86,13 +86,21 @@ func openDestager(ctx context.Context, t *Tier) (*destager, error) {
 	if err != nil {
 		return nil, err
 	}
-	if j.cut != "" {
-		t.log.Warn("tier: journal cut after its last good record (a torn append, or a damaged record: then later records are lost)",
+	switch {
+	case j.cutMiddle:
+		t.log.Error("tier: damaged journal records skipped, the good ones behind them replayed; the writes the damaged ones held may be lost",
+			"bytes", j.cutBytes, "regions", j.cutRegions, "kept_in", j.cut, "records", len(recs))
+	case j.cut != "":
+		t.log.Warn("tier: journal cut after its last good record (normally the torn tail of an interrupted append)",
 			"bytes", j.cutBytes, "kept_in", j.cut, "records", len(recs))
 	}
 	d := &destager{t: t, j: j, keys: make(map[string]*keyState), replicas: make(map[string]map[string]*op),
 		undelivered: make(map[string]notice), nextSeq: 1}
 	d.replay(recs)
+	// Owned records lost in damaged regions may carry numbers above every
+	// one replayed (beyond those in flight, which seqGap covers): a lost
+	// record took at least minFrame bytes and at most one new number.
+	d.nextSeq += uint64(j.cutBytes / minFrame)
 	if err := d.reconcile(ctx); err != nil {
 		j.close()
 		return nil, err
@@ -797,6 +805,12 @@ type Backlog struct {
 	Failures       int64 // failed attempts since start
 	LastError      string
 	JournalBytes   int64
+	// What the start cut out of the journal as damaged (a torn tail, and
+	// damaged records in the middle whose writes may be lost): bytes,
+	// regions, and the journal.cut-<time> file that keeps them.
+	JournalCutBytes   int64
+	JournalCutRegions int
+	JournalCutFile    string
 }
 
 // Backlog returns the write-back backlog (zero without a journal).
@@ -811,7 +825,8 @@ func (t *Tier) Backlog() Backlog {
 	jb := d.j.bytes()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	bl := Backlog{JournalBytes: jb, Bytes: d.dirty, ReplicaBytes: d.replicaB, Notices: len(d.undelivered), Destaged: d.destaged, Failures: d.failures, LastError: d.lastErr}
+	bl := Backlog{JournalBytes: jb, Bytes: d.dirty, ReplicaBytes: d.replicaB, Notices: len(d.undelivered), Destaged: d.destaged, Failures: d.failures, LastError: d.lastErr,
+		JournalCutBytes: int64(d.j.cutBytes), JournalCutRegions: d.j.cutRegions, JournalCutFile: d.j.cut} // set once, at open
 	var oldest time.Time
 	for _, ks := range d.keys {
 		for _, o := range []*op{ks.running, ks.pending} {

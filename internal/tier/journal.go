@@ -20,9 +20,22 @@ import (
 // numbers and uvarint-length-prefixed strings (see Record.encode). Records
 // of owned writes are fsynced before a PUT is acknowledged; completion
 // records are not (losing one only repeats an idempotent upload). At open
-// the file is replayed, a torn tail is cut off, and the live records are
-// rewritten to a new file (compaction), which also happens when the file
-// grows past a size bound.
+// the file is replayed and the live records are rewritten to a new file
+// (compaction), which also happens when the file grows past a size bound.
+//
+// Replay does not stop at the first bad record. A record that fails (bad
+// length, checksum mismatch, undecodable payload) is where a damaged region
+// starts; replay resumes at the next frame it can trust (see resync), so a
+// record damaged in the middle of the file (bit rot, a bad sector) does not
+// take the good records behind it along. Only when no trustworthy frame
+// follows is the rest a tail (normally the torn tail of an append a crash
+// interrupted). Every damaged region, the tail included, is moved out of the
+// journal into one file next to it, journal.cut-<unix nanoseconds>, for
+// inspection: for each region in file order, a line
+//
+//	journal.log offset=<byte offset> length=<n>
+//
+// then the region's n bytes exactly as they were, then a newline.
 
 // Kind is the type of a journal record.
 type Kind uint8
@@ -98,8 +111,19 @@ func (r Record) Encode(b []byte) []byte {
 }
 
 type decoder struct {
-	b   []byte
-	err error
+	b    []byte
+	err  error
+	skip bool // check the structure only: no string is copied, no error formatted
+}
+
+// corrupt fails the decoding: with ErrCorrupt alone when skipping (resync
+// checks every offset of a damaged region: that must be cheap).
+func (d *decoder) corrupt(what string) {
+	if d.skip {
+		d.err = ErrCorrupt
+		return
+	}
+	d.err = fmt.Errorf("%w: %s", ErrCorrupt, what)
 }
 
 func (d *decoder) uvarint() uint64 {
@@ -108,7 +132,7 @@ func (d *decoder) uvarint() uint64 {
 	}
 	v, n := binary.Uvarint(d.b)
 	if n <= 0 {
-		d.err = fmt.Errorf("%w: bad uvarint", ErrCorrupt)
+		d.corrupt("bad uvarint")
 		return 0
 	}
 	d.b = d.b[n:]
@@ -121,7 +145,7 @@ func (d *decoder) varint() int64 {
 	}
 	v, n := binary.Varint(d.b)
 	if n <= 0 {
-		d.err = fmt.Errorf("%w: bad varint", ErrCorrupt)
+		d.corrupt("bad varint")
 		return 0
 	}
 	d.b = d.b[n:]
@@ -134,10 +158,16 @@ func (d *decoder) str() string {
 		return ""
 	}
 	if n > maxString || n > uint64(len(d.b)) {
-		d.err = fmt.Errorf("%w: string of %d bytes", ErrCorrupt, n)
+		d.err = ErrCorrupt // cheap while resync scans
+		if !d.skip {
+			d.err = fmt.Errorf("%w: string of %d bytes", ErrCorrupt, n)
+		}
 		return ""
 	}
-	s := string(d.b[:n])
+	var s string
+	if !d.skip {
+		s = string(d.b[:n])
+	}
 	d.b = d.b[n:]
 	return s
 }
@@ -146,29 +176,50 @@ func (d *decoder) str() string {
 // with the number of bytes it used. io.ErrUnexpectedEOF means b ends inside
 // the record (a torn tail); ErrCorrupt means the bytes are not a record.
 func DecodeRecord(b []byte) (Record, int, error) {
-	if len(b) < 8 {
-		return Record{}, 0, io.ErrUnexpectedEOF
+	payload, err := framePayload(b)
+	if err != nil {
+		return Record{}, 0, err
 	}
-	n := binary.LittleEndian.Uint32(b)
-	sum := binary.LittleEndian.Uint32(b[4:])
-	if n == 0 || n > maxRecord {
-		return Record{}, 0, fmt.Errorf("%w: length %d", ErrCorrupt, n)
-	}
-	if uint64(len(b)-8) < uint64(n) {
-		return Record{}, 0, io.ErrUnexpectedEOF
-	}
-	payload := b[8 : 8+n]
-	if crc32.Checksum(payload, castagnoli) != sum {
+	if crc32.Checksum(payload, castagnoli) != binary.LittleEndian.Uint32(b[4:]) {
 		return Record{}, 0, fmt.Errorf("%w: checksum mismatch", ErrCorrupt)
 	}
+	r, err := decodePayload(payload, false)
+	if err != nil {
+		return Record{}, 0, err
+	}
+	return r, 8 + len(payload), nil
+}
+
+// framePayload returns the payload of the frame at the start of b, its
+// length checked but not its checksum.
+func framePayload(b []byte) ([]byte, error) {
+	if len(b) < 8 {
+		return nil, io.ErrUnexpectedEOF
+	}
+	n := binary.LittleEndian.Uint32(b)
+	if n == 0 || n > maxRecord {
+		return nil, fmt.Errorf("%w: length %d", ErrCorrupt, n)
+	}
+	if uint64(len(b)-8) < uint64(n) {
+		return nil, io.ErrUnexpectedEOF
+	}
+	return b[8 : 8+n], nil
+}
+
+// decodePayload decodes a record's payload (not empty); with skip it only
+// checks that the payload is one, allocating nothing but errors.
+func decodePayload(payload []byte, skip bool) (Record, error) {
 	var r Record
 	r.Kind = Kind(payload[0])
 	if r.Kind < KindPut || r.Kind > KindNoticeDone {
-		return Record{}, 0, fmt.Errorf("%w: kind %d", ErrCorrupt, r.Kind)
+		if skip {
+			return Record{}, ErrCorrupt
+		}
+		return Record{}, fmt.Errorf("%w: kind %d", ErrCorrupt, r.Kind)
 	}
-	d := decoder{b: payload[1:]}
+	d := decoder{b: payload[1:], skip: skip}
 	r.Seq = d.uvarint()
-	if t := d.varint(); t != 0 {
+	if t := d.varint(); t != 0 && !skip {
 		r.Time = time.Unix(0, t)
 	}
 	r.Bucket = d.str()
@@ -178,18 +229,26 @@ func DecodeRecord(b []byte) (Record, int, error) {
 	r.Owner = d.str()
 	nh := d.uvarint()
 	if d.err == nil && nh > maxHolders {
-		d.err = fmt.Errorf("%w: %d holders", ErrCorrupt, nh)
+		d.err = ErrCorrupt // cheap while resync scans
+		if !skip {
+			d.err = fmt.Errorf("%w: %d holders", ErrCorrupt, nh)
+		}
 	}
 	for i := uint64(0); i < nh && d.err == nil; i++ {
-		r.Holders = append(r.Holders, d.str())
+		if h := d.str(); !skip {
+			r.Holders = append(r.Holders, h)
+		}
 	}
 	if d.err == nil && len(d.b) != 0 {
-		d.err = fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, len(d.b))
+		d.err = ErrCorrupt // cheap while resync scans
+		if !skip {
+			d.err = fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, len(d.b))
+		}
 	}
 	if d.err != nil {
-		return Record{}, 0, d.err
+		return Record{}, d.err
 	}
-	return r, int(8 + n), nil
+	return r, nil
 }
 
 // journalFile is what the journal needs of its file (an *os.File).
@@ -215,17 +274,30 @@ type journal struct {
 	smu    sync.Mutex // held across an fsync; taken before mu
 	synced uint64     // appends known to be durable
 
-	// cut names the file that keeps what openJournal cut off after the
-	// last good record (a torn tail, or records behind a damaged one), and
-	// cutBytes its size; "" if nothing was cut.
-	cut      string
-	cutBytes int
+	// cut names the file that keeps the damaged regions openJournal cut
+	// out of the journal (the tail of a torn append, damaged records in
+	// the middle), cutBytes is their total size and cutRegions how many
+	// there were; "", 0, 0 if nothing was cut. cutMiddle: some region was
+	// not the tail, so records were skipped, not only a torn append.
+	cut        string
+	cutBytes   int
+	cutRegions int
+	cutMiddle  bool
 }
 
 const journalName = "journal.log"
 
-// openJournal reads every good record of dir/journal.log, cuts off a torn or
-// corrupt tail, and returns the records in file order.
+// minFrame is the size of the smallest framed record: a header and nine
+// one-byte fields.
+const minFrame = 8 + 9
+
+// span is a region of the journal file.
+type span struct{ off, n int }
+
+// openJournal reads every good record of dir/journal.log and returns them in
+// file order. Damaged regions (see resync) are kept in a journal.cut-<time>
+// file and removed from the journal: a tail alone is truncated off, regions
+// in the middle make it rewritten from the good records.
 func openJournal(dir string) (*journal, []Record, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, nil, fmt.Errorf("tier: journal dir: %w", err)
@@ -241,35 +313,191 @@ func openJournal(dir string) (*journal, []Record, error) {
 		return nil, nil, fmt.Errorf("tier: read journal: %w", err)
 	}
 	var recs []Record
+	var bad []span
 	off := 0
 	for off < len(data) {
 		r, n, err := DecodeRecord(data[off:])
 		if err != nil {
-			break // torn or corrupt tail: everything after it is dropped
+			next := resync(data, off)
+			bad = append(bad, span{off, next - off})
+			off = next
+			continue
 		}
 		recs = append(recs, r)
 		off += n
 	}
-	cut := ""
-	if off < len(data) {
-		// Usually the torn tail of an append a crash interrupted; but a
-		// damaged record in the middle would take the good ones behind it
-		// along, so what is cut off is kept for inspection first.
-		cut = filepath.Join(dir, fmt.Sprintf("journal.cut-%d", time.Now().UnixNano()))
-		if err := os.WriteFile(cut, data[off:], 0o644); err != nil {
+	j := &journal{dir: dir, f: f, size: int64(len(data)), cutRegions: len(bad)}
+	if len(bad) > 0 {
+		// What is cut out is kept first: a damaged record may be an
+		// acknowledged write.
+		if j.cut, err = keepCut(dir, data, bad); err != nil {
 			f.Close()
-			return nil, nil, fmt.Errorf("tier: keep the journal's cut tail: %w", err)
+			return nil, nil, err
 		}
-		if err := f.Truncate(int64(off)); err != nil {
-			f.Close()
-			return nil, nil, fmt.Errorf("tier: truncate journal tail: %w", err)
+		for _, b := range bad {
+			j.cutBytes += b.n
+		}
+		j.cutMiddle = len(bad) > 1 || bad[0].off+bad[0].n < len(data)
+		if !j.cutMiddle {
+			// Only a tail, normally a torn append: cut it off.
+			if err := f.Truncate(int64(bad[0].off)); err != nil {
+				f.Close()
+				return nil, nil, fmt.Errorf("tier: truncate journal tail: %w", err)
+			}
+			j.size = int64(bad[0].off)
+		} else {
+			// Damage in the middle: appends must not go after it (the
+			// next replay would cut it out again), so the file is
+			// rewritten with the good records only.
+			if err := j.rewrite(func() []Record { return recs }); err != nil {
+				j.f.Close()
+				return nil, nil, err
+			}
 		}
 	}
-	if _, err := f.Seek(int64(off), io.SeekStart); err != nil {
-		f.Close()
+	if _, err := j.f.Seek(j.size, io.SeekStart); err != nil {
+		j.f.Close()
 		return nil, nil, err
 	}
-	return &journal{dir: dir, f: f, size: int64(off), cut: cut, cutBytes: len(data) - off}, recs, nil
+	return j, recs, nil
+}
+
+// keepCut writes the damaged regions of data to a new journal.cut-<time>
+// file in dir (in the format the package comment gives) and returns its
+// name, once it is durable.
+func keepCut(dir string, data []byte, bad []span) (string, error) {
+	name := filepath.Join(dir, fmt.Sprintf("journal.cut-%d", time.Now().UnixNano()))
+	var buf []byte
+	for _, b := range bad {
+		buf = fmt.Appendf(buf, "%s offset=%d length=%d\n", journalName, b.off, b.n)
+		buf = append(buf, data[b.off:b.off+b.n]...)
+		buf = append(buf, '\n')
+	}
+	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err == nil {
+		_, err = f.Write(buf)
+		if err == nil {
+			err = f.Sync()
+		}
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		return "", fmt.Errorf("tier: keep the journal's damaged bytes: %w", err)
+	}
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	return name, nil
+}
+
+// resync returns where replay resumes after the record at data[off:] failed
+// to decode: the first offset after off where a frame can be trusted, or
+// len(data) if there is none (the rest is a tail).
+//
+// A frame is trusted if it is whole and valid (length within limits,
+// checksum, payload that decodes) and what follows it is consistent: the end
+// of the file, another valid frame, the start of one the end of the file
+// cuts short (a torn append), or a damaged record whose length field leads
+// to a valid frame or to the end of the file (see recordEnd). A random
+// match of a single frame's checksum is then not enough, and a good record
+// between two damaged ones is still found.
+//
+// Found by scanning byte by byte, a frame could also be one that the
+// payload of the damaged record carries inside a string a client chose (a
+// key) rather than a record of its own. So when the damaged record's own
+// length field leads to a valid frame or exactly to the end of the file,
+// the damage is taken to be confined to that record, and resync resumes
+// where it ends: a trusted frame found inside it is preferred only if the
+// frames from there lead exactly to that end (then the length field was
+// damaged, and those frames are the records behind it).
+func resync(data []byte, off int) int {
+	end := recordEnd(data, off)
+	for p := off + 1; p < len(data); p++ {
+		if p == end {
+			return end
+		}
+		if trustedFrame(data, p) == 0 {
+			continue
+		}
+		if end < 0 {
+			return p
+		}
+		q := p
+		for q < end {
+			n, err := frameSize(data[q:])
+			if err != nil {
+				break
+			}
+			q += n
+		}
+		if q == end {
+			return p
+		}
+		return end
+	}
+	return len(data)
+}
+
+// recordEnd returns where the record at data[off:] ends by its length field
+// if that is within limits and leads to a valid frame or exactly to the end
+// of the file; -1 otherwise.
+func recordEnd(data []byte, off int) int {
+	if len(data)-off < 8 {
+		return -1
+	}
+	n := binary.LittleEndian.Uint32(data[off:])
+	if n == 0 || n > maxRecord || uint64(len(data)-off-8) < uint64(n) {
+		return -1
+	}
+	e := off + 8 + int(n)
+	if e == len(data) {
+		return e
+	}
+	if _, err := frameSize(data[e:]); err != nil {
+		return -1
+	}
+	return e
+}
+
+// trustedFrame returns the size of the frame at data[p:] if resync may
+// resume there, else 0.
+func trustedFrame(data []byte, p int) int {
+	n, err := frameSize(data[p:])
+	if err != nil {
+		return 0
+	}
+	q := p + n
+	if q == len(data) {
+		return n
+	}
+	if _, err := frameSize(data[q:]); err == nil || errors.Is(err, io.ErrUnexpectedEOF) || recordEnd(data, q) >= 0 {
+		return n
+	}
+	return 0
+}
+
+// frameSize returns the size of the valid frame at the start of b, as
+// DecodeRecord would, but rejects most garbage (as resync scans it) before
+// computing a checksum or allocating a record.
+func frameSize(b []byte) (int, error) {
+	if len(b) < 8 {
+		return 0, io.ErrUnexpectedEOF
+	}
+	n := binary.LittleEndian.Uint32(b)
+	if n == 0 || n > maxRecord {
+		return 0, ErrCorrupt
+	}
+	if uint64(len(b)-8) < uint64(n) {
+		return 0, io.ErrUnexpectedEOF
+	}
+	if _, err := decodePayload(b[8:8+n], true); err != nil {
+		return 0, err
+	}
+	_, size, err := DecodeRecord(b)
+	return size, err
 }
 
 // errJournalClosed fails appends after close.

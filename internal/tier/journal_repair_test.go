@@ -3,7 +3,11 @@ package tier
 import (
 	"bytes"
 	"context"
+	"errors"
+	"log/slog"
 	"os"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -109,5 +113,93 @@ func TestSeqNotReusedAfterCrash(t *testing.T) {
 	defer tr.Close()
 	if s := tr.d.seq(); s <= handed {
 		t.Errorf("after a restart sequence number %d is handed out again (the last one before was %d)", s, handed)
+	}
+}
+
+// syncBuffer is a bytes.Buffer a logger may write from several goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// TestJournalDamageKeepsWritesBehindIt: a record damaged in the middle of
+// the journal does not take the records behind it along. A write-back
+// delete journaled after it (its local copy gone: only the journal knows
+// of it) still reaches the backend, a Done whose Put was the damaged record
+// is harmless, sequence numbers resume past those of the records behind the
+// damage, and the damage is logged and in the backlog.
+func TestJournalDamageKeepsWritesBehindIt(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	st, err := store.Open(ctx, store.Config{Mountpaths: []string{dir + "/mp1"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	be, err := fs.New(backend.Spec{Kind: "fs", Path: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := be.Put(ctx, "k", bytes.NewReader([]byte("old")), 3, backend.PutAttrs{}); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	const seq = 5 << 20 // past where the records before the damage resume (1 + seqGap)
+	data := Record{Kind: KindSeqMark, Seq: 1, Time: now}.Encode(nil)
+	damaged := len(data)
+	data = Record{Kind: KindPut, Seq: 2, Time: now, Bucket: "wback", Key: "lost", Size: 5, ETag: "e"}.Encode(data)
+	data[damaged+12] ^= 0x40
+	end := len(data)
+	data = Record{Kind: KindDone, Seq: 2, Bucket: "wback", Key: "lost"}.Encode(data)
+	data = Record{Kind: KindReplicaDone, Seq: 9, Bucket: "wback", Key: "x", Owner: "n9"}.Encode(data)
+	data = Record{Kind: KindDelete, Seq: seq, Time: now, Bucket: "wback", Key: "k"}.Encode(data)
+	if err := os.MkdirAll(dir+"/journal", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dir+"/journal/"+journalName, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuffer
+	tr, err := New(ctx, Config{JournalDir: dir + "/journal", SpoolDir: dir + "/spool", RetryBackoff: 10 * time.Millisecond,
+		Log: slog.New(slog.NewTextHandler(&logs, nil))}, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	bl := tr.Backlog()
+	if bl.Objects != 1 || bl.JournalCutRegions != 1 || bl.JournalCutBytes != int64(end-damaged) || bl.JournalCutFile == "" {
+		t.Errorf("backlog %+v, want the delete and %d damaged bytes in 1 region", bl, end-damaged)
+	}
+	if kept := readCut(t, bl.JournalCutFile); len(kept) != 1 || kept[0].off != damaged || !bytes.Equal(kept[0].b, data[damaged:end]) {
+		t.Errorf("cut file holds %+v, want the damaged record", kept)
+	}
+	if l := logs.String(); !strings.Contains(l, "damaged journal records skipped") || !strings.Contains(l, "regions=1") {
+		t.Errorf("log %q does not report the damage", l)
+	}
+	if s := tr.d.seq(); s <= seq {
+		t.Errorf("sequence number %d handed out, not past %d journaled behind the damage", s, uint64(seq))
+	}
+	if err := tr.AddBucket("wback", Bucket{Mode: ModeWriteback, Backend: be}); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := tr.WaitDestaged(wctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := be.Stat(ctx, "k"); !errors.Is(err, object.ErrNotFound) {
+		t.Errorf("the delete journaled behind the damaged record was not destaged: %v", err)
 	}
 }

@@ -2,11 +2,15 @@ package tier
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sync"
 	"syscall"
 	"testing"
@@ -104,10 +108,10 @@ func TestJournalTornTail(t *testing.T) {
 	if fi, _ := os.Stat(filepath.Join(dir, journalName)); fi.Size() != size {
 		t.Errorf("torn tail not cut: size %d, want %d", fi.Size(), size)
 	}
-	// What was cut is kept, in case it was not a torn tail but records
-	// behind a damaged one.
-	if kept, err := os.ReadFile(j.cut); err != nil || !bytes.Equal(kept, half[:len(half)/2]) || j.cutBytes != len(kept) {
-		t.Errorf("cut tail kept in %q: %d bytes (%v), want the %d torn bytes", j.cut, len(kept), err, len(half)/2)
+	// What was cut is kept for inspection.
+	want := []cutRegion{{off: int(size), b: half[:len(half)/2]}}
+	if kept := readCut(t, j.cut); !reflect.DeepEqual(kept, want) || j.cutBytes != len(half)/2 || j.cutRegions != 1 || j.cutMiddle {
+		t.Errorf("cut tail kept in %q: %+v (%d bytes in %d regions, middle %v), want %+v", j.cut, kept, j.cutBytes, j.cutRegions, j.cutMiddle, want)
 	}
 	// Appends continue after the good records.
 	if err := j.append(true, nil, all[3]); err != nil {
@@ -127,6 +131,10 @@ func FuzzDecodeRecord(f *testing.F) {
 	f.Add([]byte{1, 0, 0, 0, 0, 0, 0, 0, 1})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, n, err := DecodeRecord(b)
+		// The resync scan's cheap check agrees.
+		if m, err2 := frameSize(b); (err == nil) != (err2 == nil) || m != n {
+			t.Fatalf("frameSize %d (%v), DecodeRecord %d (%v)", m, err2, n, err)
+		}
 		if err != nil {
 			if !errors.Is(err, ErrCorrupt) && !errors.Is(err, io.ErrUnexpectedEOF) {
 				t.Fatalf("unexpected error type %v", err)
@@ -325,4 +333,278 @@ func TestJournalRefusesAppendsUntilRewritten(t *testing.T) {
 			}
 		})
 	}
+}
+
+// cutRegion is one region of a journal.cut file: where it was in the
+// journal, and its bytes.
+type cutRegion struct {
+	off int
+	b   []byte
+}
+
+// parseCut parses the contents of a journal.cut file (the format is in the
+// package comment).
+func parseCut(data []byte) ([]cutRegion, error) {
+	var regions []cutRegion
+	for len(data) > 0 {
+		i := bytes.IndexByte(data, '\n')
+		if i < 0 {
+			return nil, fmt.Errorf("header %q without a newline", data)
+		}
+		var r cutRegion
+		var n int
+		if _, err := fmt.Sscanf(string(data[:i]), journalName+" offset=%d length=%d", &r.off, &n); err != nil {
+			return nil, fmt.Errorf("header %q: %v", data[:i], err)
+		}
+		data = data[i+1:]
+		if n < 0 || len(data) < n+1 || data[n] != '\n' {
+			return nil, fmt.Errorf("region at %d: %d bytes and a newline do not follow", r.off, n)
+		}
+		r.b = data[:n]
+		regions = append(regions, r)
+		data = data[n+1:]
+	}
+	return regions, nil
+}
+
+// readCut reads the journal.cut file name ("": none).
+func readCut(t *testing.T, name string) []cutRegion {
+	t.Helper()
+	if name == "" {
+		return nil
+	}
+	data, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	regions, err := parseCut(data)
+	if err != nil {
+		t.Errorf("cut file %s: %v", name, err)
+	}
+	return regions
+}
+
+func cat(parts ...[]byte) []byte {
+	var b []byte
+	for _, p := range parts {
+		b = append(b, p...)
+	}
+	return b
+}
+
+func encodeAll(recs []Record) []byte {
+	var b []byte
+	for _, r := range recs {
+		b = r.Encode(b)
+	}
+	return b
+}
+
+// TestJournalSkipsDamagedRecords: a record damaged in the middle of the
+// journal (in its length, checksum or payload) does not end the replay: the
+// good records behind it are replayed, and every damaged region is kept,
+// byte for byte, in the cut file. A tail with no good record behind it is
+// cut off as before.
+func TestJournalSkipsDamagedRecords(t *testing.T) {
+	all := sampleRecords()
+	F := make([][]byte, len(all)) // the framed records
+	for i, r := range all {
+		F[i] = r.Encode(nil)
+	}
+	// mod returns a copy of record i's frame changed by fn.
+	mod := func(i int, fn func(b []byte)) []byte {
+		b := append([]byte(nil), F[i]...)
+		fn(b)
+		return b
+	}
+	flip := func(i, at int) []byte { return mod(i, func(b []byte) { b[at] ^= 0x40 }) }
+	length := func(i int, n uint32) []byte {
+		return mod(i, func(b []byte) { binary.LittleEndian.PutUint32(b, n) })
+	}
+	keep := func(idx ...int) []Record {
+		var recs []Record
+		for _, i := range idx {
+			recs = append(recs, all[i])
+		}
+		return recs
+	}
+	// off returns the offset at which parts[i] starts.
+	off := func(i int, parts ...[]byte) int { return len(cat(parts[:i]...)) }
+	garbage := make([]byte, 100)
+	rand.NewChaCha8([32]byte{1}).Read(garbage)
+	// A record whose key holds two valid frames (any client picks its
+	// keys): they must not be taken for records when its payload is
+	// damaged elsewhere.
+	fake := string(cat(Record{Kind: KindDone, Seq: 42, Bucket: "data", Key: "a/b c"}.Encode(nil),
+		Record{Kind: KindSeqMark, Seq: 1 << 60}.Encode(nil)))
+	hiding := Record{Kind: KindPut, Seq: 44, Time: time.Unix(1700000000, 0), Bucket: "data", Key: fake, Size: 1, ETag: "e"}
+	hidingF := hiding.Encode(nil)
+	hidingBad := append([]byte(nil), hidingF...)
+	hidingBad[len(hidingBad)-4] ^= 0x40 // in the etag, after the key
+
+	type tc struct {
+		name  string
+		parts [][]byte // the journal file, in parts
+		keep  []Record // replayed
+		bad   []int    // the parts cut out; consecutive parts make one region
+	}
+	cases := []tc{
+		{"payload bit flip", [][]byte{F[0], F[1], flip(2, 12), F[3], F[4], F[5], F[6]}, keep(0, 1, 3, 4, 5, 6), []int{2}},
+		{"checksum damaged", [][]byte{F[0], F[1], flip(2, 5), F[3], F[4], F[5], F[6]}, keep(0, 1, 3, 4, 5, 6), []int{2}},
+		{"huge length", [][]byte{F[0], F[1], length(2, 0xffffffff), F[3], F[4], F[5], F[6]}, keep(0, 1, 3, 4, 5, 6), []int{2}},
+		{"length past the end of the file", [][]byte{F[0], F[1], length(2, uint32(len(encodeAll(all)))), F[3], F[4], F[5], F[6]}, keep(0, 1, 3, 4, 5, 6), []int{2}},
+		{"length too short", [][]byte{F[0], F[1], length(2, uint32(len(F[2])-9)), F[3], F[4], F[5], F[6]}, keep(0, 1, 3, 4, 5, 6), []int{2}},
+		{"zero length", [][]byte{F[0], F[1], length(2, 0), F[3], F[4], F[5], F[6]}, keep(0, 1, 3, 4, 5, 6), []int{2}},
+		{"undecodable payload with a valid checksum", [][]byte{F[0], F[1], F[2], Record{Kind: 99}.Encode(nil), F[3], F[4], F[5], F[6]}, keep(0, 1, 2, 3, 4, 5, 6), []int{3}},
+		{"garbage between records", [][]byte{F[0], F[1], F[2], F[3], garbage, F[4], F[5], F[6]}, keep(0, 1, 2, 3, 4, 5, 6), []int{4}},
+		{"zeroed across two records", [][]byte{F[0], mod(1, func(b []byte) { clear(b[len(b)/2:]) }), mod(2, func(b []byte) { clear(b[:len(b)/2]) }), F[3], F[4], F[5], F[6]},
+			keep(0, 3, 4, 5, 6), []int{1, 2}},
+		{"first record damaged", [][]byte{flip(0, 9), F[1], F[2], F[3], F[4], F[5], F[6]}, keep(1, 2, 3, 4, 5, 6), []int{0}},
+		{"several damaged regions", [][]byte{F[0], flip(1, 10), F[2], length(3, 1<<31), F[4], flip(5, 4), F[6]}, keep(0, 2, 4, 6), []int{1, 3, 5}},
+		{"damage and a torn tail", [][]byte{F[0], F[1], flip(2, 12), F[3], F[4], F[5], F[6][:len(F[6])/2]}, keep(0, 1, 3, 4, 5), []int{2, 6}},
+		{"one good record between damage and a torn tail", [][]byte{F[0], F[1], flip(2, 12), F[3], F[4][:len(F[4])-1]}, keep(0, 1, 3), []int{2, 4}},
+		{"torn tail only", [][]byte{F[0], F[1], F[2], F[3][:len(F[3])-1]}, keep(0, 1, 2), []int{3}},
+		{"frames hidden in a damaged record", [][]byte{F[0], F[1], hidingBad, F[3], F[4]}, keep(0, 1, 3, 4), []int{2}},
+		{"frames hidden in a damaged last record", [][]byte{F[0], F[1], hidingBad}, keep(0, 1), []int{2}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			data := cat(c.parts...)
+			if err := os.WriteFile(filepath.Join(dir, journalName), data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			var want []cutRegion
+			for i, p := range c.bad {
+				if i > 0 && c.bad[i-1] == p-1 {
+					want[len(want)-1].b = cat(want[len(want)-1].b, c.parts[p])
+					continue
+				}
+				want = append(want, cutRegion{off: off(p, c.parts...), b: c.parts[p]})
+			}
+			cutBytes := 0
+			for _, r := range want {
+				cutBytes += len(r.b)
+			}
+			middle := len(want) > 1 || len(want) == 1 && want[0].off+len(want[0].b) < len(data)
+
+			j, recs, err := openJournal(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(recs, c.keep) {
+				t.Errorf("replayed\n%+v\nwant\n%+v", recs, c.keep)
+			}
+			if got := readCut(t, j.cut); !reflect.DeepEqual(got, want) {
+				t.Errorf("cut file holds\n%+v\nwant\n%+v", got, want)
+			}
+			if j.cutBytes != cutBytes || j.cutRegions != len(want) || j.cutMiddle != middle {
+				t.Errorf("cut %d bytes in %d regions (middle %v), want %d in %d (%v)", j.cutBytes, j.cutRegions, j.cutMiddle, cutBytes, len(want), middle)
+			}
+			// The journal now holds the good records only, and appends
+			// go after them.
+			if got, _ := os.ReadFile(filepath.Join(dir, journalName)); !bytes.Equal(got, encodeAll(c.keep)) || j.bytes() != int64(len(got)) {
+				t.Errorf("journal after open: %d bytes (size %d), want the %d of the good records", len(got), j.bytes(), len(encodeAll(c.keep)))
+			}
+			more := Record{Kind: KindDone, Seq: 99, Bucket: "b", Key: "after"}
+			if err := j.append(true, nil, more); err != nil {
+				t.Fatal(err)
+			}
+			j.close()
+			j, recs, err = openJournal(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			j.close()
+			if want := append(slices.Clip(c.keep), more); !reflect.DeepEqual(recs, want) || j.cut != "" {
+				t.Errorf("after an append and a restart: replayed %+v, cut %q; want %+v and no cut", recs, j.cut, want)
+			}
+		})
+	}
+}
+
+// FuzzJournalReplay opens journals made of good records, then arbitrary
+// bytes, then more good records. Opening never fails or panics, the good
+// records and the cut regions account for every byte, the cut file holds
+// those bytes, the file left holds the replayed records, and replaying them
+// into a destager does not panic. When no valid frame starts inside the
+// arbitrary bytes (so none can swallow what follows), every good record,
+// those after them included, is replayed.
+func FuzzJournalReplay(f *testing.F) {
+	all := sampleRecords()
+	good := encodeAll(all)
+	f.Add(uint8(2), []byte{}, uint8(3))
+	f.Add(uint8(1), []byte{0xff, 0xff, 0xff, 0xff, 1, 2, 3, 4, 5}, uint8(7))
+	f.Add(uint8(0), good[:len(good)/3], uint8(7))
+	f.Add(uint8(3), good[5:len(good)/2], uint8(0))
+	f.Add(uint8(7), []byte{1, 0, 0, 0, 0, 0, 0, 0, 1}, uint8(2))
+	f.Add(uint8(4), []byte{20, 0, 0, 0, 1, 2, 3, 4}, uint8(5))
+	f.Add(uint8(4), append(Record{Kind: 99}.Encode(nil), 0x55), uint8(5))
+	f.Add(uint8(2), Record{Kind: KindPut, Key: string(all[1].Encode(nil))}.Encode(nil)[:30], uint8(6))
+	f.Fuzz(func(t *testing.T, before uint8, junk []byte, after uint8) {
+		head := all[:int(before)%(len(all)+1)]
+		tail := all[len(all)-int(after)%(len(all)+1):]
+		data := cat(encodeAll(head), junk, encodeAll(tail))
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, journalName), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		j, recs, err := openJournal(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer j.close()
+		kept, err := os.ReadFile(filepath.Join(dir, journalName))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(kept, encodeAll(recs)) {
+			t.Fatalf("the journal holds %d bytes, not the %d replayed records", len(kept), len(recs))
+		}
+		var regions []cutRegion
+		if j.cut != "" {
+			b, err := os.ReadFile(j.cut)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if regions, err = parseCut(b); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Replaying them into a destager does not panic, whatever they
+		// are (a Done whose Put was lost, and so on).
+		d := &destager{keys: make(map[string]*keyState), replicas: make(map[string]map[string]*op), undelivered: make(map[string]notice), nextSeq: 1}
+		d.replay(recs)
+		// Every byte is in a replayed record or a cut region, in order.
+		got := recs
+		pos, n, ri := 0, 0, 0
+		for pos < len(data) {
+			if ri < len(regions) && regions[ri].off == pos {
+				if !bytes.HasPrefix(data[pos:], regions[ri].b) || len(regions[ri].b) == 0 {
+					t.Fatalf("cut region %d at %d does not hold the journal's bytes", ri, pos)
+				}
+				n += len(regions[ri].b)
+				pos += len(regions[ri].b)
+				ri++
+				continue
+			}
+			r, size, err := DecodeRecord(data[pos:])
+			if err != nil || len(recs) == 0 || !reflect.DeepEqual(r, recs[0]) {
+				t.Fatalf("at %d: %+v (%v), not the next replayed record or a cut region", pos, r, err)
+			}
+			recs = recs[1:]
+			pos += size
+		}
+		if ri != len(regions) || len(recs) != 0 || n != j.cutBytes || ri != j.cutRegions {
+			t.Fatalf("%d of %d regions, %d records left, %d bytes cut of %d", ri, len(regions), len(recs), n, j.cutBytes)
+		}
+		for p := len(encodeAll(head)); p < len(encodeAll(head))+len(junk); p++ {
+			if _, err := frameSize(data[p:]); err == nil {
+				return // a frame starts in the junk: it may swallow good records
+			}
+		}
+		if want := append(slices.Clip(head), tail...); !slices.EqualFunc(got, want, func(a, b Record) bool { return reflect.DeepEqual(a, b) }) {
+			t.Fatalf("replayed\n%+v\nwant\n%+v", recs, want)
+		}
+	})
 }
