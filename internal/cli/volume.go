@@ -114,6 +114,9 @@ func printVolume(env Env, v node.VolumeInfo, asJSON bool) error {
 	}
 	fmt.Fprintf(env.Stdout, "volume %s: %s, %d copies, %s chunks (%d)\n", v.Name, humanBytes(v.Size), v.Copies, humanBytes(v.ChunkSize), v.Chunks)
 	fmt.Fprintf(env.Stdout, "placed on: %s\n", strings.Join(v.Nodes, ", "))
+	if v.Writer != "" {
+		fmt.Fprintf(env.Stdout, "written through: %s (claim %d; a write through another node moves it there)\n", v.Writer, v.Epoch)
+	}
 	fmt.Fprintln(env.Stdout, "NBD URIs (any node serves the whole volume):")
 	for _, u := range v.URIs {
 		fmt.Fprintln(env.Stdout, "  "+u)

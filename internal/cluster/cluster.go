@@ -23,6 +23,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -149,6 +150,7 @@ type Cluster struct {
 	log   *slog.Logger
 	hc    *http.Client
 	pub   *publisher
+	fsm   *fsm
 	raft  *raft.Raft
 	trans *raft.NetworkTransport
 	store *raftboltdb.BoltStore
@@ -156,6 +158,12 @@ type Cluster struct {
 	// memberMu serialises the leader's membership changes, which read the
 	// raft configuration and then change it.
 	memberMu sync.Mutex
+
+	// syncMu serialises the barrier the leader runs once per term before
+	// it answers followers' Sync; syncTerm is the term of the last one that
+	// completed (see syncedVersion).
+	syncMu   sync.Mutex
+	syncTerm atomic.Uint64
 
 	ctx       context.Context // cancelled by Leave/Close; ends background loops
 	cancel    context.CancelFunc
@@ -274,7 +282,8 @@ func New(ctx context.Context, cfg Config) (*Cluster, error) {
 		cleanup()
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
-	c.raft, err = raft.NewRaft(rc, &fsm{pub: c.pub}, logs, c.store, snaps, c.trans)
+	c.fsm = &fsm{pub: c.pub}
+	c.raft, err = raft.NewRaft(rc, c.fsm, logs, c.store, snaps, c.trans)
 	if err != nil {
 		cleanup()
 		return nil, fmt.Errorf("cluster: start raft: %w", err)
@@ -484,6 +493,31 @@ func (c *Cluster) SetVolumeStale(ctx context.Context, name, mirror, writer strin
 	return c.propose(ctx, command{Op: opVolumeStale, Name: name, Node: &NodeInfo{ID: mirror}, State: st, Writer: writer})
 }
 
+// ClaimVolume makes node the writer of volume name (if it is still the
+// volume with that ID; ErrVolumeNotFound otherwise) and returns the
+// volume as this node's map has it after the claim. A claim by the node
+// that is the writer already changes nothing; any other raises the
+// volume's Epoch. The caller checks the returned Writer: another node may
+// have claimed the volume right after.
+func (c *Cluster) ClaimVolume(ctx context.Context, name, id, node string) (VolumeSpec, error) {
+	err := c.propose(ctx, command{Op: opVolumeClaim, Name: name, Volume: &VolumeSpec{Name: name, ID: id}, Node: &NodeInfo{ID: node}})
+	if err != nil {
+		return VolumeSpec{}, err
+	}
+	v, ok := c.Map().Volume(name)
+	if !ok || v.ID != id {
+		return VolumeSpec{}, fmt.Errorf("%w: %q", ErrVolumeNotFound, name)
+	}
+	return v, nil
+}
+
+// ClearCoveredMark clears writer's mark on mirror of volume name unless
+// writer is the volume's writer when the change applies (see
+// command.Covered).
+func (c *Cluster) ClearCoveredMark(ctx context.Context, name, mirror, writer string) error {
+	return c.propose(ctx, command{Op: opVolumeStale, Name: name, Node: &NodeInfo{ID: mirror}, State: StateUp, Writer: writer, Covered: true})
+}
+
 // DeleteVolume removes volume name if it is still the volume with that ID
 // (ErrVolumeNotFound otherwise): a delete decided on one volume never
 // removes another created since under its name.
@@ -609,17 +643,17 @@ func (c *Cluster) waitVersion(ctx context.Context, v uint64) bool {
 	}
 }
 
-// Sync makes this node's map at least as new as everything the leader had
-// applied when Sync was called (read-your-writes across nodes): on the leader
-// it is a raft barrier; on a follower it asks the leader for its version and
-// waits to apply it.
+// Sync makes this node's map at least as new as every change acknowledged
+// when Sync was called (read-your-writes across nodes): on the leader it is
+// a raft barrier, once per term (see syncedVersion); on a follower it asks
+// the leader for a version that holds every acknowledged change and waits
+// to apply it.
 func (c *Cluster) Sync(ctx context.Context) error {
 	return c.retry(ctx, func() error {
 		if c.IsLeader() {
-			err := c.raft.Barrier(timeoutFrom(ctx, 10*time.Second)).Error()
-			if errors.Is(err, raft.ErrRaftShutdown) {
-				return ErrClosed
-			}
+			// Everything acknowledged is applied here once the first
+			// barrier of this term is through.
+			_, err := c.syncedVersion(ctx)
 			return err
 		}
 		_, id := c.raft.LeaderWithID()
@@ -630,7 +664,7 @@ func (c *Cluster) Sync(ctx context.Context) error {
 		var h Health
 		var err error = errUnreachable
 		for _, base := range leader.IntraURLs() {
-			if err = c.get(ctx, base+PathHealth, timeoutFrom(ctx, 5*time.Second), &h); err == nil {
+			if err = c.get(ctx, base+PathHealth+"?sync", timeoutFrom(ctx, 5*time.Second), &h); err == nil {
 				break
 			}
 		}
@@ -648,6 +682,37 @@ func (c *Cluster) Sync(ctx context.Context) error {
 		}
 		return nil
 	})
+}
+
+// syncedVersion returns, on the leader, a map version that holds every
+// change acknowledged so far; it answers followers' Sync. The leader's map
+// alone may not: a leader just elected learns which entries of its log its
+// predecessors committed (and acknowledged) only once it commits an entry
+// of its own term, and applies them after that. So the first call in a term
+// waits for a raft barrier (every entry before it applied); later calls in
+// the term answer at once, since the leader applies every change it
+// acknowledges before acknowledging it.
+func (c *Cluster) syncedVersion(ctx context.Context) (uint64, error) {
+	// The term is read first: a barrier that completes in a later term
+	// (leadership lost and won again) then counts for no term.
+	term := c.raft.CurrentTerm()
+	if !c.IsLeader() {
+		return 0, ErrNotLeader
+	}
+	if c.syncTerm.Load() != term {
+		c.syncMu.Lock()
+		defer c.syncMu.Unlock()
+		if c.syncTerm.Load() != term {
+			if err := c.raft.Barrier(timeoutFrom(ctx, 5*time.Second)).Error(); err != nil {
+				if errors.Is(err, raft.ErrRaftShutdown) {
+					return 0, ErrClosed
+				}
+				return 0, err
+			}
+			c.syncTerm.Store(term)
+		}
+	}
+	return c.Map().Version, nil
 }
 
 // retry runs f until it returns nil or an error that a new leader cannot

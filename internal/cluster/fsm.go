@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/raft"
 
@@ -24,7 +25,9 @@ const (
 	opVolumePut    = "volume.put"
 	opVolumeDelete = "volume.delete"
 	opVolumeStale  = "volume.stale" // Name: the volume; Node.ID: the mirror; State: up (in sync) or down (stale)
+	opVolumeClaim  = "volume.claim" // Name, Volume.ID: the volume; Node.ID: its new writer
 	opNodeDrain    = "node.drain"   // Name: the node; Drain: on or off
+	opNodeVoter    = "node.voter"   // Node.ID: the node; Node.Voter: its suffrage (nothing else changes)
 )
 
 // command is one entry of the raft log, JSON-encoded. Everything that must be
@@ -42,6 +45,11 @@ type command struct {
 	Volume *VolumeSpec  `json:"volume,omitempty"`
 	Drain  bool         `json:"drain,omitempty"`
 	Writer string       `json:"writer,omitempty"` // volume.stale: the node whose writes the mirror missed
+	// Covered, on volume.stale clearing Writer's mark, clears it only if
+	// Writer is not the volume's writer now (the caller resynchronised
+	// the mirror in full since it saw the mark; a writer that claimed the
+	// volume again since may have marked it anew).
+	Covered bool `json:"covered,omitempty"`
 }
 
 func decodeCommand(b []byte) (command, error) {
@@ -119,6 +127,22 @@ func applyCommand(m *Map, c command) (*Map, error) {
 			n.Nodes[c.Name] = old
 			return nil
 		}
+	case opNodeVoter:
+		if c.Node == nil || c.Node.ID == "" {
+			return m, fmt.Errorf("%w: node.voter without a node", ErrInvalid)
+		}
+		old, ok := m.Nodes[c.Node.ID]
+		if !ok {
+			return m, fmt.Errorf("%w: %q", ErrNodeNotFound, c.Node.ID)
+		}
+		if old.Voter == c.Node.Voter {
+			return m, nil
+		}
+		mut = func(n *Map) error {
+			old.Voter = c.Node.Voter
+			n.Nodes[c.Node.ID] = old
+			return nil
+		}
 	case opNodeRemove:
 		old, ok := m.Nodes[c.Name]
 		if !ok {
@@ -180,6 +204,7 @@ func applyCommand(m *Map, c command) (*Map, error) {
 				return m, fmt.Errorf("%w: volume %q can only grow (%d < %d)", ErrInvalid, nv.Name, nv.Size, old.Size)
 			}
 			nv.Created, nv.Stale, nv.StaleBy = old.Created, old.Stale, old.StaleBy
+			nv.Writer, nv.Epoch = old.Writer, old.Epoch
 			if old.equal(nv) {
 				return m, nil
 			}
@@ -193,6 +218,9 @@ func applyCommand(m *Map, c command) (*Map, error) {
 		if c.Node == nil || c.Node.ID == "" || c.State != StateUp && c.State != StateDown {
 			return m, fmt.Errorf("%w: volume.stale needs a node and up or down", ErrInvalid)
 		}
+		if c.Covered && c.State == StateUp && c.Writer != "" && c.Writer == v.Writer {
+			return m, nil
+		}
 		marks := setStaleMark(v.StaleMarks(), c.Node.ID, c.Writer, c.State == StateDown)
 		if maps.EqualFunc(marks, v.StaleMarks(), slices.Equal) {
 			return m, nil
@@ -202,6 +230,23 @@ func applyCommand(m *Map, c command) (*Map, error) {
 			if len(marks) == 0 {
 				v.Stale, v.StaleBy = nil, nil
 			}
+			n.Volumes[c.Name] = v
+			return nil
+		}
+	case opVolumeClaim:
+		v, ok := m.Volumes[c.Name]
+		if !ok || c.Volume == nil || c.Volume.ID != v.ID {
+			return m, fmt.Errorf("%w: %q", ErrVolumeNotFound, c.Name)
+		}
+		if c.Node == nil || c.Node.ID == "" {
+			return m, fmt.Errorf("%w: volume.claim needs a node", ErrInvalid)
+		}
+		if v.Writer == c.Node.ID {
+			return m, nil
+		}
+		mut = func(n *Map) error {
+			v.Writer = c.Node.ID
+			v.Epoch++
 			n.Volumes[c.Name] = v
 			return nil
 		}
@@ -244,6 +289,9 @@ func bucketEqual(a, b BucketProps) bool {
 // every new version to the watchers.
 type fsm struct {
 	pub *publisher
+	// hold, when set (only by tests), holds every command back until the
+	// channel is closed: the applied state then lags the log.
+	hold atomic.Pointer[chan struct{}]
 }
 
 var _ raft.FSM = (*fsm)(nil)
@@ -253,6 +301,9 @@ var _ raft.FSM = (*fsm)(nil)
 func (f *fsm) Apply(l *raft.Log) any {
 	if l.Type != raft.LogCommand {
 		return nil
+	}
+	if h := f.hold.Load(); h != nil {
+		<-*h
 	}
 	c, err := decodeCommand(l.Data)
 	if err != nil {

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"slices"
@@ -155,7 +156,8 @@ func (c *Cluster) probe(ctx context.Context, n NodeInfo) bool {
 // syncVoters keeps Config.Voters live voters when it can: it promotes live
 // non-voters while voters are missing, and in place of voters that are down
 // (which it demotes to non-voters). It records each member's suffrage in the
-// map.
+// map, and only that: the rest of the record may have changed since the map
+// it decided on (an operator's state change, one not applied here yet).
 func (c *Cluster) syncVoters(ctx context.Context, alive map[string]bool) {
 	c.memberMu.Lock()
 	defer c.memberMu.Unlock()
@@ -210,12 +212,12 @@ func (c *Cluster) syncVoters(ctx context.Context, alive map[string]bool) {
 	m = c.Map()
 	for _, s := range cf.Configuration().Servers {
 		n, ok := m.Nodes[string(s.ID)]
-		if !ok || n.Voter == (s.Suffrage == raft.Voter) {
+		voter := s.Suffrage == raft.Voter
+		if !ok || n.Voter == voter {
 			continue
 		}
-		n = n.Clone()
-		n.Voter = s.Suffrage == raft.Voter
-		if err := c.applyLocal(ctx, command{Op: opNodePut, Node: &n}); err != nil {
+		err := c.applyLocal(ctx, command{Op: opNodeVoter, Node: &NodeInfo{ID: n.ID, Voter: voter}})
+		if err != nil && !errors.Is(err, ErrNodeNotFound) { // removed meanwhile
 			c.log.Warn("recording suffrage failed", "node", s.ID, "err", err)
 		}
 	}

@@ -145,7 +145,9 @@ type Health struct {
 //	POST /cluster/leave   body {"id"}: remove a node (forwarded to the leader)
 //	GET  /cluster/map     the map as JSON; ?after=V waits (up to ?wait=, default
 //	                      30s, max 60s) for a version newer than V
-//	GET  /cluster/health  this node's raft state, leader and map version
+//	GET  /cluster/health  this node's raft state, leader and map version; with
+//	                      ?sync, a leader answers with a version that holds
+//	                      every acknowledged change (what Sync waits for)
 //	GET  /cluster/status  Status: raft term, indexes and membership
 func (c *Cluster) Handler() http.Handler {
 	mux := http.NewServeMux()
@@ -264,8 +266,19 @@ func (c *Cluster) serveMap(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *Cluster) serveHealth(w http.ResponseWriter, r *http.Request) {
+	var version uint64
+	if r.URL.Query().Has("sync") && c.IsLeader() {
+		v, err := c.syncedVersion(r.Context())
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		version = v
+	} else {
+		version = c.Map().Version
+	}
 	writeJSON(w, http.StatusOK, Health{
-		ID: c.self.ID, RaftState: c.raft.State().String(), Leader: c.LeaderID(), Version: c.Map().Version,
+		ID: c.self.ID, RaftState: c.raft.State().String(), Leader: c.LeaderID(), Version: version,
 	})
 }
 

@@ -223,13 +223,18 @@ type VolumeSpec struct {
 	// Nodes are the members chunks are placed on, fixed when the volume
 	// is created so that later membership changes do not move chunks.
 	Nodes []string `json:"nodes,omitempty"`
+	// Writer is the node that last claimed the volume for writing, and
+	// Epoch the number of claims by a new node so far: the mirrors refuse
+	// writes of a writer with an older epoch (see volume.Claims).
+	Writer string `json:"writer,omitempty"`
+	Epoch  uint64 `json:"epoch,omitempty"`
 }
 
 // equal reports whether v and o describe the same volume.
 func (v VolumeSpec) equal(o VolumeSpec) bool {
 	return v.Name == o.Name && v.Size == o.Size && v.ChunkSize == o.ChunkSize && v.Copies == o.Copies &&
 		v.Created.Equal(o.Created) && v.ID == o.ID && slices.Equal(v.Nodes, o.Nodes) && slices.Equal(v.Stale, o.Stale) &&
-		maps.EqualFunc(v.StaleBy, o.StaleBy, slices.Equal)
+		maps.EqualFunc(v.StaleBy, o.StaleBy, slices.Equal) && v.Writer == o.Writer && v.Epoch == o.Epoch
 }
 
 // MarkedBy reports whether node marks any mirror of the volume stale.

@@ -43,13 +43,11 @@ func hasBucket(name string) func(*cluster.Map) bool {
 
 // leaderSync returns a function that makes this node's map at least as new
 // as the leader's, so bucket operations read their own writes across
-// gateways. On the leader itself every committed change is already applied
-// (mutations return only once visible), so it costs nothing there.
+// gateways. On the leader it costs one barrier per term (a leader just
+// elected may not have applied what its predecessor acknowledged), then
+// nothing.
 func leaderSync(cl *cluster.Cluster) func(ctx context.Context) error {
 	return func(ctx context.Context) error {
-		if cl.IsLeader() {
-			return nil
-		}
 		if cl.LeaderID() == "" {
 			// An election, or no quorum: there is no newer map to wait
 			// for, and waiting would stall every bucket lookup by mapLag.

@@ -101,6 +101,7 @@ func (vs *volumes) Lookup(ctx context.Context, name string) (nbd.Device, error) 
 			ov.spec = spec
 			vs.open[spec.Name] = ov
 		}
+		ov.vol.NoteClaim(spec.Writer, spec.Epoch)
 		ov.vol.NoteStale(spec.StaleMarks())
 		return ov.vol, nil
 	}
@@ -118,7 +119,8 @@ func (vs *volumes) Lookup(ctx context.Context, name string) (nbd.Device, error) 
 		Stale: spec.StaleMarks(),
 	}
 	if vs.marks != nil {
-		cfg.Marks = staleMarks{m: vs.marks, name: spec.Name, self: vs.self, meta: vs.meta}
+		sm := staleMarks{m: vs.marks, name: spec.Name, id: spec.ID, self: vs.self, meta: vs.meta}
+		cfg.Marks, cfg.Claims, cfg.Writer, cfg.Epoch = sm, sm, spec.Writer, spec.Epoch
 	}
 	v, err := volume.Open(context.Background(), cfg)
 	if err != nil {
@@ -202,33 +204,57 @@ func (vs *volumes) close() error {
 }
 
 // volumeMarker records in the cluster map which mirrors of a volume missed
-// writes (the cluster implements it).
+// writes, and which node writes it (the cluster implements it).
 type volumeMarker interface {
 	SetVolumeStale(ctx context.Context, name, mirror, writer string, stale bool) error
+	ClearCoveredMark(ctx context.Context, name, mirror, writer string) error
+	ClaimVolume(ctx context.Context, name, id, node string) (cluster.VolumeSpec, error)
 }
 
-// staleMarks is one volume's volume.StaleMarks on this node.
+// staleMarks is one volume's volume.StaleMarks and volume.Claims on this
+// node.
 type staleMarks struct {
 	m    volumeMarker
 	name string
+	id   string
 	self string
 	meta interface{ Map() *cluster.Map }
+}
+
+// Claim implements volume.Claims.
+func (s staleMarks) Claim(ctx context.Context) (uint64, error) {
+	v, err := s.m.ClaimVolume(ctx, s.name, s.id, s.self)
+	if err != nil {
+		return 0, err
+	}
+	if v.Writer != s.self {
+		return 0, fmt.Errorf("%w: %s claimed it right after", volume.ErrFenced, v.Writer)
+	}
+	return v.Epoch, nil
 }
 
 func (s staleMarks) SetStale(ctx context.Context, mirror string, stale bool) error {
 	return s.m.SetVolumeStale(ctx, s.name, mirror, s.self, stale)
 }
 
-// ClearCovered clears the marks of the writers the map does not hold
-// alive: a node that is up or in maintenance may still write and clears
-// its own mark.
+// ClearCovered clears the marks of the writers that can no longer write
+// the volume: those another node claimed it from since (their writes are
+// fenced off), and, of a volume no node claimed, those the map holds
+// down. A node that may still write clears its own mark. The cluster
+// checks again, as it applies the change, that the writer is not the
+// volume's writer by then.
 func (s staleMarks) ClearCovered(ctx context.Context, mirror string, writers []string) error {
 	m := s.meta.Map()
+	spec, _ := m.Volume(s.name)
 	for _, w := range writers {
-		if n, ok := m.Node(w); w == s.self || ok && n.State != cluster.StateDown {
+		n, ok := m.Node(w)
+		switch {
+		case w == s.self || w != "" && w == spec.Writer:
+			continue
+		case spec.Writer == "" && ok && n.State != cluster.StateDown:
 			continue
 		}
-		if err := s.m.SetVolumeStale(ctx, s.name, mirror, w, false); err != nil {
+		if err := s.m.ClearCoveredMark(ctx, s.name, mirror, w); err != nil {
 			return err
 		}
 	}
@@ -301,6 +327,7 @@ func (vs *volumes) noteStale(ctx context.Context, m *cluster.Map) {
 		ov, ok := vs.open[name]
 		switch {
 		case ok && spec.ID == ov.spec.ID:
+			ov.vol.NoteClaim(spec.Writer, spec.Epoch)
 			ov.vol.NoteStale(spec.StaleMarks())
 		case spec.MarkedBy(vs.self):
 			reopen = append(reopen, name)

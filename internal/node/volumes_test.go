@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -29,7 +30,7 @@ func TestCollectDeletedVolumes(t *testing.T) {
 	stateDir := filepath.Join(root, "state")
 	for _, k := range []string{"v@01", "v@02", "w", "keep"} {
 		for c := int64(0); c < 4; c++ {
-			if err := vl.WriteAt(ctx, k, c, []byte("data"), 0, false); err != nil {
+			if err := vl.WriteAt(ctx, k, 0, c, []byte("data"), 0, false); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -132,25 +133,55 @@ func (m *markCalls) SetVolumeStale(_ context.Context, name, mirror, writer strin
 	return nil
 }
 
+func (m *markCalls) ClearCoveredMark(_ context.Context, name, mirror, writer string) error {
+	m.calls = append(m.calls, fmt.Sprintf("%s %s %s covered", name, mirror, writer))
+	return nil
+}
+
+func (m *markCalls) ClaimVolume(_ context.Context, name, id, node string) (cluster.VolumeSpec, error) {
+	m.calls = append(m.calls, fmt.Sprintf("%s claim %s %s", name, id, node))
+	return cluster.VolumeSpec{Name: name, ID: id, Writer: "other", Epoch: 7}, nil
+}
+
 // TestClearCoveredSparesLiveWriters: a node that resynchronised a mirror
-// in full clears the marks other writers left on it only for writers the
-// map does not hold alive (down, or gone from the map); its own mark and
-// those of nodes up or in maintenance stay.
+// in full clears the marks other writers left on it only for writers that
+// can no longer write. Of a volume no node claimed, those are the writers
+// the map does not hold alive (down, or gone from the map); of a claimed
+// volume, every writer but the one holding the claim (the others are
+// fenced off). Its own mark stays.
 func TestClearCoveredSparesLiveWriters(t *testing.T) {
-	m := cluster.NewMap()
-	for id, st := range map[string]cluster.NodeState{"a": cluster.StateUp, "b": cluster.StateUp, "c": cluster.StateDown, "d": cluster.StateMaintenance} {
-		m.Nodes[id] = cluster.NodeInfo{ID: id, State: st}
+	for _, tc := range []struct {
+		writer string
+		want   []string
+	}{
+		{"", []string{"v b c covered", "v b gone covered"}},
+		{"d", []string{"v b b covered", "v b c covered", "v b gone covered"}},
+	} {
+		m := cluster.NewMap()
+		for id, st := range map[string]cluster.NodeState{"a": cluster.StateUp, "b": cluster.StateUp, "c": cluster.StateDown, "d": cluster.StateMaintenance} {
+			m.Nodes[id] = cluster.NodeInfo{ID: id, State: st}
+		}
+		m.Volumes["v"] = cluster.VolumeSpec{Name: "v", Writer: tc.writer, Epoch: 3}
+		mc := &markCalls{}
+		sm := staleMarks{m: mc, name: "v", self: "a", meta: fixedMap{m}}
+		if err := sm.ClearCovered(context.Background(), "b", []string{"a", "b", "c", "d", "gone"}); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(mc.calls, tc.want) {
+			t.Errorf("writer %q: calls %q, want %q", tc.writer, mc.calls, tc.want)
+		}
+		if err := sm.SetStale(context.Background(), "b", true); err != nil || mc.calls[len(mc.calls)-1] != "v b a true" {
+			t.Errorf("SetStale marks as the node itself: %q %v", mc.calls, err)
+		}
 	}
-	mc := &markCalls{}
-	sm := staleMarks{m: mc, name: "v", self: "a", meta: fixedMap{m}}
-	if err := sm.ClearCovered(context.Background(), "b", []string{"a", "b", "c", "d", "gone"}); err != nil {
-		t.Fatal(err)
-	}
-	if want := []string{"v b c false", "v b gone false"}; !slices.Equal(mc.calls, want) {
-		t.Errorf("calls %q, want %q", mc.calls, want)
-	}
-	if err := sm.SetStale(context.Background(), "b", true); err != nil || mc.calls[len(mc.calls)-1] != "v b a true" {
-		t.Errorf("SetStale marks as the node itself: %q %v", mc.calls, err)
+}
+
+// TestClaimTakenRightAfter: a claim the map shows another node holding
+// once it applied (that node claimed right after) is refused as fenced.
+func TestClaimTakenRightAfter(t *testing.T) {
+	sm := staleMarks{m: &markCalls{}, name: "v", id: "x1", self: "a"}
+	if _, err := sm.Claim(context.Background()); !errors.Is(err, volume.ErrFenced) {
+		t.Fatalf("claim: %v, want ErrFenced", err)
 	}
 }
 

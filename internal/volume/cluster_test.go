@@ -92,14 +92,14 @@ func (c countingReplica) count(vol string, chunk int64) {
 	c.n.mu.Unlock()
 }
 
-func (c countingReplica) WriteAt(ctx context.Context, vol string, chunk int64, p []byte, off int64, sync bool) error {
+func (c countingReplica) WriteAt(ctx context.Context, vol string, epoch uint64, chunk int64, p []byte, off int64, sync bool) error {
 	c.count(vol, chunk)
-	return c.Local.WriteAt(ctx, vol, chunk, p, off, sync)
+	return c.Local.WriteAt(ctx, vol, epoch, chunk, p, off, sync)
 }
 
-func (c countingReplica) Zero(ctx context.Context, vol string, chunk int64, off, n int64, punch bool) error {
+func (c countingReplica) Zero(ctx context.Context, vol string, epoch uint64, chunk int64, off, n int64, punch bool) error {
 	c.count(vol, chunk)
-	return c.Local.Zero(ctx, vol, chunk, off, n, punch)
+	return c.Local.Zero(ctx, vol, epoch, chunk, off, n, punch)
 }
 
 func (n *testNode) url() string { return "http://" + n.addr }
@@ -311,7 +311,7 @@ func TestMirroredFailoverAndResync(t *testing.T) {
 
 	// Reads prefer the local mirror: with a's data corrupted behind the
 	// volume's back, a read returns a's bytes.
-	if err := a.local.WriteAt(ctx, "vol1", 0, []byte("local"), 0, false); err != nil {
+	if err := a.local.WriteAt(ctx, "vol1", 0, 0, []byte("local"), 0, false); err != nil {
 		t.Fatal(err)
 	}
 	if err := v.ReadAt(ctx, got[:5], 0); err != nil || string(got[:5]) != "local" {

@@ -158,9 +158,9 @@ func TestResyncRecoversChunkStaleOnEveryMirror(t *testing.T) {
 			if err := st.save(); err != nil {
 				t.Fatal(err)
 			}
-			reps["a"].WriteAt(ctx, "vol@1", 0, []byte("local"), 0, true)
+			reps["a"].WriteAt(ctx, "vol@1", 0, 0, []byte("local"), 0, true)
 			if r := reps["b"]; r != nil {
-				r.WriteAt(ctx, "vol@1", 0, []byte("other"), 0, true)
+				r.WriteAt(ctx, "vol@1", 0, 0, []byte("other"), 0, true)
 			}
 			v := openMem(t, "a", dir, 4*memCS, tc.nodes, reps, nil)
 			waitUntil(t, "the mirrors to be in sync", func() bool { return len(v.StaleChunks()) == 0 })

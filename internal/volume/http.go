@@ -20,13 +20,15 @@ import (
 //
 //	GET    /volume/_ping
 //	GET    /volume/{vol}/{chunk}?off=O&n=N          -> N bytes
-//	PUT    /volume/{vol}/{chunk}?off=O[&sync=1]     body: the data
-//	POST   /volume/{vol}/{chunk}/zero?off=O&n=N[&punch=1]
+//	PUT    /volume/{vol}/{chunk}?off=O&epoch=E[&sync=1]   body: the data
+//	POST   /volume/{vol}/{chunk}/zero?off=O&n=N&epoch=E[&punch=1]
 //	POST   /volume/{vol}/_sync                      body: chunk numbers, comma-separated
+//	POST   /volume/{vol}/_fence?epoch=E
 //	DELETE /volume/{vol}
-//	POST   /volume/_stream   (Upgrade: slipstream-volume/1; see stream.go)
+//	POST   /volume/_stream   (Upgrade: slipstream-volume/2; see stream.go)
 //
-// Errors are plain-text bodies with status 400 (bad request) or 500.
+// Errors are plain-text bodies with status 400 (bad request), 409 (a
+// newer writer's epoch was seen: ErrFenced), 507 (out of space) or 500.
 
 // MaxTransfer caps the data of one chunk request.
 const MaxTransfer = 64 << 20
@@ -66,6 +68,15 @@ func NewHandler(r Replica) *Handler {
 	mux.HandleFunc("PUT /volume/{vol}/{chunk}", h.write)
 	mux.HandleFunc("POST /volume/{vol}/{chunk}/zero", h.zero)
 	mux.HandleFunc("POST /volume/{vol}/_sync", h.sync)
+	mux.HandleFunc("POST /volume/{vol}/_fence", func(w http.ResponseWriter, req *http.Request) {
+		epoch, err := epochArg(req)
+		if err == nil {
+			err = r.Fence(req.Context(), req.PathValue("vol"), epoch)
+		}
+		if err != nil {
+			httpError(w, err)
+		}
+	})
 	mux.HandleFunc("DELETE /volume/{vol}", func(w http.ResponseWriter, req *http.Request) {
 		if err := r.Delete(req.Context(), req.PathValue("vol")); err != nil {
 			httpError(w, err)
@@ -125,6 +136,19 @@ func args(req *http.Request, needN bool) (chunk, off, n int64, err error) {
 	return chunk, off, n, nil
 }
 
+// epochArg parses the epoch query value (0 if absent).
+func epochArg(req *http.Request) (uint64, error) {
+	s := req.URL.Query().Get("epoch")
+	if s == "" {
+		return 0, nil
+	}
+	e, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%w: epoch %q", ErrOutOfRange, s)
+	}
+	return e, nil
+}
+
 func (h *handler) read(w http.ResponseWriter, req *http.Request) {
 	chunk, off, n, err := args(req, true)
 	if err == nil && n > MaxTransfer {
@@ -149,6 +173,10 @@ func (h *handler) write(w http.ResponseWriter, req *http.Request) {
 	if err == nil && (req.ContentLength < 0 || req.ContentLength > MaxTransfer) {
 		err = fmt.Errorf("%w: content length %d", ErrOutOfRange, req.ContentLength)
 	}
+	epoch, eerr := epochArg(req)
+	if err == nil {
+		err = eerr
+	}
 	if err != nil {
 		httpError(w, err)
 		return
@@ -159,18 +187,22 @@ func (h *handler) write(w http.ResponseWriter, req *http.Request) {
 		httpError(w, fmt.Errorf("volume: short body: %w", err))
 		return
 	}
-	if err := h.r.WriteAt(req.Context(), req.PathValue("vol"), chunk, *b, off, req.URL.Query().Get("sync") == "1"); err != nil {
+	if err := h.r.WriteAt(req.Context(), req.PathValue("vol"), epoch, chunk, *b, off, req.URL.Query().Get("sync") == "1"); err != nil {
 		httpError(w, err)
 	}
 }
 
 func (h *handler) zero(w http.ResponseWriter, req *http.Request) {
 	chunk, off, n, err := args(req, true)
+	epoch, eerr := epochArg(req)
+	if err == nil {
+		err = eerr
+	}
 	if err != nil {
 		httpError(w, err)
 		return
 	}
-	if err := h.r.Zero(req.Context(), req.PathValue("vol"), chunk, off, n, req.URL.Query().Get("punch") == "1"); err != nil {
+	if err := h.r.Zero(req.Context(), req.PathValue("vol"), epoch, chunk, off, n, req.URL.Query().Get("punch") == "1"); err != nil {
 		httpError(w, err)
 	}
 }
@@ -214,6 +246,8 @@ func httpError(w http.ResponseWriter, err error) {
 		code = http.StatusBadRequest
 	} else if noSpace(err) {
 		code = http.StatusInsufficientStorage
+	} else if errors.Is(err, ErrFenced) {
+		code = http.StatusConflict
 	}
 	http.Error(w, err.Error(), code)
 }
@@ -286,13 +320,13 @@ func NewClientConfig(cfg ClientConfig) (*Client, error) {
 var _ asyncReplica = (*Client)(nil)
 
 // writeAsync sends a write and returns a function that waits for it.
-func (c *Client) writeAsync(ctx context.Context, vol string, chunk int64, p []byte, off int64, sync bool) func() error {
+func (c *Client) writeAsync(ctx context.Context, vol string, epoch uint64, chunk int64, p []byte, off int64, sync bool) func() error {
 	if c.stream == nil {
 		ch := make(chan error, 1)
-		go func() { ch <- c.WriteAt(ctx, vol, chunk, p, off, sync) }()
+		go func() { ch <- c.WriteAt(ctx, vol, epoch, chunk, p, off, sync) }()
 		return func() error { return <-ch }
 	}
-	r := &streamReq{op: opWrite, vol: vol, chunk: chunk, off: off, payload: p}
+	r := &streamReq{op: opWrite, vol: vol, epoch: epoch, chunk: chunk, off: off, payload: p}
 	if sync {
 		r.flags = flagSync
 	}
@@ -362,6 +396,8 @@ func (c *Client) do(ctx context.Context, method, url string, body []byte, into [
 			return fmt.Errorf("%w: %s", ErrOutOfRange, strings.TrimSpace(string(msg)))
 		case http.StatusInsufficientStorage:
 			return fmt.Errorf("%w: %s", ErrNoSpace, strings.TrimSpace(string(msg)))
+		case http.StatusConflict:
+			return fmt.Errorf("%w: %s", ErrFenced, strings.TrimSpace(string(msg)))
 		}
 		return fmt.Errorf("%w: %s %s: %s: %s", ErrReplicaError, method, url, resp.Status, strings.TrimSpace(string(msg)))
 	}
@@ -383,15 +419,15 @@ func (c *Client) ReadAt(ctx context.Context, vol string, chunk int64, p []byte, 
 }
 
 // WriteAt implements Replica.
-func (c *Client) WriteAt(ctx context.Context, vol string, chunk int64, p []byte, off int64, sync bool) error {
+func (c *Client) WriteAt(ctx context.Context, vol string, epoch uint64, chunk int64, p []byte, off int64, sync bool) error {
 	if c.stream != nil {
-		r := &streamReq{op: opWrite, vol: vol, chunk: chunk, off: off, payload: p}
+		r := &streamReq{op: opWrite, vol: vol, epoch: epoch, chunk: chunk, off: off, payload: p}
 		if sync {
 			r.flags = flagSync
 		}
 		return c.streamDo(ctx, r, nil)
 	}
-	q := "off=" + strconv.FormatInt(off, 10)
+	q := "off=" + strconv.FormatInt(off, 10) + "&epoch=" + strconv.FormatUint(epoch, 10)
 	if sync {
 		q += "&sync=1"
 	}
@@ -399,19 +435,27 @@ func (c *Client) WriteAt(ctx context.Context, vol string, chunk int64, p []byte,
 }
 
 // Zero implements Replica.
-func (c *Client) Zero(ctx context.Context, vol string, chunk int64, off, n int64, punch bool) error {
+func (c *Client) Zero(ctx context.Context, vol string, epoch uint64, chunk int64, off, n int64, punch bool) error {
 	if c.stream != nil {
-		r := &streamReq{op: opZero, vol: vol, chunk: chunk, off: off, n: n}
+		r := &streamReq{op: opZero, vol: vol, epoch: epoch, chunk: chunk, off: off, n: n}
 		if punch {
 			r.flags = flagPunch
 		}
 		return c.streamDo(ctx, r, nil)
 	}
-	q := "off=" + strconv.FormatInt(off, 10) + "&n=" + strconv.FormatInt(n, 10)
+	q := "off=" + strconv.FormatInt(off, 10) + "&n=" + strconv.FormatInt(n, 10) + "&epoch=" + strconv.FormatUint(epoch, 10)
 	if punch {
 		q += "&punch=1"
 	}
 	return c.do(ctx, http.MethodPost, c.url(vol, chunk, "/zero", q), nil, nil)
+}
+
+// Fence implements Replica.
+func (c *Client) Fence(ctx context.Context, vol string, epoch uint64) error {
+	if c.stream != nil {
+		return c.streamDo(ctx, &streamReq{op: opFence, vol: vol, epoch: epoch}, nil)
+	}
+	return c.do(ctx, http.MethodPost, c.url(vol, -1, "/_fence", "epoch="+strconv.FormatUint(epoch, 10)), nil, nil)
 }
 
 // Sync implements Replica.

@@ -42,6 +42,8 @@ type Local struct {
 	cfg  LocalConfig
 	ring *filedev.Ring // AIO for O_DIRECT writes; nil: pwrite
 
+	fences *fences // the writer epoch of each volume
+
 	mu    sync.Mutex
 	files map[fileKey]*openFile
 }
@@ -91,6 +93,7 @@ func NewLocal(cfg LocalConfig) (*Local, error) {
 		cfg.MaxChunkSize = 1 << 30
 	}
 	l := &Local{cfg: cfg, files: map[fileKey]*openFile{}}
+	l.fences = newFences(l.loadEpoch, l.saveEpoch)
 	if !cfg.Buffered {
 		if r, err := filedev.NewRing(512); err == nil {
 			l.ring = r
@@ -226,10 +229,18 @@ func (l *Local) Extents(_ context.Context, vol string, chunk, off, n int64) ([]n
 }
 
 // WriteAt implements Replica.
-func (l *Local) WriteAt(_ context.Context, vol string, chunk int64, p []byte, off int64, sync bool) error {
+func (l *Local) WriteAt(_ context.Context, vol string, epoch uint64, chunk int64, p []byte, off int64, sync bool) error {
 	if err := l.check(off, int64(len(p))); err != nil {
 		return err
 	}
+	if err := ValidKey(vol); err != nil {
+		return err
+	}
+	done, err := l.fences.enter(vol, epoch)
+	if err != nil {
+		return err
+	}
+	defer done()
 	of, err := l.open(vol, chunk, true)
 	if err != nil {
 		return err
@@ -255,10 +266,18 @@ func (l *Local) WriteAt(_ context.Context, vol string, chunk int64, p []byte, of
 }
 
 // Zero implements Replica.
-func (l *Local) Zero(_ context.Context, vol string, chunk int64, off, n int64, punch bool) error {
+func (l *Local) Zero(_ context.Context, vol string, epoch uint64, chunk int64, off, n int64, punch bool) error {
 	if err := l.check(off, n); err != nil {
 		return err
 	}
+	if err := ValidKey(vol); err != nil {
+		return err
+	}
+	done, err := l.fences.enter(vol, epoch)
+	if err != nil {
+		return err
+	}
+	defer done()
 	of, err := l.open(vol, chunk, !punch)
 	if err != nil || of == nil {
 		return err
@@ -268,6 +287,14 @@ func (l *Local) Zero(_ context.Context, vol string, chunk int64, off, n int64, p
 		return filedev.PunchHole(of.f, off, n)
 	}
 	return filedev.ZeroRange(of.f, off, n)
+}
+
+// Fence implements Replica.
+func (l *Local) Fence(_ context.Context, vol string, epoch uint64) error {
+	if err := ValidKey(vol); err != nil {
+		return err
+	}
+	return l.fences.raise(vol, epoch)
 }
 
 // Sync implements Replica.
@@ -302,6 +329,7 @@ func (l *Local) Delete(_ context.Context, vol string) error {
 		}
 	}
 	l.mu.Unlock()
+	l.fences.forget(vol)
 	for _, mp := range l.cfg.Mountpaths {
 		if err := os.RemoveAll(l.dir(mp, vol)); err != nil {
 			return err

@@ -26,7 +26,7 @@ func BenchmarkLocalWrite4K(b *testing.B) {
 			ctx := context.Background()
 			big := make([]byte, 4<<20)
 			for c := int64(0); c < 128; c++ {
-				if err := l.WriteAt(ctx, "bench", c, big, 0, false); err != nil {
+				if err := l.WriteAt(ctx, "bench", 0, c, big, 0, false); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -45,7 +45,7 @@ func BenchmarkLocalWrite4K(b *testing.B) {
 				r := rand.New(rand.NewSource(seed.Add(1)))
 				p := make([]byte, 4096)
 				for pb.Next() {
-					if err := l.WriteAt(ctx, "bench", r.Int63n(128), p, r.Int63n(1024)*4096, false); err != nil {
+					if err := l.WriteAt(ctx, "bench", 0, r.Int63n(128), p, r.Int63n(1024)*4096, false); err != nil {
 						b.Error(err)
 						return
 					}

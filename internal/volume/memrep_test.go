@@ -24,10 +24,24 @@ type memRep struct {
 	syncFail atomic.Bool
 	syncGate chan struct{} // if non-nil, Sync waits for it to close
 	syncIn   chan struct{} // if non-nil, signalled when Sync is entered
+	fences   *fences
+	readHook func(vol string, c int64) // if non-nil, called after each ReadAt
+	epochs   map[string]uint64         // the fences' "persisted" epochs
 }
 
 func newMemRep(cs int64) *memRep {
-	return &memRep{cs: cs, cache: map[string][]byte{}, durable: map[string][]byte{}}
+	r := &memRep{cs: cs, cache: map[string][]byte{}, durable: map[string][]byte{}, epochs: map[string]uint64{}}
+	r.fences = newFences(func(vol string) (uint64, error) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.epochs[vol], nil
+	}, func(vol string, e uint64) error {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.epochs[vol] = e
+		return nil
+	})
+	return r
 }
 
 var errMemDown = errors.New("memrep: down")
@@ -48,15 +62,23 @@ func (r *memRep) ReadAt(_ context.Context, vol string, c int64, p []byte, off in
 		return errMemDown
 	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	copy(p, r.chunk(r.cache, memKey(vol, c))[off:])
+	r.mu.Unlock()
+	if r.readHook != nil {
+		r.readHook(vol, c)
+	}
 	return nil
 }
 
-func (r *memRep) WriteAt(_ context.Context, vol string, c int64, p []byte, off int64, sync bool) error {
+func (r *memRep) WriteAt(_ context.Context, vol string, epoch uint64, c int64, p []byte, off int64, sync bool) error {
 	if r.down.Load() {
 		return errMemDown
 	}
+	done, err := r.fences.enter(vol, epoch)
+	if err != nil {
+		return err
+	}
+	defer done()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	k := memKey(vol, c)
@@ -67,10 +89,15 @@ func (r *memRep) WriteAt(_ context.Context, vol string, c int64, p []byte, off i
 	return nil
 }
 
-func (r *memRep) Zero(_ context.Context, vol string, c int64, off, n int64, _ bool) error {
+func (r *memRep) Zero(_ context.Context, vol string, epoch uint64, c int64, off, n int64, _ bool) error {
 	if r.down.Load() {
 		return errMemDown
 	}
+	done, err := r.fences.enter(vol, epoch)
+	if err != nil {
+		return err
+	}
+	defer done()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	clear(r.chunk(r.cache, memKey(vol, c))[off : off+n])
@@ -100,6 +127,13 @@ func (r *memRep) Sync(_ context.Context, vol string, cs []int64) error {
 		copy(r.chunk(r.durable, k), r.chunk(r.cache, k))
 	}
 	return nil
+}
+
+func (r *memRep) Fence(_ context.Context, vol string, epoch uint64) error {
+	if r.down.Load() {
+		return errMemDown
+	}
+	return r.fences.raise(vol, epoch)
 }
 
 func (r *memRep) Delete(context.Context, string) error { return nil }

@@ -42,6 +42,21 @@ type Config struct {
 	// stale mirror, the writers whose writes it missed.
 	Marks StaleMarks
 	Stale map[string][]string
+	// Claims, if set, grants this node the right to write the volume
+	// before it does (see fence.go); Writer and Epoch are the claim the
+	// cluster holds at Open (Writer "" if none).
+	Claims Claims
+	Writer string
+	Epoch  uint64
+}
+
+// Claims grants one node at a time the right to write a volume (the
+// cluster map does: VolumeSpec.Writer and Epoch).
+type Claims interface {
+	// Claim makes this node the volume's writer and returns its epoch:
+	// the one it holds if it is the writer already, else one higher than
+	// any granted before.
+	Claim(ctx context.Context) (uint64, error)
 }
 
 // StaleMarks records, outside the nodes that write a volume, which of its
@@ -71,16 +86,19 @@ const (
 
 // Volume is a mirrored block volume. It implements nbd.Device.
 type Volume struct {
-	cfg    Config
-	spec   Spec   // its Size is that at Open; size is the current one
-	key    string // spec.Key(): what replicas store the chunks under
-	size   atomic.Int64
-	shift  uint
-	nodes  map[string]*mirror
-	wrote  atomic.Bool                                 // this volume has written: it is the writer
-	owners atomic.Pointer[[]atomic.Pointer[[]*mirror]] // per chunk, computed lazily
-	locks  [256]sync.RWMutex                           // chunk stripes: I/O shares, resync excludes
-	growMu sync.Mutex                                  // serialises Grow
+	cfg     Config
+	spec    Spec   // its Size is that at Open; size is the current one
+	key     string // spec.Key(): what replicas store the chunks under
+	size    atomic.Int64
+	shift   uint
+	nodes   map[string]*mirror
+	wrote   atomic.Bool                                 // this volume has written: it is the writer
+	epoch   atomic.Uint64                               // the writer epoch this node holds; 0: none
+	other   atomic.Bool                                 // another node has claimed the volume since this one did
+	claimMu sync.Mutex                                  // serialises claims
+	owners  atomic.Pointer[[]atomic.Pointer[[]*mirror]] // per chunk, computed lazily
+	locks   [256]sync.RWMutex                           // chunk stripes: I/O shares, resync excludes
+	growMu  sync.Mutex                                  // serialises Grow
 
 	umu      sync.Mutex
 	unsynced map[int64]uint64 // chunk -> generation of its last write not known durable
@@ -98,7 +116,7 @@ type Volume struct {
 // wait for it later, so that mirrors proceed in parallel without a
 // goroutine per write.
 type asyncReplica interface {
-	writeAsync(ctx context.Context, vol string, chunk int64, p []byte, off int64, sync bool) (wait func() error)
+	writeAsync(ctx context.Context, vol string, epoch uint64, chunk int64, p []byte, off int64, sync bool) (wait func() error)
 }
 
 // mirror is the Volume's view of one node.
@@ -175,6 +193,13 @@ func Open(ctx context.Context, cfg Config) (*Volume, error) {
 		return nil, err
 	}
 	v.stale = st
+	if cfg.Claims != nil && cfg.Writer != "" {
+		if cfg.Writer == cfg.Self {
+			v.epoch.Store(cfg.Epoch)
+		} else {
+			v.other.Store(true)
+		}
+	}
 	v.noteStale(cfg.Stale, true)
 	ctx, v.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	v.wg.Add(1)
@@ -419,10 +444,13 @@ func (v *Volume) fail(m *mirror, err error) {
 // and every mirror that did not is recorded stale durably. Replicas that
 // can send asynchronously (aop) are started first, without a goroutine;
 // the last synchronous one runs inline.
-func (v *Volume) mutate(ctx context.Context, chunk int64, op func(ctx context.Context, m *mirror) error, aop func(ctx context.Context, a asyncReplica) func() error) error {
+func (v *Volume) mutate(ctx context.Context, chunk int64, op func(ctx context.Context, ep uint64, m *mirror) error, aop func(ctx context.Context, ep uint64, a asyncReplica) func() error) error {
 	if !v.wrote.Load() {
-		v.becomeWriter()
+		if err := v.becomeWriter(ctx); err != nil {
+			return err
+		}
 	}
+	ep := v.epoch.Load()
 	owners := v.ownersOf(chunk)
 	lk := &v.locks[chunk&255]
 	lk.RLock()
@@ -440,17 +468,17 @@ func (v *Volume) mutate(ctx context.Context, chunk int64, op func(ctx context.Co
 		}
 		m.inflight.Add(1)
 		if a, ok := m.r.(asyncReplica); ok && aop != nil {
-			waits[i] = aop(ctx, a)
+			waits[i] = aop(ctx, ep, a)
 			continue
 		}
 		if last >= 0 {
 			wg.Add(1)
-			go func(i int, m *mirror) { defer wg.Done(); errs[i] = op(ctx, m) }(last, owners[last])
+			go func(i int, m *mirror) { defer wg.Done(); errs[i] = op(ctx, ep, m) }(last, owners[last])
 		}
 		last = i
 	}
 	if last >= 0 {
-		errs[last] = op(ctx, owners[last])
+		errs[last] = op(ctx, ep, owners[last])
 	}
 	for i, w := range waits {
 		if w != nil {
@@ -464,11 +492,19 @@ func (v *Volume) mutate(ctx context.Context, chunk int64, op func(ctx context.Co
 		}
 	}
 
-	ok := 0
+	ok, fenced := 0, false
 	for i := range owners {
 		if errs[i] == nil {
 			ok++
 		}
+		fenced = fenced || errs[i] != skipped && errors.Is(errs[i], ErrFenced)
+	}
+	if fenced {
+		// Another node claimed the volume: this one stops writing it,
+		// and the write is not acknowledged. A mirror that took it while
+		// another refused is marked below, so that the new writer makes
+		// them agree again.
+		v.lose(ep)
 	}
 	if ctx.Err() != nil {
 		// Not acknowledged, but the mirrors may now differ: those that
@@ -486,9 +522,12 @@ func (v *Volume) mutate(ctx context.Context, chunk int64, op func(ctx context.Co
 		return ctx.Err()
 	}
 	for i, m := range owners {
-		if errs[i] != nil && errs[i] != skipped {
+		if errs[i] != nil && errs[i] != skipped && !errors.Is(errs[i], ErrFenced) {
 			v.fail(m, errs[i])
 		}
+	}
+	if ok == 0 && fenced {
+		return fmt.Errorf("%w: %s", ErrFenced, v.spec.Name)
 	}
 	if ok == 0 {
 		// No mirror took it: none is newer than another, so none is
@@ -522,7 +561,12 @@ func (v *Volume) mutate(ctx context.Context, chunk int64, op func(ctx context.Co
 		if newly {
 			v.poke()
 		}
-		return v.marksDurable(ctx, missed[:n]...)
+		if err := v.marksDurable(ctx, missed[:n]...); err != nil || !fenced {
+			return err
+		}
+	}
+	if fenced {
+		return fmt.Errorf("%w: %s", ErrFenced, v.spec.Name)
 	}
 	return nil
 }
@@ -555,10 +599,10 @@ func (v *Volume) noteUnsynced(chunk int64) {
 func (v *Volume) WriteAt(ctx context.Context, p []byte, off int64, fua bool) error {
 	return v.segments(off, int64(len(p)), func(s segment) error {
 		b := p[s.pos : s.pos+s.n]
-		err := v.mutate(ctx, s.chunk, func(ctx context.Context, m *mirror) error {
-			return m.r.WriteAt(ctx, v.key, s.chunk, b, s.off, fua)
-		}, func(ctx context.Context, a asyncReplica) func() error {
-			return a.writeAsync(ctx, v.key, s.chunk, b, s.off, fua)
+		err := v.mutate(ctx, s.chunk, func(ctx context.Context, ep uint64, m *mirror) error {
+			return m.r.WriteAt(ctx, v.key, ep, s.chunk, b, s.off, fua)
+		}, func(ctx context.Context, ep uint64, a asyncReplica) func() error {
+			return a.writeAsync(ctx, v.key, ep, s.chunk, b, s.off, fua)
 		})
 		if err == nil && !fua {
 			v.noteUnsynced(s.chunk)
@@ -579,8 +623,8 @@ func (v *Volume) WriteZeroes(ctx context.Context, off, n int64, fua, noHole bool
 
 func (v *Volume) zero(ctx context.Context, off, n int64, fua, punch bool) error {
 	return v.segments(off, n, func(s segment) error {
-		err := v.mutate(ctx, s.chunk, func(ctx context.Context, m *mirror) error {
-			if err := m.r.Zero(ctx, v.key, s.chunk, s.off, s.n, punch); err != nil {
+		err := v.mutate(ctx, s.chunk, func(ctx context.Context, ep uint64, m *mirror) error {
+			if err := m.r.Zero(ctx, v.key, ep, s.chunk, s.off, s.n, punch); err != nil {
 				return err
 			}
 			if fua {
@@ -798,6 +842,13 @@ func (v *Volume) resyncLoop(ctx context.Context) {
 				}
 				pctx, cancel := v.opCtx(ctx)
 				err := m.r.Ping(pctx)
+				if ep := v.epoch.Load(); err == nil && ep != 0 {
+					// Fenced before it is used again: it may have missed
+					// the announce of this node's claim.
+					if err = m.r.Fence(pctx, v.key, ep); errors.Is(err, ErrFenced) {
+						v.lose(ep)
+					}
+				}
 				cancel()
 				if err != nil {
 					continue
@@ -809,7 +860,7 @@ func (v *Volume) resyncLoop(ctx context.Context) {
 				v.cfg.Logger.Info("volume mirror is back", "volume", v.spec.Name, "node", id)
 				m.down.Store(false)
 			}
-			if m.noted.Load() {
+			if m.noted.Load() || v.fencedOff() {
 				continue // the writer resynchronises it
 			}
 			if err := v.resyncNode(ctx, m); err != nil && ctx.Err() == nil {
@@ -933,6 +984,7 @@ func (v *Volume) noteStale(marks map[string][]string, atOpen bool) {
 	for id, m := range v.nodes {
 		own := slices.Contains(marks[id], v.cfg.Self)
 		others := slices.DeleteFunc(slices.Clone(marks[id]), func(w string) bool { return w == v.cfg.Self })
+		wasListed := m.shared.Load() || len(m.others) > 0
 		if atOpen && own && v.stale.count(id) == 0 {
 			// Its own mark, but its stale map was lost: which chunks it
 			// missed is not known any more.
@@ -944,8 +996,9 @@ func (v *Volume) noteStale(marks map[string][]string, atOpen bool) {
 		case atOpen:
 			m.shared.Store(own)
 		case !own && m.shared.Load():
-			// Cleared by another node (it took this one for dead): the
-			// resync loop marks it again while this node misses chunks.
+			// Cleared by another node (it took this one for dead, or
+			// writes the volume now): the resync loop marks it again
+			// while this node misses chunks and writes the volume.
 			m.shared.Store(false)
 			v.poke()
 		}
@@ -970,6 +1023,13 @@ func (v *Volume) noteStale(marks map[string][]string, atOpen bool) {
 					v.stale.clearAll(id)
 				}
 			}
+		}
+		if !own && len(others) == 0 && wasListed && v.fencedOff() {
+			// Another node writes the volume and no mark on the mirror is
+			// left: it resynchronised the mirror in full before it
+			// cleared them, so what this node knew it missed is past.
+			v.stale.clearAll(id)
+			m.noted.Store(false)
 		}
 		m.covers.Store(len(m.others) > 0)
 		m.markMu.Unlock()
@@ -998,12 +1058,32 @@ func subset(a, b []string) bool {
 	return true
 }
 
-// becomeWriter makes the marks this volume noted its own: it resynchronises
-// those mirrors from now on.
-func (v *Volume) becomeWriter() {
-	if v.wrote.Swap(true) {
-		return
+// becomeWriter claims the volume for this node (with Claims) and fences
+// every mirror it reaches at the claim's epoch, then makes the marks this
+// volume noted its own: it resynchronises those mirrors from now on. A
+// write fails if the claim cannot be made (no quorum).
+func (v *Volume) becomeWriter(ctx context.Context) error {
+	v.claimMu.Lock()
+	defer v.claimMu.Unlock()
+	if v.wrote.Load() {
+		return nil
 	}
+	if v.cfg.Claims != nil {
+		cctx, cancel := context.WithTimeout(ctx, marksTimeout)
+		ep, err := v.cfg.Claims.Claim(cctx)
+		cancel()
+		if err == nil {
+			err = v.fenceAll(ctx, ep)
+		}
+		if err != nil {
+			return fmt.Errorf("volume: claiming %s for writing: %w", v.spec.Name, err)
+		}
+		if v.epoch.Swap(ep) != ep {
+			v.cfg.Logger.Info("this node writes the volume now", "volume", v.spec.Name, "epoch", ep)
+		}
+		v.other.Store(false)
+	}
+	v.wrote.Store(true)
 	for id, m := range v.nodes {
 		m.markMu.Lock()
 		if m.noted.Swap(false) {
@@ -1015,6 +1095,72 @@ func (v *Volume) becomeWriter() {
 		v.cfg.Logger.Warn("saving the stale map", "volume", v.spec.Name, "err", err)
 	}
 	v.poke()
+	return nil
+}
+
+// fenceAll announces epoch to every mirror that is not down, in
+// parallel, so that the volume's previous writer can no longer change
+// them. A mirror that fails is marked down (the resync loop fences it
+// before it is used again); a mirror that has seen a higher epoch means
+// another node claimed the volume meanwhile (ErrFenced).
+func (v *Volume) fenceAll(ctx context.Context, epoch uint64) error {
+	errs := make([]error, len(v.cfg.Nodes))
+	var wg sync.WaitGroup
+	for i, id := range v.cfg.Nodes {
+		m := v.nodes[id]
+		if m.down.Load() {
+			continue
+		}
+		wg.Go(func() {
+			octx, cancel := v.opCtx(ctx)
+			defer cancel()
+			errs[i] = m.r.Fence(octx, v.key, epoch)
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		switch {
+		case err == nil:
+		case errors.Is(err, ErrFenced):
+			return err
+		default:
+			v.fail(v.nodes[v.cfg.Nodes[i]], err)
+		}
+	}
+	return nil
+}
+
+// lose stops this node writing the volume after a mirror refused its
+// epoch ep (another node claimed the volume): its resynchronisations stop
+// (the new writer's cover them), and a later write claims it again.
+func (v *Volume) lose(ep uint64) {
+	v.claimMu.Lock()
+	defer v.claimMu.Unlock()
+	if ep == 0 || !v.epoch.CompareAndSwap(ep, 0) {
+		return
+	}
+	v.other.Store(true)
+	v.wrote.Store(false)
+	v.cfg.Logger.Warn("another node writes the volume now; this node stops writing it until a client writes through it again",
+		"volume", v.spec.Name, "epoch", ep)
+}
+
+// NoteClaim tells the volume which node the cluster lets write it, and
+// at which epoch. A node that held an older epoch stops writing.
+func (v *Volume) NoteClaim(writer string, epoch uint64) {
+	if v.cfg.Claims == nil || writer == "" || writer == v.cfg.Self {
+		return
+	}
+	v.other.Store(true)
+	if held := v.epoch.Load(); held != 0 && epoch > held {
+		v.lose(held)
+	}
+}
+
+// fencedOff reports whether another node writes the volume and this one
+// holds no claim: it neither writes nor resynchronises the mirrors.
+func (v *Volume) fencedOff() bool {
+	return v.cfg.Claims != nil && v.epoch.Load() == 0 && v.other.Load()
 }
 
 // resyncNode copies every chunk m misses from an in-sync mirror.
@@ -1024,18 +1170,22 @@ func (v *Volume) resyncNode(ctx context.Context, m *mirror) error {
 		return nil
 	}
 	buf := make([]byte, min(v.spec.ChunkSize, 1<<20))
+	ep := v.epoch.Load()
 	for _, c := range chunks {
 		if ctx.Err() != nil || m.down.Load() {
 			return ctx.Err()
 		}
-		if err := v.resyncChunk(ctx, m, c, buf); err != nil {
+		if err := v.resyncChunk(ctx, ep, m, c, buf); errors.Is(err, ErrFenced) {
+			v.lose(ep)
+			return nil
+		} else if err != nil {
 			return err
 		}
 	}
 	return v.stale.save()
 }
 
-func (v *Volume) resyncChunk(ctx context.Context, dst *mirror, c int64, buf []byte) error {
+func (v *Volume) resyncChunk(ctx context.Context, ep uint64, dst *mirror, c int64, buf []byte) error {
 	lk := &v.locks[c&255]
 	lk.Lock()
 	defer lk.Unlock()
@@ -1070,9 +1220,9 @@ func (v *Volume) resyncChunk(ctx context.Context, dst *mirror, c int64, buf []by
 		}
 		octx, cancel = v.opCtx(ctx)
 		if allZero(b) {
-			err = dst.r.Zero(octx, v.key, c, off, int64(len(b)), true)
+			err = dst.r.Zero(octx, v.key, ep, c, off, int64(len(b)), true)
 		} else {
-			err = dst.r.WriteAt(octx, v.key, c, b, off, false)
+			err = dst.r.WriteAt(octx, v.key, ep, c, b, off, false)
 		}
 		cancel()
 		if err != nil {

@@ -76,10 +76,10 @@ func TestReplicas(t *testing.T) {
 				t.Fatalf("unwritten read: %v", err)
 			}
 			data := bytes.Repeat([]byte("slipstream"), 410)[:4096]
-			if err := r.WriteAt(ctx, "v1", 3, data, 1<<20, false); err != nil {
+			if err := r.WriteAt(ctx, "v1", 0, 3, data, 1<<20, false); err != nil {
 				t.Fatal(err)
 			}
-			if err := r.WriteAt(ctx, "v1", 5, data, 0, true); err != nil {
+			if err := r.WriteAt(ctx, "v1", 0, 5, data, 0, true); err != nil {
 				t.Fatal(err)
 			}
 			// A 4 KiB write in the middle of a chunk allocates about 4 KiB per chunk.
@@ -96,20 +96,20 @@ func TestReplicas(t *testing.T) {
 			if err := r.Sync(ctx, "v1", []int64{3, 5, 9}); err != nil {
 				t.Fatal(err)
 			}
-			if err := r.Zero(ctx, "v1", 3, 1<<20, 4096, true); err != nil {
+			if err := r.Zero(ctx, "v1", 0, 3, 1<<20, 4096, true); err != nil {
 				t.Fatal(err)
 			}
 			if err := r.ReadAt(ctx, "v1", 3, got, 1<<20); err != nil || !allZeroes(got) {
 				t.Fatalf("punched range not zero: %v", err)
 			}
-			if err := r.Zero(ctx, "v1", 5, 100, 10, false); err != nil {
+			if err := r.Zero(ctx, "v1", 0, 5, 100, 10, false); err != nil {
 				t.Fatal(err)
 			}
 			if err := r.ReadAt(ctx, "v1", 5, got[:200], 0); err != nil || !allZeroes(got[100:110]) || got[99] != data[99] || got[110] != data[110] {
 				t.Fatalf("zero range wrong: %v", err)
 			}
 			for _, bad := range []string{"", "../x", "_ping", "a/b"} {
-				if err := r.WriteAt(ctx, bad, 0, data, 0, false); err == nil {
+				if err := r.WriteAt(ctx, bad, 0, 0, data, 0, false); err == nil {
 					t.Errorf("volume name %q accepted", bad)
 				}
 			}
@@ -180,7 +180,7 @@ func TestFullDriveIsENOSPC(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		err = c.WriteAt(ctx, "v@1", 0, big, 0, false)
+		err = c.WriteAt(ctx, "v@1", 0, 0, big, 0, false)
 		c.Close()
 		if !errors.Is(err, volume.ErrNoSpace) || !isENOSPC(err) {
 			t.Errorf("write to a full remote drive (streams %d): %v, want ErrNoSpace (ENOSPC)", streams, err)

@@ -25,27 +25,30 @@ import (
 // per connection and answered out of order; a reply carries the request id.
 //
 //	request:  op u8, flags u8, vol length u16, payload length u32,
-//	          id u64, chunk u64, off u64, n u64, vol, payload
+//	          id u64, chunk u64, off u64, n u64, epoch u64, vol, payload
 //	reply:    id u64, status u32, length u32, data (read data or error text)
 //
 // ops: 1 read (n bytes at off), 2 write (payload at off), 3 zero ([off,
-// off+n)), 4 sync (payload: chunk numbers, 8 bytes each). flags: 1 sync
-// (FUA), 2 punch. status: 0 ok, 1 out of range / invalid, 2 other error,
-// 3 out of space.
+// off+n)), 4 sync (payload: chunk numbers, 8 bytes each), 5 fence (the
+// volume's epoch becomes at least epoch). Writes and zeroes carry the
+// writer's epoch (see fence.go). flags: 1 sync (FUA), 2 punch. status: 0
+// ok, 1 out of range / invalid, 2 other error, 3 out of space, 4 fenced.
 const (
-	streamProto       = "slipstream-volume/1"
-	streamReqLen      = 40
+	streamProto       = "slipstream-volume/2"
+	streamReqLen      = 48
 	streamReplyLen    = 16
 	opRead            = 1
 	opWrite           = 2
 	opZero            = 3
 	opSync            = 4
+	opFence           = 5
 	flagSync          = 1
 	flagPunch         = 2
 	statusOK          = 0
 	statusInvalid     = 1
 	statusError       = 2
 	statusNoSpace     = 3
+	statusFenced      = 4
 	streamMaxInFlight = 256
 )
 
@@ -54,6 +57,7 @@ type streamReq struct {
 	id        uint64
 	chunk     int64
 	off, n    int64
+	epoch     uint64
 	vol       string
 	payload   []byte
 }
@@ -66,6 +70,7 @@ func appendStreamReq(b []byte, r *streamReq) []byte {
 	b = binary.BigEndian.AppendUint64(b, uint64(r.chunk))
 	b = binary.BigEndian.AppendUint64(b, uint64(r.off))
 	b = binary.BigEndian.AppendUint64(b, uint64(r.n))
+	b = binary.BigEndian.AppendUint64(b, r.epoch)
 	return append(b, r.vol...)
 }
 
@@ -83,7 +88,8 @@ func parseStreamReq(h []byte) (r streamReq, volLen, payLen int, err error) {
 	r.chunk = int64(binary.BigEndian.Uint64(h[16:24]))
 	r.off = int64(binary.BigEndian.Uint64(h[24:32]))
 	r.n = int64(binary.BigEndian.Uint64(h[32:40]))
-	if r.op < opRead || r.op > opSync || volLen > 128 || payLen > MaxTransfer || r.op == opRead && (r.n < 0 || r.n > MaxTransfer) {
+	r.epoch = binary.BigEndian.Uint64(h[40:48])
+	if r.op < opRead || r.op > opFence || volLen > 128 || payLen > MaxTransfer || r.op == opRead && (r.n < 0 || r.n > MaxTransfer) {
 		return r, 0, 0, fmt.Errorf("%w: stream request op %d vol %d payload %d n %d", ErrOutOfRange, r.op, volLen, payLen, r.n)
 	}
 	return r, volLen, payLen, nil
@@ -237,9 +243,11 @@ func (s *streamServer) handle(ctx context.Context, r *streamReq, pb *[]byte) {
 			rep.data = *rep.buf
 		}
 	case opWrite:
-		err = s.h.r.WriteAt(ctx, r.vol, r.chunk, r.payload, r.off, r.flags&flagSync != 0)
+		err = s.h.r.WriteAt(ctx, r.vol, r.epoch, r.chunk, r.payload, r.off, r.flags&flagSync != 0)
 	case opZero:
-		err = s.h.r.Zero(ctx, r.vol, r.chunk, r.off, r.n, r.flags&flagPunch != 0)
+		err = s.h.r.Zero(ctx, r.vol, r.epoch, r.chunk, r.off, r.n, r.flags&flagPunch != 0)
+	case opFence:
+		err = s.h.r.Fence(ctx, r.vol, r.epoch)
 	case opSync:
 		chunks := make([]int64, len(r.payload)/8)
 		for i := range chunks {
@@ -254,6 +262,8 @@ func (s *streamServer) handle(ctx context.Context, r *streamReq, pb *[]byte) {
 			status = statusInvalid
 		} else if noSpace(err) {
 			status = statusNoSpace
+		} else if errors.Is(err, ErrFenced) {
+			status = statusFenced
 		}
 		rep.data = []byte(err.Error())
 	}
@@ -499,6 +509,8 @@ func (sc *streamConn) readLoop(br *bufio.Reader) {
 					call.err = fmt.Errorf("%w: %s", ErrOutOfRange, msg)
 				case statusNoSpace:
 					call.err = fmt.Errorf("%w: %s", ErrNoSpace, msg)
+				case statusFenced:
+					call.err = fmt.Errorf("%w: %s", ErrFenced, msg)
 				default:
 					call.err = fmt.Errorf("%w: %s", ErrReplicaError, msg)
 				}

@@ -15,7 +15,7 @@ func BenchmarkStreamRead4K(b *testing.B) {
 	n := startNodeB(b)
 	c := newClientB(b, n.url())
 	ctx := context.Background()
-	if err := c.WriteAt(ctx, "bv", 0, make([]byte, 1<<20), 0, false); err != nil {
+	if err := c.WriteAt(ctx, "bv", 0, 0, make([]byte, 1<<20), 0, false); err != nil {
 		b.Fatal(err)
 	}
 	b.SetParallelism(16)
@@ -45,7 +45,7 @@ func BenchmarkStreamWrite4K(b *testing.B) {
 		buf := make([]byte, 4096)
 		i := int64(0)
 		for pb.Next() {
-			if err := c.WriteAt(ctx, "bv", 0, buf, (i%256)*4096, false); err != nil {
+			if err := c.WriteAt(ctx, "bv", 0, 0, buf, (i%256)*4096, false); err != nil {
 				b.Error(err)
 				return
 			}
@@ -68,7 +68,7 @@ func BenchmarkWriteQD1(b *testing.B) {
 					r = newClientB(b, n.url())
 				}
 				ctx := context.Background()
-				if err := r.WriteAt(ctx, "bv", 0, make([]byte, 4<<20), 0, false); err != nil {
+				if err := r.WriteAt(ctx, "bv", 0, 0, make([]byte, 4<<20), 0, false); err != nil {
 					b.Fatal(err)
 				}
 				buf := make([]byte, size)
@@ -76,7 +76,7 @@ func BenchmarkWriteQD1(b *testing.B) {
 				b.ResetTimer()
 				defer cpuPerOp(b)()
 				for i := 0; i < b.N; i++ {
-					if err := r.WriteAt(ctx, "bv", 0, buf, int64(i%(4<<20/size))*int64(size), false); err != nil {
+					if err := r.WriteAt(ctx, "bv", 0, 0, buf, int64(i%(4<<20/size))*int64(size), false); err != nil {
 						b.Fatal(err)
 					}
 				}

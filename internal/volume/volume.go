@@ -30,6 +30,9 @@ var (
 	ErrNoMirror     = errors.New("volume: no live in-sync mirror for the chunk")
 	ErrOutOfRange   = errors.New("volume: range beyond the end of the chunk")
 	ErrReplicaError = errors.New("volume: replica failed")
+	// ErrFenced is a mutation refused because another node has claimed
+	// the volume since its writer did (see Claims).
+	ErrFenced = errors.New("volume: another node writes the volume now")
 	// ErrNoSpace is a mirror out of space; it wraps ENOSPC, which the NBD
 	// server passes on to the client.
 	ErrNoSpace = fmt.Errorf("volume: a mirror is out of space: %w", syscall.ENOSPC)
@@ -122,16 +125,22 @@ func ValidKey(key string) error {
 }
 
 // Replica is one node's store of volume chunks, by storage key (Spec.Key).
-// Offsets are within the chunk. Unwritten areas read as zeros.
+// Offsets are within the chunk. Unwritten areas read as zeros. Mutations
+// carry the writer's epoch (see fence.go) and fail with ErrFenced if the
+// replica has seen a higher one for the volume.
 type Replica interface {
 	// ReadAt fills p from chunk at off.
 	ReadAt(ctx context.Context, vol string, chunk int64, p []byte, off int64) error
 	// WriteAt writes p in place into chunk at off; with sync the chunk is
 	// durable on return.
-	WriteAt(ctx context.Context, vol string, chunk int64, p []byte, off int64, sync bool) error
+	WriteAt(ctx context.Context, vol string, epoch uint64, chunk int64, p []byte, off int64, sync bool) error
 	// Zero zeroes [off, off+n) of chunk: punch deallocates the range,
 	// otherwise it stays allocated.
-	Zero(ctx context.Context, vol string, chunk int64, off, n int64, punch bool) error
+	Zero(ctx context.Context, vol string, epoch uint64, chunk int64, off, n int64, punch bool) error
+	// Fence makes epoch the lowest the replica accepts for vol from now
+	// on, durably, once the mutations in flight are done. It fails with
+	// ErrFenced if it has seen a higher one.
+	Fence(ctx context.Context, vol string, epoch uint64) error
 	// Sync makes the listed chunks durable.
 	Sync(ctx context.Context, vol string, chunks []int64) error
 	// Delete removes every chunk of vol.

@@ -193,3 +193,38 @@ func TestVolumeNBD(t *testing.T) {
 	waitFor(t, 30*time.Second, "node3 to remove the deleted volume's chunks", func() bool { return chunkFiles(2) == 0 })
 	volumeCmd(t, c, 0, "delete", "vol1")
 }
+
+// TestVolumeWriterMoves: a client writes a volume through one node, then
+// through another, then through the first again. Each move claims the
+// volume for the new node (volume info names it and its claim number),
+// and every node then reads the last data written, from whichever mirror
+// it prefers.
+func TestVolumeWriterMoves(t *testing.T) {
+	c := startCluster(t, localcluster.Spec{})
+	volumeCmd(t, c, 0, "create", "vol2", "--size", "16MiB", "--copies", "2", "--chunk", "1MiB")
+	uri := func(i int) string { return fmt.Sprintf("nbd://%s/vol2", c.Configs[i].NBD[0]) }
+	dir := t.TempDir()
+	for step, w := range []struct {
+		node int
+		seed int64
+	}{{0, 5}, {1, 6}, {0, 7}} {
+		img := filepath.Join(dir, fmt.Sprintf("img%d", step))
+		data := randomBytes(w.seed, 4<<20)
+		if err := os.WriteFile(img, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		runTool(t, "qemu-img", "convert", "-n", "-f", "raw", "-O", "raw", img, uri(w.node))
+		want := fmt.Sprintf("written through: node%d (claim %d;", w.node+1, step+1)
+		if out := volumeCmd(t, c, 2, "info", "vol2"); !strings.Contains(out, want) {
+			t.Fatalf("step %d: volume info lacks %q:\n%s", step, want, out)
+		}
+		for i := range 3 {
+			dump := filepath.Join(dir, fmt.Sprintf("dump%d-%d", step, i))
+			runTool(t, "nbdcopy", uri(i), dump)
+			got, err := os.ReadFile(dump)
+			if err != nil || len(got) != 16<<20 || !bytes.Equal(got[:4<<20], data) {
+				t.Fatalf("step %d: node%d does not read the data last written through node%d (%d bytes, %v)", step, i+1, w.node+1, len(got), err)
+			}
+		}
+	}
+}
