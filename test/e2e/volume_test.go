@@ -214,10 +214,11 @@ func TestVolumeWriterMoves(t *testing.T) {
 			t.Fatal(err)
 		}
 		runTool(t, "qemu-img", "convert", "-n", "-f", "raw", "-O", "raw", img, uri(w.node))
+		// Asked of node3, which learns of the claim when the map reaches it.
 		want := fmt.Sprintf("written through: node%d (claim %d;", w.node+1, step+1)
-		if out := volumeCmd(t, c, 2, "info", "vol2"); !strings.Contains(out, want) {
-			t.Fatalf("step %d: volume info lacks %q:\n%s", step, want, out)
-		}
+		waitFor(t, 10*time.Second, fmt.Sprintf("volume info to show %q", want), func() bool {
+			return strings.Contains(volumeCmd(t, c, 2, "info", "vol2"), want)
+		})
 		for i := range 3 {
 			dump := filepath.Join(dir, fmt.Sprintf("dump%d-%d", step, i))
 			runTool(t, "nbdcopy", uri(i), dump)
