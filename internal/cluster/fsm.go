@@ -75,6 +75,15 @@ func applyCommand(m *Map, c command) (*Map, error) {
 		if ok {
 			nn.Downs = max(nn.Downs, old.Downs)               // the count survives re-announcements
 			nn.Draining, nn.Drains = old.Draining, old.Drains // and so does a drain
+			// And maintenance, and the first join's time: decided here,
+			// not on the joiner's (maybe older) read of the map, so that
+			// an operator's change that lands during a join stays.
+			if old.State == StateMaintenance {
+				nn.State = StateMaintenance
+			}
+			if !old.Joined.IsZero() {
+				nn.Joined = old.Joined
+			}
 			if nodeEqual(old, nn) {
 				return m, nil
 			}

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/raft"
 )
@@ -109,5 +110,22 @@ func TestVolumeDeleteByID(t *testing.T) {
 	}
 	if _, ok := m.Volumes["v"]; ok {
 		t.Fatal("delete by the right ID left the volume")
+	}
+}
+
+// TestNodePutKeepsMaintenance: a join's node.put, decided on the joiner's
+// read of the map, keeps a node in maintenance and keeps its first join
+// time, also when the operator's change landed after that read.
+func TestNodePutKeepsMaintenance(t *testing.T) {
+	m := NewMap()
+	m.Nodes["n1"] = NodeInfo{ID: "n1", RaftAddr: "a:1", IntraAddrs: []string{"a:2"}, State: StateMaintenance, Joined: t0}
+	put := NodeInfo{ID: "n1", RaftAddr: "a:1", IntraAddrs: []string{"a:3"}, State: StateUp, Joined: t0.Add(time.Hour)}
+	n, err := applyCommand(m, command{Op: opNodePut, Node: &put})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := n.Nodes["n1"]
+	if got.State != StateMaintenance || !got.Joined.Equal(t0) || got.IntraAddrs[0] != "a:3" {
+		t.Errorf("after a join: state %s, joined %v, addrs %v; want maintenance, %v, [a:3]", got.State, got.Joined, got.IntraAddrs, t0)
 	}
 }

@@ -76,16 +76,8 @@ func (c *Cluster) admit(ctx context.Context, info NodeInfo) (*Map, error) {
 		return nil, err
 	}
 	info.Voter = voter
-	info.State = StateUp
+	info.State = StateUp // a node in maintenance stays so (node.put keeps it)
 	info.Joined = time.Now().UTC()
-	if old, ok := c.Map().Nodes[info.ID]; ok {
-		if old.State == StateMaintenance {
-			info.State = StateMaintenance
-		}
-		if !old.Joined.IsZero() {
-			info.Joined = old.Joined
-		}
-	}
 	if err := c.applyLocal(ctx, command{Op: opNodePut, Node: &info}); err != nil {
 		return nil, err
 	}
