@@ -62,6 +62,10 @@ func (n *Node) adminHandler() http.Handler {
 			writeAdmin(w, nil, fmt.Errorf("%w: %v", object.ErrInvalidArgument, err))
 			return
 		}
+		update := r.URL.Query().Get("update") == "true"
+		if cur, ok := n.cluster.Map().Bucket(b.Name); ok && update && b.Backend.SecretKey == redact(cur.Backend.SecretKey) {
+			b.Backend.SecretKey = cur.Backend.SecretKey // the redacted value came back unchanged
+		}
 		if b.Created.IsZero() {
 			b.Created = n.gw.now().UTC()
 		}
@@ -71,16 +75,21 @@ func (n *Node) adminHandler() http.Handler {
 			return
 		}
 		var err error
-		if r.URL.Query().Get("update") == "true" {
-			if cur, ok := n.cluster.Map().Bucket(b.Name); ok && b.Backend.SecretKey == redact(cur.Backend.SecretKey) {
-				b.Backend.SecretKey = cur.Backend.SecretKey // the redacted value came back unchanged
-			}
+		if update {
 			err = n.cluster.UpdateBucket(r.Context(), b)
 		} else {
 			err = n.cluster.CreateBucket(r.Context(), b)
 		}
 		if err == nil {
-			waitMap(r.Context(), n.cluster, func(m *cluster.Map) bool { cur, ok := m.Bucket(b.Name); return ok && cur == b })
+			waitMap(r.Context(), n.cluster, func(m *cluster.Map) bool {
+				cur, ok := m.Bucket(b.Name)
+				if ok && update {
+					// The map keeps a bucket's creation time, whatever the
+					// update said: answer with the bucket as stored.
+					b.Created = cur.Created
+				}
+				return ok && cur == b
+			})
 		}
 		writeAdmin(w, b, err)
 	})

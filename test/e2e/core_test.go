@@ -5,12 +5,14 @@ import (
 	"context"
 	"crypto/md5"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"math/rand"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -28,6 +30,8 @@ import (
 
 	"github.com/slipstream-io/slipstream/internal/cluster"
 	"github.com/slipstream-io/slipstream/internal/localcluster"
+	"github.com/slipstream-io/slipstream/internal/node"
+	"github.com/slipstream-io/slipstream/internal/peer"
 	"github.com/slipstream-io/slipstream/internal/placement"
 )
 
@@ -506,4 +510,33 @@ func workFiles(mp string) []string {
 		return nil
 	})
 	return out
+}
+
+// TestAdminBucketUpdate: an update through the admin API that does not
+// send the bucket's creation time (the CLI does; other callers may not)
+// changes the bucket and answers with it as stored, creation time kept.
+func TestAdminBucketUpdate(t *testing.T) {
+	c := startCluster(t, localcluster.Spec{})
+	admin(t, c, 0, "bucket", "create", "upd", "--copies", "1")
+	before, ok := clusterMap(t, c, 0).Buckets["upd"]
+	if !ok {
+		t.Fatal("bucket upd not in the map")
+	}
+	req, err := http.NewRequest(http.MethodPost, c.IntraURL(1)+node.AdminPrefix+"buckets?update=true", strings.NewReader(`{"name":"upd","copies":2}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set(peer.SecretHeader, "local-cluster-secret")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var got cluster.BucketProps
+	if err := json.NewDecoder(resp.Body).Decode(&got); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("update: %s %v", resp.Status, err)
+	}
+	if got.Copies != 2 || !got.Created.Equal(before.Created) {
+		t.Errorf("update answered copies %d created %v; want 2, %v (the stored creation time)", got.Copies, got.Created, before.Created)
+	}
 }
