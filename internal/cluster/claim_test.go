@@ -7,20 +7,21 @@ import (
 
 // TestVolumeClaims: a claim by a new node makes it the writer and raises
 // the epoch; a claim by the writer changes nothing; a resize keeps the
-// claim; a covered clear spares the current writer's mark and clears a
-// fenced writer's; a claim names the volume's ID.
+// claim; a covered clear spares the current writer's mark, and clears a
+// fenced writer's only if the volume was not claimed again since the
+// covering resync began; a claim names the volume's ID.
 func TestVolumeClaims(t *testing.T) {
 	m := NewMap()
 	spec := VolumeSpec{Name: "v", Size: 1 << 30, ChunkSize: 4 << 20, Copies: 2, Created: t0, ID: "aaaa", Nodes: []string{"n1", "n2"}}
 	claim := func(node, id string) command {
 		return command{Op: opVolumeClaim, Name: "v", Volume: &VolumeSpec{Name: "v", ID: id}, Node: &NodeInfo{ID: node}}
 	}
-	mark := func(mirror, writer string, stale, covered bool) command {
+	mark := func(mirror, writer string, stale, covered bool, epoch uint64) command {
 		st := StateUp
 		if stale {
 			st = StateDown
 		}
-		return command{Op: opVolumeStale, Name: "v", Node: &NodeInfo{ID: mirror}, State: st, Writer: writer, Covered: covered}
+		return command{Op: opVolumeStale, Name: "v", Node: &NodeInfo{ID: mirror}, State: st, Writer: writer, Covered: covered, Epoch: epoch}
 	}
 	grown := spec
 	grown.Size = 2 << 30
@@ -36,12 +37,13 @@ func TestVolumeClaims(t *testing.T) {
 		{"create", command{Op: opVolumePut, Volume: &spec}, nil, "", 0, nil, false},
 		{"n1 claims", claim("n1", "aaaa"), nil, "n1", 1, nil, false},
 		{"n1 claims again", claim("n1", "aaaa"), nil, "n1", 1, nil, true},
-		{"n1 marks n2", mark("n2", "n1", true, false), nil, "n1", 1, []string{"n1"}, false},
-		{"covered clear spares the writer", mark("n2", "n1", false, true), nil, "n1", 1, []string{"n1"}, true},
+		{"n1 marks n2", mark("n2", "n1", true, false, 0), nil, "n1", 1, []string{"n1"}, false},
+		{"covered clear spares the writer", mark("n2", "n1", false, true, 1), nil, "n1", 1, []string{"n1"}, true},
 		{"n3 claims", claim("n3", "aaaa"), nil, "n3", 2, []string{"n1"}, false},
 		{"resize keeps the claim", command{Op: opVolumePut, Volume: &grown}, nil, "n3", 2, []string{"n1"}, false},
 		{"claim of another volume ID", claim("n2", "bbbb"), ErrVolumeNotFound, "n3", 2, []string{"n1"}, true},
-		{"covered clear of a fenced writer", mark("n2", "n1", false, true), nil, "n3", 2, nil, false},
+		{"covered clear by a resync begun under an older claim", mark("n2", "n1", false, true, 1), nil, "n3", 2, []string{"n1"}, true},
+		{"covered clear of a fenced writer", mark("n2", "n1", false, true, 2), nil, "n3", 2, nil, false},
 		{"n1 claims back", claim("n1", "aaaa"), nil, "n1", 3, nil, false},
 	}
 	for _, st := range steps {

@@ -511,11 +511,12 @@ func (c *Cluster) ClaimVolume(ctx context.Context, name, id, node string) (Volum
 	return v, nil
 }
 
-// ClearCoveredMark clears writer's mark on mirror of volume name unless
-// writer is the volume's writer when the change applies (see
-// command.Covered).
-func (c *Cluster) ClearCoveredMark(ctx context.Context, name, mirror, writer string) error {
-	return c.propose(ctx, command{Op: opVolumeStale, Name: name, Node: &NodeInfo{ID: mirror}, State: StateUp, Writer: writer, Covered: true})
+// ClearCoveredMark clears writer's mark on mirror of volume name, which
+// a resync that began under the volume's claim of epoch covered, unless
+// writer is the volume's writer or the volume was claimed again since
+// epoch when the change applies (see command.Covered).
+func (c *Cluster) ClearCoveredMark(ctx context.Context, name, mirror, writer string, epoch uint64) error {
+	return c.propose(ctx, command{Op: opVolumeStale, Name: name, Node: &NodeInfo{ID: mirror}, State: StateUp, Writer: writer, Covered: true, Epoch: epoch})
 }
 
 // DeleteVolume removes volume name if it is still the volume with that ID

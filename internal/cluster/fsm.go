@@ -46,10 +46,12 @@ type command struct {
 	Drain  bool         `json:"drain,omitempty"`
 	Writer string       `json:"writer,omitempty"` // volume.stale: the node whose writes the mirror missed
 	// Covered, on volume.stale clearing Writer's mark, clears it only if
-	// Writer is not the volume's writer now (the caller resynchronised
-	// the mirror in full since it saw the mark; a writer that claimed the
-	// volume again since may have marked it anew).
-	Covered bool `json:"covered,omitempty"`
+	// Writer is not the volume's writer now and the volume's claim is
+	// still Epoch: the caller resynchronised the mirror in full, in a
+	// resync that began under that claim, since it saw the mark; a writer
+	// that claimed the volume in between may have missed more.
+	Covered bool   `json:"covered,omitempty"`
+	Epoch   uint64 `json:"epoch,omitempty"`
 }
 
 func decodeCommand(b []byte) (command, error) {
@@ -227,7 +229,7 @@ func applyCommand(m *Map, c command) (*Map, error) {
 		if c.Node == nil || c.Node.ID == "" || c.State != StateUp && c.State != StateDown {
 			return m, fmt.Errorf("%w: volume.stale needs a node and up or down", ErrInvalid)
 		}
-		if c.Covered && c.State == StateUp && c.Writer != "" && c.Writer == v.Writer {
+		if c.Covered && c.State == StateUp && (c.Writer != "" && c.Writer == v.Writer || c.Epoch != v.Epoch) {
 			return m, nil
 		}
 		marks := setStaleMark(v.StaleMarks(), c.Node.ID, c.Writer, c.State == StateDown)

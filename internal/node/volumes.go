@@ -207,7 +207,7 @@ func (vs *volumes) close() error {
 // writes, and which node writes it (the cluster implements it).
 type volumeMarker interface {
 	SetVolumeStale(ctx context.Context, name, mirror, writer string, stale bool) error
-	ClearCoveredMark(ctx context.Context, name, mirror, writer string) error
+	ClearCoveredMark(ctx context.Context, name, mirror, writer string, epoch uint64) error
 	ClaimVolume(ctx context.Context, name, id, node string) (cluster.VolumeSpec, error)
 }
 
@@ -242,8 +242,8 @@ func (s staleMarks) SetStale(ctx context.Context, mirror string, stale bool) err
 // fenced off), and, of a volume no node claimed, those the map holds
 // down. A node that may still write clears its own mark. The cluster
 // checks again, as it applies the change, that the writer is not the
-// volume's writer by then.
-func (s staleMarks) ClearCovered(ctx context.Context, mirror string, writers []string) error {
+// volume's writer by then and that the volume's claim is still epoch.
+func (s staleMarks) ClearCovered(ctx context.Context, mirror string, writers []string, epoch uint64) error {
 	m := s.meta.Map()
 	spec, _ := m.Volume(s.name)
 	for _, w := range writers {
@@ -254,7 +254,7 @@ func (s staleMarks) ClearCovered(ctx context.Context, mirror string, writers []s
 		case spec.Writer == "" && ok && n.State != cluster.StateDown:
 			continue
 		}
-		if err := s.m.ClearCoveredMark(ctx, s.name, mirror, w); err != nil {
+		if err := s.m.ClearCoveredMark(ctx, s.name, mirror, w, epoch); err != nil {
 			return err
 		}
 	}

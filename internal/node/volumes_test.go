@@ -133,8 +133,8 @@ func (m *markCalls) SetVolumeStale(_ context.Context, name, mirror, writer strin
 	return nil
 }
 
-func (m *markCalls) ClearCoveredMark(_ context.Context, name, mirror, writer string) error {
-	m.calls = append(m.calls, fmt.Sprintf("%s %s %s covered", name, mirror, writer))
+func (m *markCalls) ClearCoveredMark(_ context.Context, name, mirror, writer string, epoch uint64) error {
+	m.calls = append(m.calls, fmt.Sprintf("%s %s %s covered %d", name, mirror, writer, epoch))
 	return nil
 }
 
@@ -154,8 +154,8 @@ func TestClearCoveredSparesLiveWriters(t *testing.T) {
 		writer string
 		want   []string
 	}{
-		{"", []string{"v b c covered", "v b gone covered"}},
-		{"d", []string{"v b b covered", "v b c covered", "v b gone covered"}},
+		{"", []string{"v b c covered 3", "v b gone covered 3"}},
+		{"d", []string{"v b b covered 3", "v b c covered 3", "v b gone covered 3"}},
 	} {
 		m := cluster.NewMap()
 		for id, st := range map[string]cluster.NodeState{"a": cluster.StateUp, "b": cluster.StateUp, "c": cluster.StateDown, "d": cluster.StateMaintenance} {
@@ -164,7 +164,7 @@ func TestClearCoveredSparesLiveWriters(t *testing.T) {
 		m.Volumes["v"] = cluster.VolumeSpec{Name: "v", Writer: tc.writer, Epoch: 3}
 		mc := &markCalls{}
 		sm := staleMarks{m: mc, name: "v", self: "a", meta: fixedMap{m}}
-		if err := sm.ClearCovered(context.Background(), "b", []string{"a", "b", "c", "d", "gone"}); err != nil {
+		if err := sm.ClearCovered(context.Background(), "b", []string{"a", "b", "c", "d", "gone"}, 3); err != nil {
 			t.Fatal(err)
 		}
 		if !slices.Equal(mc.calls, tc.want) {

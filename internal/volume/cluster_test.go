@@ -500,7 +500,7 @@ func (m marksAs) SetStale(_ context.Context, mirror string, stale bool) error {
 
 // ClearCovered clears every writer's mark: no writer here outlives its
 // volume.
-func (m marksAs) ClearCovered(_ context.Context, mirror string, writers []string) error {
+func (m marksAs) ClearCovered(_ context.Context, mirror string, writers []string, _ uint64) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.calls++

@@ -132,45 +132,36 @@ func (fs *fences) forget(vol string) {
 const epochFile = "writer.epoch"
 
 // loadEpoch reads vol's epoch: the highest one the mountpaths hold (a
-// drive replaced since lost its copy; one that cannot be read is passed
-// over while another can).
+// drive replaced since has none). It fails if an epoch file is there but
+// cannot be read: the highest epoch may be the one lost.
 func (l *Local) loadEpoch(vol string) (uint64, error) {
 	var e uint64
-	var errs []error
 	for _, mp := range l.cfg.Mountpaths {
 		b, err := os.ReadFile(filepath.Join(l.dir(mp, vol), epochFile))
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
 		if err != nil {
-			errs = append(errs, err)
-			continue
+			return 0, fmt.Errorf("%w: %w", ErrReplicaError, err)
 		}
 		n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", epochFile, err))
-			continue
+			return 0, fmt.Errorf("%w: %s: %w", ErrReplicaError, epochFile, err)
 		}
 		e = max(e, n)
-	}
-	if len(errs) == len(l.cfg.Mountpaths) {
-		return 0, fmt.Errorf("%w: %w", ErrReplicaError, errors.Join(errs...))
 	}
 	return e, nil
 }
 
 // saveEpoch writes vol's epoch durably to every mountpath, so that a
-// restart, or the loss of a drive, does not forget it. It succeeds if one
-// mountpath took it (a failed drive does not stop the others' volumes).
+// restart, or the loss of a drive, does not forget it. It fails unless
+// every mountpath took it: one left with an older epoch could be the only
+// one readable after a restart.
 func (l *Local) saveEpoch(vol string, epoch uint64) error {
-	var errs []error
 	for _, mp := range l.cfg.Mountpaths {
 		if err := writeEpoch(l.dir(mp, vol), epoch); err != nil {
-			errs = append(errs, err)
+			return err
 		}
-	}
-	if len(errs) == len(l.cfg.Mountpaths) {
-		return errors.Join(errs...)
 	}
 	return nil
 }

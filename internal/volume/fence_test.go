@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -179,5 +180,40 @@ func TestReturningWriterCannotOverwriteNewWriter(t *testing.T) {
 	}
 	if err := b.WriteAt(ctx, newer, memCS, false); !errors.Is(err, ErrFenced) {
 		t.Errorf("b's write after a claimed it back: %v, want ErrFenced", err)
+	}
+}
+
+// TestFenceBadInput: the HTTP form of the chunk protocol refuses a fence
+// without an epoch and a malformed epoch with 400, and changes nothing.
+func TestFenceBadInput(t *testing.T) {
+	l, err := NewLocal(LocalConfig{Mountpaths: []string{t.TempDir()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	addr, stop := serveReplica(t, l, "127.0.0.1:0")
+	defer stop()
+	for _, tc := range []struct{ method, path string }{
+		{http.MethodPost, "/volume/v/_fence"},
+		{http.MethodPost, "/volume/v/_fence?epoch=x"},
+		{http.MethodPost, "/volume/v/_fence?epoch=-1"},
+		{http.MethodPut, "/volume/v/0?off=0&epoch=1e3"},
+		{http.MethodPost, "/volume/v/0/zero?off=0&n=4096&epoch=%20"},
+	} {
+		req, err := http.NewRequest(tc.method, "http://"+addr+tc.path, bytes.NewReader(make([]byte, 4096)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("%s %s: %s, want 400", tc.method, tc.path, resp.Status)
+		}
+	}
+	if e, err := l.loadEpoch("v"); err != nil || e != 0 {
+		t.Errorf("epoch after bad requests: %d %v, want 0", e, err)
 	}
 }

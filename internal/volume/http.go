@@ -70,6 +70,9 @@ func NewHandler(r Replica) *Handler {
 	mux.HandleFunc("POST /volume/{vol}/_sync", h.sync)
 	mux.HandleFunc("POST /volume/{vol}/_fence", func(w http.ResponseWriter, req *http.Request) {
 		epoch, err := epochArg(req)
+		if err == nil && !req.URL.Query().Has("epoch") {
+			err = fmt.Errorf("%w: fence without an epoch", ErrOutOfRange)
+		}
 		if err == nil {
 			err = r.Fence(req.Context(), req.PathValue("vol"), epoch)
 		}

@@ -195,7 +195,7 @@ func (m *memMarks) SetStale(_ context.Context, mirror string, stale bool) error 
 	return nil
 }
 
-func (m *memMarks) ClearCovered(_ context.Context, mirror string, writers []string) error {
+func (m *memMarks) ClearCovered(_ context.Context, mirror string, writers []string, _ uint64) error {
 	for _, w := range writers {
 		m.mu.Lock()
 		alive := m.alive[w]

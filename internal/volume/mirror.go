@@ -69,10 +69,13 @@ type StaleMarks interface {
 	// node.
 	SetStale(ctx context.Context, mirror string, stale bool) error
 	// ClearCovered clears the marks writers left on mirror, which this
-	// node has resynchronised in full since it saw them. A writer that is
-	// still alive keeps its mark: it may have missed more since, and it
-	// clears its mark itself.
-	ClearCovered(ctx context.Context, mirror string, writers []string) error
+	// node has resynchronised in full since it saw them, in a resync that
+	// began while it held the claim of epoch (0 without Claims). A writer
+	// that may still write keeps its mark: it may have missed more since,
+	// and it clears its mark itself. So does every writer if the volume
+	// was claimed again since epoch: the claim's new holder may have
+	// missed writes on the mirror that the resync did not copy.
+	ClearCovered(ctx context.Context, mirror string, writers []string, epoch uint64) error
 }
 
 // marksTimeout bounds one StaleMarks call. A mark that cannot be recorded
@@ -136,6 +139,10 @@ type mirror struct {
 	markAt atomic.Int64 // unix ns of the last StaleMarks failure
 	others []string     // other writers StaleMarks lists for it, every chunk marked since (under markMu)
 	covers atomic.Bool  // others is not empty
+	// coverEpoch is the claim this volume held when it marked every chunk
+	// for others (under markMu): the full resync covers their marks only
+	// if the volume was not claimed again since.
+	coverEpoch uint64
 }
 
 var (
@@ -445,7 +452,7 @@ func (v *Volume) fail(m *mirror, err error) {
 // can send asynchronously (aop) are started first, without a goroutine;
 // the last synchronous one runs inline.
 func (v *Volume) mutate(ctx context.Context, chunk int64, op func(ctx context.Context, ep uint64, m *mirror) error, aop func(ctx context.Context, ep uint64, a asyncReplica) func() error) error {
-	if !v.wrote.Load() {
+	if !v.writer() {
 		if err := v.becomeWriter(ctx); err != nil {
 			return err
 		}
@@ -500,11 +507,7 @@ func (v *Volume) mutate(ctx context.Context, chunk int64, op func(ctx context.Co
 		fenced = fenced || errs[i] != skipped && errors.Is(errs[i], ErrFenced)
 	}
 	if fenced {
-		// Another node claimed the volume: this one stops writing it,
-		// and the write is not acknowledged. A mirror that took it while
-		// another refused is marked below, so that the new writer makes
-		// them agree again.
-		v.lose(ep)
+		return v.fenced(ctx, ep, chunk, owners, errs[:len(owners)])
 	}
 	if ctx.Err() != nil {
 		// Not acknowledged, but the mirrors may now differ: those that
@@ -522,12 +525,9 @@ func (v *Volume) mutate(ctx context.Context, chunk int64, op func(ctx context.Co
 		return ctx.Err()
 	}
 	for i, m := range owners {
-		if errs[i] != nil && errs[i] != skipped && !errors.Is(errs[i], ErrFenced) {
+		if errs[i] != nil && errs[i] != skipped {
 			v.fail(m, errs[i])
 		}
-	}
-	if ok == 0 && fenced {
-		return fmt.Errorf("%w: %s", ErrFenced, v.spec.Name)
 	}
 	if ok == 0 {
 		// No mirror took it: none is newer than another, so none is
@@ -561,14 +561,37 @@ func (v *Volume) mutate(ctx context.Context, chunk int64, op func(ctx context.Co
 		if newly {
 			v.poke()
 		}
-		if err := v.marksDurable(ctx, missed[:n]...); err != nil || !fenced {
-			return err
-		}
-	}
-	if fenced {
-		return fmt.Errorf("%w: %s", ErrFenced, v.spec.Name)
+		return v.marksDurable(ctx, missed[:n]...)
 	}
 	return nil
+}
+
+// fenced ends a mutation of chunk that a mirror refused because another
+// node claimed the volume (at a higher epoch than ep): this node stops
+// writing the volume, and the mutation is not acknowledged. The mirrors
+// that took it now differ from those that refused it, which hold the new
+// writer's data: the ones that took it are marked (as this node's), so
+// that the new writer, seeing the mark, copies them over from the others.
+func (v *Volume) fenced(ctx context.Context, ep uint64, chunk int64, owners []*mirror, errs []error) error {
+	v.lose(ep)
+	var took [8]*mirror
+	n, newly := 0, false
+	for i, m := range owners {
+		if errs[i] == nil {
+			newly = v.stale.mark(m.id, chunk) || newly
+			took[n] = m
+			n++
+		}
+	}
+	if newly {
+		v.poke()
+	}
+	if n > 0 {
+		if err := v.marksDurable(context.WithoutCancel(ctx), took[:n]...); err != nil {
+			v.cfg.Logger.Warn("marking the mirrors a fenced write reached", "volume", v.spec.Name, "chunk", chunk, "err", err)
+		}
+	}
+	return fmt.Errorf("%w: %s", ErrFenced, v.spec.Name)
 }
 
 // marksDurable returns once every stale bit set so far is saved and the
@@ -1005,9 +1028,10 @@ func (v *Volume) noteStale(marks map[string][]string, atOpen bool) {
 		switch {
 		case len(others) > 0 && !subset(others, m.others):
 			m.others = others
-			noted := !v.wrote.Load()
+			noted := !v.writer()
 			v.stale.markAll(id, noted)
 			m.noted.Store(noted)
+			m.coverEpoch = v.epoch.Load()
 			v.cfg.Logger.Warn("a mirror missed writes made through another node: not read until resynchronised",
 				"volume", v.spec.Name, "node", id, "writers", others)
 			v.poke()
@@ -1041,7 +1065,7 @@ func (v *Volume) noteStale(marks map[string][]string, atOpen bool) {
 func (v *Volume) clearCovered(ctx context.Context, m *mirror) {
 	cctx, cancel := context.WithTimeout(ctx, marksTimeout)
 	defer cancel()
-	if err := v.cfg.Marks.ClearCovered(cctx, m.id, m.others); err != nil {
+	if err := v.cfg.Marks.ClearCovered(cctx, m.id, m.others, m.coverEpoch); err != nil {
 		m.markAt.Store(time.Now().UnixNano())
 		v.cfg.Logger.Warn("could not clear other writers' marks of a resynchronised mirror; will try again",
 			"volume", v.spec.Name, "node", m.id, "writers", m.others, "err", err)
@@ -1059,18 +1083,22 @@ func subset(a, b []string) bool {
 }
 
 // becomeWriter claims the volume for this node (with Claims) and fences
-// every mirror it reaches at the claim's epoch, then makes the marks this
-// volume noted its own: it resynchronises those mirrors from now on. A
-// write fails if the claim cannot be made (no quorum).
+// every mirror it reaches at the claim's epoch, then makes the marks of
+// other writers its own: it resynchronises those mirrors in full from now
+// on (again after every new claim: a writer that held the claim in
+// between may have missed more). A write fails if the claim cannot be
+// made (no quorum).
 func (v *Volume) becomeWriter(ctx context.Context) error {
 	v.claimMu.Lock()
 	defer v.claimMu.Unlock()
-	if v.wrote.Load() {
+	if v.writer() {
 		return nil
 	}
+	var ep uint64
 	if v.cfg.Claims != nil {
 		cctx, cancel := context.WithTimeout(ctx, marksTimeout)
-		ep, err := v.cfg.Claims.Claim(cctx)
+		var err error
+		ep, err = v.cfg.Claims.Claim(cctx)
 		cancel()
 		if err == nil {
 			err = v.fenceAll(ctx, ep)
@@ -1078,16 +1106,17 @@ func (v *Volume) becomeWriter(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("volume: claiming %s for writing: %w", v.spec.Name, err)
 		}
-		if v.epoch.Swap(ep) != ep {
-			v.cfg.Logger.Info("this node writes the volume now", "volume", v.spec.Name, "epoch", ep)
-		}
+		v.cfg.Logger.Info("this node writes the volume now", "volume", v.spec.Name, "epoch", ep)
+		v.epoch.Store(ep)
 		v.other.Store(false)
 	}
 	v.wrote.Store(true)
 	for id, m := range v.nodes {
 		m.markMu.Lock()
-		if m.noted.Swap(false) {
+		if m.noted.Swap(false) || len(m.others) > 0 {
+			v.stale.markAll(id, false)
 			v.stale.keep(id)
+			m.coverEpoch = ep
 		}
 		m.markMu.Unlock()
 	}
@@ -1098,12 +1127,24 @@ func (v *Volume) becomeWriter(ctx context.Context) error {
 	return nil
 }
 
+// writer reports whether this volume writes: it holds the claim (with
+// Claims), or it has written.
+func (v *Volume) writer() bool {
+	if v.cfg.Claims != nil {
+		return v.epoch.Load() != 0
+	}
+	return v.wrote.Load()
+}
+
 // fenceAll announces epoch to every mirror that is not down, in
 // parallel, so that the volume's previous writer can no longer change
-// them. A mirror that fails is marked down (the resync loop fences it
-// before it is used again); a mirror that has seen a higher epoch means
-// another node claimed the volume meanwhile (ErrFenced).
+// them. The claim is made already, so a write whose client goes away
+// meanwhile does not cut it short. A mirror that fails is marked down
+// (the resync loop fences it before it is used again); a mirror that has
+// seen a higher epoch means another node claimed the volume meanwhile
+// (ErrFenced).
 func (v *Volume) fenceAll(ctx context.Context, epoch uint64) error {
+	ctx = context.WithoutCancel(ctx)
 	errs := make([]error, len(v.cfg.Nodes))
 	var wg sync.WaitGroup
 	for i, id := range v.cfg.Nodes {
@@ -1132,15 +1173,15 @@ func (v *Volume) fenceAll(ctx context.Context, epoch uint64) error {
 
 // lose stops this node writing the volume after a mirror refused its
 // epoch ep (another node claimed the volume): its resynchronisations stop
-// (the new writer's cover them), and a later write claims it again.
+// (the new writer's cover them), and a later write claims it again. It
+// takes no lock (it runs in the I/O path and on map updates): a claim in
+// progress stores its new epoch after, and a lose of an older epoch finds
+// the new one and does nothing.
 func (v *Volume) lose(ep uint64) {
-	v.claimMu.Lock()
-	defer v.claimMu.Unlock()
 	if ep == 0 || !v.epoch.CompareAndSwap(ep, 0) {
 		return
 	}
 	v.other.Store(true)
-	v.wrote.Store(false)
 	v.cfg.Logger.Warn("another node writes the volume now; this node stops writing it until a client writes through it again",
 		"volume", v.spec.Name, "epoch", ep)
 }
