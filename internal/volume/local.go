@@ -228,15 +228,22 @@ func (l *Local) Extents(_ context.Context, vol string, chunk, off, n int64) ([]n
 	return filedev.Extents(of.f, off, n)
 }
 
-// WriteAt implements Replica.
-func (l *Local) WriteAt(_ context.Context, vol string, epoch uint64, chunk int64, p []byte, off int64, sync bool) error {
-	if err := l.check(off, int64(len(p))); err != nil {
-		return err
+// mutation checks a mutation of [off, off+n) of a chunk of vol by the
+// writer of epoch and admits it (see fences.enter); the caller calls done
+// once it is applied.
+func (l *Local) mutation(vol string, epoch uint64, off, n int64) (done func(), err error) {
+	if err := l.check(off, n); err != nil {
+		return nil, err
 	}
 	if err := ValidKey(vol); err != nil {
-		return err
+		return nil, err
 	}
-	done, err := l.fences.enter(vol, epoch)
+	return l.fences.enter(vol, epoch)
+}
+
+// WriteAt implements Replica.
+func (l *Local) WriteAt(_ context.Context, vol string, epoch uint64, chunk int64, p []byte, off int64, sync bool) error {
+	done, err := l.mutation(vol, epoch, off, int64(len(p)))
 	if err != nil {
 		return err
 	}
@@ -267,13 +274,7 @@ func (l *Local) WriteAt(_ context.Context, vol string, epoch uint64, chunk int64
 
 // Zero implements Replica.
 func (l *Local) Zero(_ context.Context, vol string, epoch uint64, chunk int64, off, n int64, punch bool) error {
-	if err := l.check(off, n); err != nil {
-		return err
-	}
-	if err := ValidKey(vol); err != nil {
-		return err
-	}
-	done, err := l.fences.enter(vol, epoch)
+	done, err := l.mutation(vol, epoch, off, n)
 	if err != nil {
 		return err
 	}
