@@ -34,6 +34,7 @@ type Attrs struct {
 	ModTime     time.Time
 	ContentType string
 	UserMeta    map[string]string // lower-case names without the x-amz-meta- prefix
+	Headers     map[string]string // object.StoredHeaders, by canonical name
 	// ETagNotMD5 is set when the backend says the ETag is not the body's
 	// MD5 even if it looks like one (S3 objects encrypted with SSE-KMS or
 	// SSE-C).
@@ -48,6 +49,7 @@ func (a Attrs) HasBodyMD5() bool { return !a.ETagNotMD5 && IsMD5ETag(a.ETag) }
 type PutAttrs struct {
 	ContentType string
 	UserMeta    map[string]string
+	Headers     map[string]string // object.StoredHeaders, by canonical name
 }
 
 // ListOptions select a page of a listing.
@@ -60,7 +62,7 @@ type ListOptions struct {
 
 // ListPage is one page of a listing, sorted by key.
 type ListPage struct {
-	Objects        []Attrs // ContentType and UserMeta are not filled in
+	Objects        []Attrs // ContentType, UserMeta and Headers are not filled in
 	CommonPrefixes []string
 	Truncated      bool
 	Next           string // pass as StartAfter to get the next page

@@ -555,9 +555,9 @@ func (g *gateway) CopyObject(ctx context.Context, srcBucket, srcKey, dstBucket, 
 	}
 	defer rd.Close()
 	src := rd.Info()
-	po := object.PutOptions{Size: src.Size, ContentType: src.ContentType, UserMeta: src.UserMeta}
+	po := object.PutOptions{Size: src.Size, ContentType: src.ContentType, UserMeta: src.UserMeta, Headers: src.Headers}
 	if opts.ReplaceMeta {
-		po.ContentType, po.UserMeta = opts.ContentType, opts.UserMeta
+		po.ContentType, po.UserMeta, po.Headers = opts.ContentType, opts.UserMeta, opts.Headers
 	}
 	return g.PutObject(ctx, dstBucket, dstKey, rd, po)
 }
@@ -859,7 +859,7 @@ func (g *gateway) replicate(ctx context.Context, m *cluster.Map, src peer.Local,
 		return nil
 	}
 	o := peer.PutOptions{
-		PutOptions: object.PutOptions{Size: info.Size, ContentType: info.ContentType, UserMeta: info.UserMeta},
+		PutOptions: object.PutOptions{Size: info.Size, ContentType: info.ContentType, UserMeta: info.UserMeta, Headers: info.Headers},
 		ModTime:    info.ModTime, ETag: info.ETag, Dirty: info.Dirty, Replica: true, Owner: owner,
 		BackendETag: info.BackendETag, BackendVersion: info.BackendVersion, KeepNewer: true,
 	}

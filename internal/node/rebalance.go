@@ -380,7 +380,7 @@ func (r *rebalancer) send(ctx context.Context, m *cluster.Map, id string, info o
 	}
 	dr := object.NewDigestReader(body)
 	opts := peer.PutOptions{
-		PutOptions: object.PutOptions{Size: info.Size, ContentType: info.ContentType, UserMeta: info.UserMeta, Digest: dr.Digest},
+		PutOptions: object.PutOptions{Size: info.Size, ContentType: info.ContentType, UserMeta: info.UserMeta, Headers: info.Headers, Digest: dr.Digest},
 		ModTime:    info.ModTime, ETag: info.ETag, BackendETag: info.BackendETag, BackendVersion: info.BackendVersion,
 		Replica: replica, KeepNewer: true,
 	}

@@ -54,6 +54,7 @@ type Info struct {
 	Checksum    string            `json:"checksum,omitempty"` // "crc32c:<hex>" of the whole body
 	ContentType string            `json:"contentType,omitempty"`
 	UserMeta    map[string]string `json:"userMeta,omitempty"` // x-amz-meta-* without the prefix, lower case
+	Headers     map[string]string `json:"headers,omitempty"`  // the StoredHeaders the client sent, by canonical name
 	ModTime     time.Time         `json:"modTime"`
 	AccessTime  time.Time         `json:"accessTime,omitempty"`
 
@@ -110,6 +111,7 @@ type PutOptions struct {
 	ContentMD5  []byte // raw 16 bytes if the client sent Content-MD5
 	ContentType string
 	UserMeta    map[string]string
+	Headers     map[string]string // see StoredHeaders
 	// Digest, if set, gives the digest of the body as the sender upstream
 	// computed it, once the body has been read to its end. A store then
 	// hashes only CRC32C, checks it against the digest and takes the MD5
@@ -138,7 +140,13 @@ type CopyOptions struct {
 	ReplaceMeta bool // x-amz-metadata-directive: REPLACE
 	ContentType string
 	UserMeta    map[string]string
+	Headers     map[string]string // see StoredHeaders
 }
+
+// StoredHeaders are the standard headers, besides Content-Type, that S3
+// stores with an object as the client sent them on PUT (or on a copy
+// that replaces the metadata) and returns on GET and HEAD.
+var StoredHeaders = []string{"Cache-Control", "Content-Disposition", "Content-Encoding", "Content-Language", "Expires"}
 
 // ListOptions select a page of a bucket listing.
 type ListOptions struct {

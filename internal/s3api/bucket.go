@@ -266,6 +266,11 @@ func (h *handler) deleteObjects(w http.ResponseWriter, rq *request) error {
 		if err == nil {
 			err = checkVersionID(o.VersionID)
 		}
+		if err == nil && (o.ETag != "" || o.LastModifiedTime != "" || o.Size != "") {
+			// Ignoring the condition could delete an object another
+			// client wrote meanwhile.
+			err = fmt.Errorf("%w: conditional delete", errNotImplemented)
+		}
 		if err == nil {
 			err = h.objs.DeleteObject(rq.Context(), rq.bucket, k)
 		}

@@ -214,11 +214,8 @@ func (h *handler) dispatch(w http.ResponseWriter, rq *request) error {
 	if err := checkVersionID(q.Get("versionId")); err != nil {
 		return err
 	}
-	if (rq.Method == http.MethodPut || rq.Method == http.MethodPost) && (rq.Header.Get("If-Match") != "" || rq.Header.Get("If-None-Match") != "") {
-		// A conditional write (If-None-Match: * or If-Match on PutObject,
-		// CopyObject or CompleteMultipartUpload) needs its check atomic
-		// with the write on every copy; it is refused, not ignored.
-		return errNotImplemented
+	if err := refuseUnimplemented(rq); err != nil {
+		return err
 	}
 	switch rq.Method {
 	case http.MethodGet:
@@ -254,6 +251,47 @@ func (h *handler) dispatch(w http.ResponseWriter, rq *request) error {
 		return h.deleteObject(w, rq)
 	}
 	return errMethodNotAllowed
+}
+
+// refuseUnimplemented answers NotImplemented to an object request that
+// asks for a feature this layer does not have, which a client would
+// otherwise believe took effect:
+//   - a conditional write or delete (If-Match, If-None-Match on PUT and
+//     POST; If-Match and its size and time forms on DELETE), whose check
+//     must be atomic with the change on every copy: ignoring it could
+//     delete or replace an object another client wrote meanwhile;
+//   - an append (S3 Express's x-amz-write-offset-bytes), which would
+//     otherwise replace the object with the appended piece;
+//   - SSE-C (the object would be stored, and served, in the clear), Object
+//     Lock (a delete would still succeed), tags and website redirects
+//     (silently dropped).
+func refuseUnimplemented(rq *request) error {
+	hdr := rq.Header
+	var conditional []string
+	switch rq.Method {
+	case http.MethodPut, http.MethodPost:
+		conditional = []string{"If-Match", "If-None-Match"}
+	case http.MethodDelete:
+		conditional = []string{"If-Match", "X-Amz-If-Match-Size", "X-Amz-If-Match-Last-Modified-Time", "X-Amz-If-Match-Initiated-Time"}
+	}
+	for _, k := range conditional {
+		if hdr.Get(k) != "" {
+			return fmt.Errorf("%w: conditional %s (%s)", errNotImplemented, rq.Method, k)
+		}
+	}
+	for k := range hdr {
+		lk := strings.ToLower(k)
+		switch {
+		case strings.HasPrefix(lk, "x-amz-server-side-encryption-customer-"),
+			strings.HasPrefix(lk, "x-amz-copy-source-server-side-encryption-customer-"):
+			return fmt.Errorf("%w: server-side encryption with customer keys (%s)", errNotImplemented, k)
+		case rq.Method != http.MethodPut && rq.Method != http.MethodPost:
+		case strings.HasPrefix(lk, "x-amz-object-lock-"), lk == "x-amz-write-offset-bytes",
+			lk == "x-amz-tagging", lk == "x-amz-website-redirect-location":
+			return fmt.Errorf("%w: %s", errNotImplemented, k)
+		}
+	}
+	return nil
 }
 
 // bucketSubresources are the bucket configuration APIs this layer does not

@@ -47,7 +47,45 @@ func (h *handler) putOptions(rq *request, needSize bool) (object.PutOptions, err
 		return opts, err
 	}
 	opts.UserMeta = meta
+	if opts.Headers, err = storedHeaders(rq.Header); err != nil {
+		return opts, err
+	}
 	return opts, object.ValidateMeta(opts.ContentType, meta)
+}
+
+// maxStoredHeaders bounds the total size of the StoredHeaders of a PUT.
+const maxStoredHeaders = 2 << 10
+
+// storedHeaders returns the object.StoredHeaders hdr carries, to be kept
+// with the object (Content-Encoding without the aws-chunked of a
+// streaming upload's framing).
+func storedHeaders(hdr http.Header) (map[string]string, error) {
+	var out map[string]string
+	total := 0
+	for _, k := range object.StoredHeaders {
+		v := hdr.Get(k)
+		if k == "Content-Encoding" {
+			var keep []string
+			for _, tok := range strings.Split(v, ",") {
+				if tok = strings.TrimSpace(tok); tok != "" && !strings.EqualFold(tok, "aws-chunked") {
+					keep = append(keep, tok)
+				}
+			}
+			v = strings.Join(keep, ", ")
+		}
+		if v == "" {
+			continue
+		}
+		if out == nil {
+			out = map[string]string{}
+		}
+		out[k] = v
+		total += len(k) + len(v)
+	}
+	if total > maxStoredHeaders {
+		return nil, errMetadataTooLarge
+	}
+	return out, object.ValidateMeta("", out)
 }
 
 func userMeta(hdr http.Header) (map[string]string, error) {
@@ -100,6 +138,9 @@ func setObjectHeaders(hdr http.Header, info object.Info) {
 	hdr.Set("Accept-Ranges", "bytes")
 	for k, v := range info.UserMeta {
 		hdr["X-Amz-Meta-"+k] = []string{v}
+	}
+	for k, v := range info.Headers {
+		hdr.Set(k, v)
 	}
 }
 
@@ -318,6 +359,9 @@ func (h *handler) copyObject(w http.ResponseWriter, rq *request) error {
 		opts.ReplaceMeta = true
 		opts.ContentType = rq.Header.Get("Content-Type")
 		if opts.UserMeta, err = userMeta(rq.Header); err != nil {
+			return err
+		}
+		if opts.Headers, err = storedHeaders(rq.Header); err != nil {
 			return err
 		}
 		if err := object.ValidateMeta(opts.ContentType, opts.UserMeta); err != nil {

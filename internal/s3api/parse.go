@@ -109,6 +109,10 @@ const maxDeleteObjects = 1000
 type deleteObject struct {
 	Key       string `xml:"Key"`
 	VersionID string `xml:"VersionId"`
+	// A conditional delete of the key (not implemented: refused).
+	ETag             string `xml:"ETag"`
+	LastModifiedTime string `xml:"LastModifiedTime"`
+	Size             string `xml:"Size"`
 }
 
 // parseDeleteObjects parses a DeleteObjects body.

@@ -51,6 +51,9 @@ func encodeInfo(info object.Info) ([]byte, error) {
 	if err := object.ValidateMeta(info.ContentType, info.UserMeta); err != nil {
 		return nil, err
 	}
+	if err := object.ValidateMeta("", info.Headers); err != nil {
+		return nil, err
+	}
 	b, err := marshalJSON(diskInfo{V: metaFormat, Info: info})
 	if err != nil {
 		return nil, err
@@ -105,6 +108,9 @@ func readInfo(path string) (object.Info, error) {
 func cloneInfo(info object.Info) object.Info {
 	if info.UserMeta != nil {
 		info.UserMeta = maps.Clone(info.UserMeta)
+	}
+	if info.Headers != nil {
+		info.Headers = maps.Clone(info.Headers)
 	}
 	return info
 }

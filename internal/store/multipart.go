@@ -33,6 +33,7 @@ type uploadMeta struct {
 	Initiated   time.Time         `json:"initiated"`
 	ContentType string            `json:"contentType,omitempty"`
 	UserMeta    map[string]string `json:"userMeta,omitempty"`
+	Headers     map[string]string `json:"headers,omitempty"`
 	Pinned      bool              `json:"pinned,omitempty"` // the object will be Pinned
 	Dirty       bool              `json:"dirty,omitempty"`  // the object will be Dirty
 }
@@ -95,7 +96,7 @@ func (s *Store) CreateUpload(ctx context.Context, bucket, key string, opts Uploa
 	if err := ctx.Err(); err != nil {
 		return "", err
 	}
-	probe := object.Info{Bucket: bucket, Key: key, ContentType: opts.ContentType, UserMeta: opts.UserMeta,
+	probe := object.Info{Bucket: bucket, Key: key, ContentType: opts.ContentType, UserMeta: opts.UserMeta, Headers: opts.Headers,
 		ETag: strings.Repeat("0", 40), Checksum: checksumString(0), Size: 1 << 62}
 	if _, err := encodeInfo(probe); err != nil {
 		return "", err
@@ -118,7 +119,7 @@ func (s *Store) CreateUpload(ctx context.Context, bucket, key string, opts Uploa
 		return "", s.checkDrive(mp, fmt.Errorf("store: create upload: %w", err))
 	}
 	meta := uploadMeta{V: metaFormat, Bucket: bucket, Key: key, UploadID: id, Initiated: s.now().UTC(),
-		ContentType: opts.ContentType, UserMeta: maps.Clone(opts.UserMeta), Pinned: opts.Pinned, Dirty: opts.Dirty}
+		ContentType: opts.ContentType, UserMeta: maps.Clone(opts.UserMeta), Headers: maps.Clone(opts.Headers), Pinned: opts.Pinned, Dirty: opts.Dirty}
 	if err := writeFileAtomic(filepath.Join(dir, uploadMetaFile), meta); err != nil {
 		os.RemoveAll(dir)
 		if isNoSpace(err) {
@@ -424,6 +425,7 @@ func (s *Store) CompleteUpload(ctx context.Context, bucket, key, uploadID string
 		Checksum:    checksumString(crc),
 		ContentType: u.meta.ContentType,
 		UserMeta:    maps.Clone(u.meta.UserMeta),
+		Headers:     maps.Clone(u.meta.Headers),
 		ModTime:     now, AccessTime: now,
 		Pinned: u.meta.Pinned, Dirty: u.meta.Dirty,
 	}

@@ -263,6 +263,7 @@ func (s *Store) Put(ctx context.Context, bucket, key string, r io.Reader, opts P
 		Key:            key,
 		ContentType:    opts.ContentType,
 		UserMeta:       maps.Clone(opts.UserMeta),
+		Headers:        maps.Clone(opts.Headers),
 		ModTime:        opts.ModTime.UTC(),
 		BackendETag:    opts.BackendETag,
 		BackendVersion: opts.BackendVersion,

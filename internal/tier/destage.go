@@ -694,7 +694,7 @@ func (d *destager) destage(o *op) error {
 				return nil
 			}
 		}
-		a, err := b.Backend.Put(ctx, o.key, r, info.Size, backend.PutAttrs{ContentType: info.ContentType, UserMeta: withStamp(info.UserMeta, info.ModTime)})
+		a, err := b.Backend.Put(ctx, o.key, r, info.Size, backend.PutAttrs{ContentType: info.ContentType, UserMeta: withStamp(info.UserMeta, info.ModTime), Headers: info.Headers})
 		r.Close()
 		if err != nil {
 			return err

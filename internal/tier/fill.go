@@ -377,7 +377,7 @@ func (f *fill) commit() error {
 	fr := &fillReader{f: f, ctx: f.ctx, end: f.attrs.Size, verify: true, internal: true}
 	a := f.attrs
 	info, err := f.t.local.Put(f.ctx, f.bucket, f.key, fr, store.PutOptions{
-		PutOptions:     object.PutOptions{Size: a.Size, ContentType: a.ContentType, UserMeta: userMeta(a)},
+		PutOptions:     object.PutOptions{Size: a.Size, ContentType: a.ContentType, UserMeta: userMeta(a), Headers: a.Headers},
 		ModTime:        a.ModTime,
 		ETag:           a.ETag,
 		BackendETag:    a.ETag,

@@ -71,7 +71,7 @@ func (t *Tier) putThrough(ctx context.Context, b Bucket, bucket, key string, r i
 	var info object.Info
 	errB, errL := tee(ctx, r,
 		func(r io.Reader) (err error) {
-			a, err = b.Backend.Put(ctx, key, r, opts.Size, backend.PutAttrs{ContentType: opts.ContentType, UserMeta: opts.UserMeta})
+			a, err = b.Backend.Put(ctx, key, r, opts.Size, backend.PutAttrs{ContentType: opts.ContentType, UserMeta: opts.UserMeta, Headers: opts.Headers})
 			return err
 		},
 		func(r io.Reader) (err error) {
@@ -104,7 +104,7 @@ func (t *Tier) putThrough(ctx context.Context, b Bucket, bucket, key string, r i
 			return object.Info{}, fmt.Errorf("tier: stale local copy of %s/%s could not be removed: %w", bucket, key, err)
 		}
 		return object.Info{Bucket: bucket, Key: key, Size: a.Size, ETag: a.ETag, ContentType: opts.ContentType, UserMeta: opts.UserMeta,
-			ModTime: a.ModTime, BackendETag: a.ETag, BackendVersion: a.Version}, nil
+			Headers: opts.Headers, ModTime: a.ModTime, BackendETag: a.ETag, BackendVersion: a.Version}, nil
 	}
 	return info, nil
 }
@@ -534,7 +534,7 @@ func (t *Tier) Adopt(ctx context.Context, bucket, key string) (object.Info, erro
 			return object.Info{}, err
 		}
 		info := r.Info()
-		a, err := b.Backend.Put(ctx, key, r, info.Size, backend.PutAttrs{ContentType: info.ContentType, UserMeta: info.UserMeta})
+		a, err := b.Backend.Put(ctx, key, r, info.Size, backend.PutAttrs{ContentType: info.ContentType, UserMeta: info.UserMeta, Headers: info.Headers})
 		r.Close()
 		if err != nil {
 			// The backend does not have it: the local copy must not stay.
@@ -560,7 +560,7 @@ func (t *Tier) Adopt(ctx context.Context, bucket, key string) (object.Info, erro
 			return object.Info{}, err
 		}
 		o.holders, errR = t.cfg.Replicator.Replicate(ctx, ReplicaPut{Owner: t.cfg.NodeID, Seq: o.seq, Bucket: bucket, Key: key,
-			Opts:    object.PutOptions{Size: info.Size, ContentType: info.ContentType, UserMeta: info.UserMeta},
+			Opts:    object.PutOptions{Size: info.Size, ContentType: info.ContentType, UserMeta: info.UserMeta, Headers: info.Headers},
 			ModTime: info.ModTime, Copies: b.Copies - 1, Body: r})
 		r.Close()
 	}

@@ -51,5 +51,5 @@ func userMeta(a backend.Attrs) map[string]string {
 // remoteInfo describes the backend object a as bucket/key.
 func remoteInfo(bucket, key string, a backend.Attrs) object.Info {
 	return object.Info{Bucket: bucket, Key: key, Size: a.Size, ETag: a.ETag, ContentType: a.ContentType,
-		UserMeta: userMeta(a), ModTime: a.ModTime, BackendETag: a.ETag, BackendVersion: a.Version}
+		UserMeta: userMeta(a), Headers: a.Headers, ModTime: a.ModTime, BackendETag: a.ETag, BackendVersion: a.Version}
 }

@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -605,4 +607,63 @@ func TestRemoteRefusingCredentials(t *testing.T) {
 	if _, err := cl.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String("denied")}); !errors.As(err, &ae) || ae.ErrorCode() != "AccessDenied" {
 		t.Fatalf("listing through a remote that refuses the credentials: %v; want AccessDenied", err)
 	}
+}
+
+// TestStoredHeaders: Cache-Control, Content-Disposition, Content-Encoding,
+// Content-Language and Expires stay with an object on every path: a local
+// bucket's copies on other nodes, a write-back PUT destaged to the remote,
+// and a cold GET of an object the remote has with them.
+func TestStoredHeaders(t *testing.T) {
+	c := startCluster(t, localcluster.Spec{})
+	r, direct := startRemote(t, remotesim.Config{})
+	ctx := t.Context()
+	exp := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	put := func(cl *s3.Client, bucket, key string) {
+		t.Helper()
+		if _, err := cl.PutObject(ctx, &s3.PutObjectInput{
+			Bucket: aws.String(bucket), Key: aws.String(key), Body: strings.NewReader("gzipped bytes"),
+			ContentEncoding: aws.String("gzip"), CacheControl: aws.String("max-age=3600"),
+			ContentDisposition: aws.String(`attachment; filename="page.html"`), ContentLanguage: aws.String("de"),
+			Expires: aws.Time(exp),
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(what string, cl *s3.Client, bucket, key string) {
+		t.Helper()
+		h, err := cl.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		body, err := io.ReadAll(h.Body)
+		h.Body.Close()
+		if err != nil || string(body) != "gzipped bytes" {
+			t.Errorf("%s: body %q, %v", what, body, err)
+		}
+		got := []string{aws.ToString(h.ContentEncoding), aws.ToString(h.CacheControl), aws.ToString(h.ContentDisposition),
+			aws.ToString(h.ContentLanguage), aws.ToString(h.ExpiresString)}
+		want := []string{"gzip", "max-age=3600", `attachment; filename="page.html"`, "de", exp.Format(http.TimeFormat)}
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: headers %q, want %q", what, got, want)
+		}
+	}
+
+	admin(t, c, 0, "bucket", "create", "loc", "--copies", "3")
+	put(s3Client(c, c.Endpoint(0)), "loc", "k")
+	for i := range 3 {
+		check(fmt.Sprintf("local bucket through node%d", i+1), s3Client(c, c.Endpoint(i)), "loc", "k")
+	}
+
+	tieredBucket(t, c, r, "wbk", "writeback", "--copies", "2")
+	put(s3Client(c, c.Endpoint(1)), "wbk", "k")
+	waitFor(t, 30*time.Second, "the write-back PUT to reach the remote", func() bool {
+		_, err := direct.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String("remote"), Key: aws.String("wbk/k")})
+		return err == nil
+	})
+	check("the destaged copy in the remote", direct, "remote", "wbk/k")
+
+	tieredBucket(t, c, r, "cch", "cache")
+	put(direct, "remote", "cch/k")
+	check("a cold GET of a cache bucket", s3Client(c, c.Endpoint(2)), "cch", "k")
+	check("a warm GET of a cache bucket", s3Client(c, c.Endpoint(2)), "cch", "k")
 }

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand"
 	"sort"
 	"strings"
@@ -91,7 +92,9 @@ func Run(t *testing.T, newBackend func(t *testing.T) backend.Backend, opts Optio
 			if !c.decl {
 				size = -1
 			}
-			pa := backend.PutAttrs{ContentType: "application/x-test", UserMeta: map[string]string{"origin": "suite"}}
+			pa := backend.PutAttrs{ContentType: "application/x-test", UserMeta: map[string]string{"origin": "suite"},
+				Headers: map[string]string{"Cache-Control": "max-age=60", "Content-Disposition": `attachment; filename="a.bin"`,
+					"Content-Encoding": "gzip", "Content-Language": "de", "Expires": "Wed, 02 Jan 2030 03:04:05 GMT"}}
 			a := put(t, b, c.key, body, size, pa)
 			if a.Size != int64(c.size) || a.ETag == "" {
 				t.Errorf("%s: Put attrs %+v", c.key, a)
@@ -102,6 +105,9 @@ func Run(t *testing.T, newBackend func(t *testing.T) backend.Backend, opts Optio
 			}
 			if st.Size != int64(c.size) || st.ETag != a.ETag || st.Key != c.key {
 				t.Errorf("%s: Stat %+v, Put %+v", c.key, st, a)
+			}
+			if !maps.Equal(st.Headers, pa.Headers) {
+				t.Errorf("%s: stored headers %v, want %v", c.key, st.Headers, pa.Headers)
 			}
 			if st.ContentType != pa.ContentType || st.UserMeta["origin"] != "suite" {
 				t.Errorf("%s: metadata not kept: %+v", c.key, st)

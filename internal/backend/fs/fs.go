@@ -81,6 +81,7 @@ type sidecar struct {
 	MTime       int64             `json:"mtime"` // unix ns of the data file when written
 	ContentType string            `json:"contentType,omitempty"`
 	UserMeta    map[string]string `json:"userMeta,omitempty"`
+	Headers     map[string]string `json:"headers,omitempty"`
 }
 
 // name maps a key to its path relative to root, rejecting keys the
@@ -128,7 +129,7 @@ func (b *Backend) attrs(key, rel string, fi os.FileInfo) backend.Attrs {
 		var sc sidecar
 		if json.Unmarshal(data, &sc) == nil && sc.Size == fi.Size() && sc.MTime == fi.ModTime().UnixNano() &&
 			(sc.Key == "" || sc.Key == filepath.ToSlash(rel)) {
-			a.ETag, a.ContentType, a.UserMeta = sc.ETag, sc.ContentType, sc.UserMeta
+			a.ETag, a.ContentType, a.UserMeta, a.Headers = sc.ETag, sc.ContentType, sc.UserMeta, sc.Headers
 			return a
 		}
 	}
@@ -263,12 +264,12 @@ func (b *Backend) Put(ctx context.Context, key string, r io.Reader, size int64, 
 	if err := tmp.Close(); err != nil {
 		return backend.Attrs{}, failed(err)
 	}
-	sc := sidecar{Key: filepath.ToSlash(rel), ETag: hex.EncodeToString(h.Sum(nil)), Size: n, MTime: fi.ModTime().UnixNano(), ContentType: pa.ContentType, UserMeta: pa.UserMeta}
+	sc := sidecar{Key: filepath.ToSlash(rel), ETag: hex.EncodeToString(h.Sum(nil)), Size: n, MTime: fi.ModTime().UnixNano(), ContentType: pa.ContentType, UserMeta: pa.UserMeta, Headers: pa.Headers}
 	if err := b.commit(key, rel, tmpRel, sc); err != nil {
 		return backend.Attrs{}, err
 	}
 	ok = true
-	return backend.Attrs{Key: key, Size: n, ETag: sc.ETag, ModTime: fi.ModTime(), ContentType: pa.ContentType, UserMeta: pa.UserMeta}, nil
+	return backend.Attrs{Key: key, Size: n, ETag: sc.ETag, ModTime: fi.ModTime(), ContentType: pa.ContentType, UserMeta: pa.UserMeta, Headers: pa.Headers}, nil
 }
 
 // mkdirParent creates the directories above rel. A key whose parent leads

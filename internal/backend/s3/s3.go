@@ -174,8 +174,48 @@ func (b *Backend) Stat(ctx context.Context, key string) (backend.Attrs, error) {
 	return backend.Attrs{
 		Key: key, Size: aws.ToInt64(out.ContentLength), ETag: unquote(out.ETag), Version: aws.ToString(out.VersionId),
 		ModTime: aws.ToTime(out.LastModified), ContentType: text(out.ContentType), UserMeta: lower(out.Metadata),
+		Headers:    storedHeaders(out.CacheControl, out.ContentDisposition, out.ContentEncoding, out.ContentLanguage, out.ExpiresString),
 		ETagNotMD5: etagNotMD5(out.ServerSideEncryption, out.SSECustomerAlgorithm),
 	}, nil
+}
+
+// storedHeaders returns the object.StoredHeaders of a HEAD or GET answer.
+func storedHeaders(cacheControl, disposition, encoding, language, expires *string) map[string]string {
+	out := map[string]string{}
+	for k, v := range map[string]string{
+		"Cache-Control": aws.ToString(cacheControl), "Content-Disposition": aws.ToString(disposition),
+		"Content-Encoding": aws.ToString(encoding), "Content-Language": aws.ToString(language), "Expires": aws.ToString(expires),
+	} {
+		if v != "" {
+			out[k] = text(&v)
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// putHeaders are object.StoredHeaders as the SDK's PUT inputs take them
+// (an Expires that is not an HTTP date is not sent).
+type putHeaders struct {
+	cacheControl, disposition, encoding, language *string
+	expires                                       *time.Time
+}
+
+func toPutHeaders(h map[string]string) putHeaders {
+	opt := func(k string) *string {
+		if v := h[k]; v != "" {
+			return aws.String(v)
+		}
+		return nil
+	}
+	ph := putHeaders{cacheControl: opt("Cache-Control"), disposition: opt("Content-Disposition"),
+		encoding: opt("Content-Encoding"), language: opt("Content-Language")}
+	if t, err := http.ParseTime(h["Expires"]); err == nil {
+		ph.expires = &t
+	}
+	return ph
 }
 
 // etagNotMD5 reports whether an object stored with this server-side
@@ -231,6 +271,7 @@ func (b *Backend) Get(ctx context.Context, key string, rng *object.Range) (io.Re
 	a := backend.Attrs{
 		Key: key, Size: aws.ToInt64(out.ContentLength), ETag: unquote(out.ETag), Version: aws.ToString(out.VersionId),
 		ModTime: aws.ToTime(out.LastModified), ContentType: text(out.ContentType), UserMeta: lower(out.Metadata),
+		Headers:    storedHeaders(out.CacheControl, out.ContentDisposition, out.ContentEncoding, out.ContentLanguage, out.ExpiresString),
 		ETagNotMD5: etagNotMD5(out.ServerSideEncryption, out.SSECustomerAlgorithm),
 	}
 	if cr := aws.ToString(out.ContentRange); cr != "" {
@@ -330,6 +371,8 @@ func (b *Backend) putStream(ctx context.Context, key string, r io.Reader, size i
 	if pa.ContentType != "" {
 		in.ContentType = aws.String(pa.ContentType)
 	}
+	ph := toPutHeaders(pa.Headers)
+	in.CacheControl, in.ContentDisposition, in.ContentEncoding, in.ContentLanguage, in.Expires = ph.cacheControl, ph.disposition, ph.encoding, ph.language, ph.expires
 	if size == 0 {
 		in.Body = bytes.NewReader(nil)
 	}
@@ -339,7 +382,7 @@ func (b *Backend) putStream(ctx context.Context, key string, r io.Reader, size i
 		return backend.Attrs{}, b.mapErr("put", key, err)
 	}
 	return backend.Attrs{Key: key, Size: size, ETag: unquote(out.ETag), Version: aws.ToString(out.VersionId),
-		ModTime: time.Now(), ContentType: pa.ContentType, UserMeta: pa.UserMeta}, nil
+		ModTime: time.Now(), ContentType: pa.ContentType, UserMeta: pa.UserMeta, Headers: pa.Headers}, nil
 }
 
 // exactReader delivers exactly remain bytes of r and fails (rather than
@@ -385,12 +428,14 @@ func (b *Backend) putSingle(ctx context.Context, key string, body []byte, pa bac
 	if pa.ContentType != "" {
 		in.ContentType = aws.String(pa.ContentType)
 	}
+	ph := toPutHeaders(pa.Headers)
+	in.CacheControl, in.ContentDisposition, in.ContentEncoding, in.ContentLanguage, in.Expires = ph.cacheControl, ph.disposition, ph.encoding, ph.language, ph.expires
 	out, err := b.client.PutObject(ctx, in)
 	if err != nil {
 		return backend.Attrs{}, b.mapErr("put", key, err)
 	}
 	return backend.Attrs{Key: key, Size: int64(len(body)), ETag: unquote(out.ETag), Version: aws.ToString(out.VersionId),
-		ModTime: time.Now(), ContentType: pa.ContentType, UserMeta: pa.UserMeta}, nil
+		ModTime: time.Now(), ContentType: pa.ContentType, UserMeta: pa.UserMeta, Headers: pa.Headers}, nil
 }
 
 // putMultipart uploads first (a full part) and the rest of r as parts, up to
@@ -398,6 +443,8 @@ func (b *Backend) putSingle(ctx context.Context, key string, body []byte, pa bac
 func (b *Backend) putMultipart(ctx context.Context, key string, firstp *[]byte, r io.Reader, size int64, pa backend.PutAttrs) (backend.Attrs, error) {
 	fullKey := b.prefix + key
 	cin := &s3.CreateMultipartUploadInput{Bucket: &b.bucket, Key: &fullKey, Metadata: pa.UserMeta}
+	ph := toPutHeaders(pa.Headers)
+	cin.CacheControl, cin.ContentDisposition, cin.ContentEncoding, cin.ContentLanguage, cin.Expires = ph.cacheControl, ph.disposition, ph.encoding, ph.language, ph.expires
 	if pa.ContentType != "" {
 		cin.ContentType = aws.String(pa.ContentType)
 	}
@@ -497,7 +544,7 @@ func (b *Backend) putMultipart(ctx context.Context, key string, firstp *[]byte, 
 		return backend.Attrs{}, b.mapErr("complete upload", key, err)
 	}
 	return backend.Attrs{Key: key, Size: total, ETag: unquote(out.ETag), Version: aws.ToString(out.VersionId),
-		ModTime: time.Now(), ContentType: pa.ContentType, UserMeta: pa.UserMeta}, nil
+		ModTime: time.Now(), ContentType: pa.ContentType, UserMeta: pa.UserMeta, Headers: pa.Headers}, nil
 }
 
 func sortParts(p []types.CompletedPart) {

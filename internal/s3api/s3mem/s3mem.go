@@ -232,7 +232,7 @@ func (s *Store) PutObject(ctx context.Context, bucketName, key string, body io.R
 	}
 	info := object.Info{
 		Bucket: bucketName, Key: key, Size: int64(len(data)), ETag: etag, ContentType: opts.ContentType,
-		UserMeta: cloneMeta(opts.UserMeta), ModTime: time.Now().UTC(),
+		UserMeta: cloneMeta(opts.UserMeta), Headers: cloneMeta(opts.Headers), ModTime: time.Now().UTC(),
 	}
 	return info, s.store(bucketName, &obj{info: info, data: data})
 }
@@ -323,9 +323,9 @@ func (s *Store) CopyObject(ctx context.Context, srcBucket, srcKey, dstBucket, ds
 	}
 	info := src.info
 	info.Bucket, info.Key, info.ModTime = dstBucket, dstKey, time.Now().UTC()
-	info.UserMeta = cloneMeta(info.UserMeta)
+	info.UserMeta, info.Headers = cloneMeta(info.UserMeta), cloneMeta(info.Headers)
 	if opts.ReplaceMeta {
-		info.ContentType, info.UserMeta = opts.ContentType, cloneMeta(opts.UserMeta)
+		info.ContentType, info.UserMeta, info.Headers = opts.ContentType, cloneMeta(opts.UserMeta), cloneMeta(opts.Headers)
 	}
 	return info, s.store(dstBucket, &obj{info: info, data: src.data})
 }
@@ -343,7 +343,7 @@ func (s *Store) CreateMultipartUpload(ctx context.Context, bucketName, key strin
 	if _, err := s.bucket(bucketName); err != nil {
 		return "", err
 	}
-	opts.UserMeta = cloneMeta(opts.UserMeta)
+	opts.UserMeta, opts.Headers = cloneMeta(opts.UserMeta), cloneMeta(opts.Headers)
 	s.uploads[id] = &upload{
 		info:  object.UploadInfo{Bucket: bucketName, Key: key, UploadID: id, Initiated: time.Now().UTC()},
 		opts:  opts,
@@ -421,7 +421,7 @@ func (s *Store) CompleteMultipartUpload(ctx context.Context, bucketName, key, up
 	info := object.Info{
 		Bucket: bucketName, Key: key, Size: int64(len(data)),
 		ETag:        fmt.Sprintf("%x-%d", sums.Sum(nil), len(parts)),
-		ContentType: u.opts.ContentType, UserMeta: u.opts.UserMeta, ModTime: time.Now().UTC(),
+		ContentType: u.opts.ContentType, UserMeta: u.opts.UserMeta, Headers: u.opts.Headers, ModTime: time.Now().UTC(),
 	}
 	b.objects[key] = &obj{info: info, data: data}
 	delete(s.uploads, uploadID)

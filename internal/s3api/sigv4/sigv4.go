@@ -285,6 +285,18 @@ func checkPayloadHash(p string) error {
 	return fmt.Errorf("%w: %.80q", ErrInvalidContentSHA256, p)
 }
 
+// awsChunked reports whether Content-Encoding lists aws-chunked.
+func awsChunked(h http.Header) bool {
+	for _, v := range h.Values("Content-Encoding") {
+		for _, tok := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(tok), "aws-chunked") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // wrapBody installs the verifying body for the payload mode.
 func (v *Verifier) wrapBody(r *http.Request, res *Result, payload string, sc *streamContext) error {
 	body := r.Body
@@ -316,6 +328,11 @@ func (v *Verifier) wrapBody(r *http.Request, res *Result, payload string, sc *st
 		}
 		rd = cr
 	case payload == UnsignedPayload:
+		if awsChunked(r.Header) {
+			// The framing would be stored as the object's bytes (S3
+			// refuses this too): aws-chunked needs a STREAMING-* mode.
+			return fmt.Errorf("%w: an aws-chunked body needs a STREAMING-* x-amz-content-sha256, not UNSIGNED-PAYLOAD", ErrInvalidContentSHA256)
+		}
 	default:
 		want, _ := hex.DecodeString(payload)
 		rd = newVerifyReader(rd, r.ContentLength, sha256.New(), func(sum []byte) error {
