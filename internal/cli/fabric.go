@@ -417,7 +417,7 @@ func fabricSelect(ctx context.Context, env Env, args []string) error {
 	k := f.Int("k", 0, "number of hosts to pick")
 	cands := f.String("candidates", "", "hostlist to choose from (default: all hosts)")
 	targets := f.String("targets", "", "hostlist of fixed peers (e.g. storage): score routes chosen<->targets")
-	trials := f.Int("random", 100, "random choices to compare with")
+	trials := f.Int("random", 100, "random choices to compare with (0: none)")
 	seed := f.Uint64("seed", 1, "seed of the random comparison")
 	pos, err := f.parseSource(args)
 	if err != nil {
@@ -426,7 +426,13 @@ func fabricSelect(ctx context.Context, env Env, args []string) error {
 	if *k <= 0 {
 		return usagef("-k must be positive")
 	}
+	if *trials < 0 {
+		return usagef("--random must not be negative")
+	}
 	req := fabric.SelectRequest{K: *k, RandomTrials: *trials, Seed: *seed}
+	if *trials == 0 {
+		req.RandomTrials = -1 // SelectWith reads 0 as its default
+	}
 	if req.Candidates, err = hostlist.Expand(*cands); err != nil {
 		return usagef("--candidates: %v", err)
 	}
@@ -442,6 +448,9 @@ func fabricSelect(ctx context.Context, env Env, args []string) error {
 		return err
 	}
 	hl := hostlist.Compress(sel.Hosts)
+	if sel.Score.Broken > 0 {
+		fmt.Fprintf(env.Stderr, "warning: %d of the %d routes of the selection are broken (the LFTs do not deliver them)\n", sel.Score.Broken, sel.Score.Routes)
+	}
 	switch f.format {
 	case "json":
 		return writeJSON(env.Stdout, struct {
@@ -468,14 +477,18 @@ func fabricSelect(ctx context.Context, env Env, args []string) error {
 		fmt.Fprintf(env.Stdout, "scored against targets: %s\n", hostlist.Compress(sel.Targets))
 	}
 	tw := tabwriter.NewWriter(env.Stdout, 0, 2, 2, ' ', 0)
-	fmt.Fprintln(tw, "\tROUTES\tSHARED PAIRS\tMAX ON ONE LINK\tWEIGHT")
-	fmt.Fprintf(tw, "selected\t%d\t%d\t%d\t%d\n", sel.Score.Routes, sel.Score.SharedPairs, sel.Score.MaxShare, sel.Score.Weight)
-	fmt.Fprintf(tw, "random (mean of %d)\t%d\t%.1f\t%.1f\t%.0f\n", sel.Random.Trials, sel.Score.Routes, sel.Random.MeanSharedPairs, sel.Random.MeanMaxShare, sel.Random.MeanWeight)
-	fmt.Fprintf(tw, "random (best)\t\t%d\t\t\n", sel.Random.MinSharedPairs)
+	fmt.Fprintln(tw, "\tROUTES\tBROKEN\tSHARED PAIRS\tMAX ON ONE LINK\tWEIGHT")
+	fmt.Fprintf(tw, "selected\t%d\t%d\t%d\t%d\t%d\n", sel.Score.Routes, sel.Score.Broken, sel.Score.SharedPairs, sel.Score.MaxShare, sel.Score.Weight)
+	if sel.Random.Trials > 0 {
+		fmt.Fprintf(tw, "random (mean of %d)\t%d\t\t%.1f\t%.1f\t%.0f\n", sel.Random.Trials, sel.Score.Routes, sel.Random.MeanSharedPairs, sel.Random.MeanMaxShare, sel.Random.MeanWeight)
+		fmt.Fprintf(tw, "random (best)\t\t\t%d\t\t\n", sel.Random.MinSharedPairs)
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(env.Stdout, "%.0f%% of random choices share as few link pairs or fewer\n", 100*sel.Random.BetterOrEqual)
+	if sel.Random.Trials > 0 {
+		fmt.Fprintf(env.Stdout, "%.0f%% of random choices share as few link pairs or fewer\n", 100*sel.Random.BetterOrEqual)
+	}
 	return nil
 }
 

@@ -102,8 +102,10 @@ func TestFabricTextAndErrors(t *testing.T) {
 	if code != 0 || strings.Count(out, "\n") != 49 || !strings.HasPrefix(out, "from_guid,") {
 		t.Errorf("csv: %d lines (exit %d)", strings.Count(out, "\n"), code)
 	}
+	// 238: walking every route of both fabrics and comparing the links
+	// (by GUID and port) finds 238 changed routes
 	out, _, code = runFabric(t, "diff", before, filepath.Join(fabricSamples, "ft3-k4-h16/ftree/after"))
-	if code != 0 || !strings.Contains(out, "routes changed: 234 of 240") || !strings.Contains(out, "cable up:") {
+	if code != 0 || !strings.Contains(out, "routes changed: 238 of 240") || !strings.Contains(out, "cable up:") {
 		t.Errorf("diff of different fabrics (exit %d):\n%s", code, out)
 	}
 	out, _, code = runFabric(t, "diff", filepath.Join(fabricSamples, "ft3-k4-h16/ftree/before"), filepath.Join(fabricSamples, "ft3-k4-h16/ftree/after"))
@@ -141,5 +143,63 @@ func TestFabricExplicitFiles(t *testing.T) {
 		if code != 0 || !strings.Contains(out, `"hosts": 16`) {
 			t.Errorf("%v: exit %d %s %s", args, code, errs, out)
 		}
+	}
+}
+
+// TestFabricSelectRandomZeroRunsNoTrials: --random 0 skips the random
+// comparison (which costs 100 x k^2 route walks on a large k) rather than
+// running the library's default of 100 trials.
+func TestFabricSelectRandomZeroRunsNoTrials(t *testing.T) {
+	src := filepath.Join(fabricSamples, "ft2-h16/minhop/before")
+	out, errOut, code := runFabric(t, "select", src, "-k", "2", "--random", "0", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var v struct {
+		Random struct {
+			Trials int `json:"trials"`
+		} `json:"random"`
+	}
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		t.Fatal(err)
+	}
+	if v.Random.Trials != 0 {
+		t.Errorf("--random 0 ran %d random trials", v.Random.Trials)
+	}
+}
+
+// TestFabricSelectWarnsOfBrokenRoutes: when every choice has routes the
+// LFTs do not deliver, select shows the broken route count and warns.
+func TestFabricSelectWarnsOfBrokenRoutes(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(fabricSamples, "ft2-h16/minhop/before")
+	for _, name := range []string{"opensm-subnet.lst", "opensm-lfts.dump"} {
+		b, err := os.ReadFile(filepath.Join(src, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if name == "opensm-lfts.dump" {
+			// no switch forwards to node0002 (LID 9)
+			var out []string
+			for _, ln := range strings.SplitAfter(string(b), "\n") {
+				if !strings.HasPrefix(ln, "0x0009 ") {
+					out = append(out, ln)
+				}
+			}
+			b = []byte(strings.Join(out, ""))
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, errOut, code := runFabric(t, "select", dir, "-k", "2", "--candidates", "node[0001-0002]", "--random", "0")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if !strings.Contains(errOut, "warning: 1 of the 2 routes of the selection are broken") || !strings.Contains(out, "BROKEN") {
+		t.Errorf("stdout:\n%s\nstderr:\n%s", out, errOut)
+	}
+	if strings.Contains(out, "random") {
+		t.Errorf("--random 0 printed a random comparison:\n%s", out)
 	}
 }

@@ -54,8 +54,9 @@ type DiffOptions struct {
 
 // Compare reports the route, cable and load changes from old to new.
 // Routes are compared without storing them: per destination, a switch's
-// path is unchanged when it forwards through the same port in both models
-// and the next switch's path is unchanged.
+// path is unchanged when it forwards through the same port in both models,
+// that port is still cabled to the same peer port, and the next switch is
+// the same with an unchanged path (or both deliver to the destination).
 func Compare(ctx context.Context, old, cur *Model, o DiffOptions) (*Diff, error) {
 	if o.TopLoads == 0 {
 		o.TopLoads = 50
@@ -158,10 +159,20 @@ func Compare(ctx context.Context, old, cur *Model, o DiffOptions) (*Diff, error)
 			}
 			for _, s := range to.order {
 				ns := swmap[s]
-				ok := ns >= 0 && tn.depth[ns] > 0 && pmap[to.egress[s]] == tn.egress[ns]
+				ok := ns >= 0 && tn.depth[ns] > 0
 				if ok {
-					if nx := to.next[s]; nx >= 0 {
-						ok = same[nx] && to.depth[nx] > 0
+					// same port, still cabled to the same peer port
+					oe, ne := to.egress[s], tn.egress[ns]
+					ok = pmap[oe] == ne && old.Ports[oe].Peer >= 0 && pmap[old.Ports[oe].Peer] == cur.Ports[ne].Peer
+				}
+				if ok {
+					// the same next switch (or both deliver) with an
+					// unchanged path from there
+					switch nx, nn := to.next[s], tn.next[ns]; {
+					case nx >= 0:
+						ok = nn >= 0 && swmap[nx] == nn && same[nx] && to.depth[nx] > 0
+					default:
+						ok = nn < 0
 					}
 				}
 				same[s] = ok

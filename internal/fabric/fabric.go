@@ -16,7 +16,7 @@
 //
 //	m, err := fabric.Load(ctx, "/var/log")          // a directory of OpenSM dumps
 //	a, err := m.Analyze(ctx)                        // link loads, route weights
-//	sel, err := m.Select(ctx, fabric.SelectRequest{K: 4, Candidates: hosts})
+//	sel, err := m.SelectWith(ctx, fabric.SelectRequest{K: 4, Candidates: hosts})
 package fabric
 
 import (
@@ -257,13 +257,22 @@ func (m *Model) resolveEndpoints(name string) ([]int32, error) {
 		}
 		return nil, fmt.Errorf("%w: port GUID %q", ErrNotFound, name)
 	}
-	if l, err := strconv.ParseUint(name, 0, 16); err == nil {
+	if l, err := parseLID(name); err == nil {
 		if int(l) < len(m.lidEP) && m.lidEP[l] >= 0 {
 			return []int32{m.lidEP[l]}, nil
 		}
 		return nil, fmt.Errorf("%w: LID %s", ErrNotFound, name)
 	}
 	return nil, fmt.Errorf("%w: host %q", ErrNotFound, name)
+}
+
+// parseLID reads a LID as decimal ("8", zero-padded "0008" as
+// opensm-subnet.lst prints it) or as hex with a 0x prefix ("0x8").
+func parseLID(s string) (uint64, error) {
+	if h, ok := strings.CutPrefix(strings.ToLower(s), "0x"); ok {
+		return strconv.ParseUint(h, 16, 16)
+	}
+	return strconv.ParseUint(s, 10, 16)
 }
 
 // hostIndexes resolves host names; an empty list means every host.

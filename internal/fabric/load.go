@@ -178,6 +178,13 @@ func loadFiles(ctx context.Context, fs Files, open opener) (*Model, error) {
 		return withFileFrom(open, path, fn)
 	}
 	b := newBuilder()
+	b.topoPath = fs[FileSubnet]
+	if b.topoPath == "" {
+		b.topoPath = fs[FileIBNetDiscover]
+	}
+	if b.topoPath == "" {
+		b.topoPath = fs[FileNeighbors]
+	}
 	lftPath := fs[FileLFTs]
 	if lftPath == "" {
 		lftPath = fs[FileDumpFTS]
@@ -205,6 +212,10 @@ func loadFiles(ctx context.Context, fs Files, open opener) (*Model, error) {
 	}
 	if err != nil {
 		return nil, err
+	}
+	if len(b.nodes) == 0 {
+		// an empty (truncated, not yet written) dump is no dump
+		return nil, fmt.Errorf("%w: %s describes no node", ErrNoDumps, b.topoPath)
 	}
 	if p := fs[FileGUID2LID]; p != "" {
 		if err := withFile(p, func(r io.Reader, name string) error {
@@ -304,6 +315,10 @@ func withFileFrom(open opener, path string, fn func(r io.Reader, name string) er
 
 // --- builder: collects nodes and cables from any topology source ---
 
+// maxPorts is the highest port number a node can have (Port.Num is a
+// uint8; InfiniBand nodes have at most 254 ports).
+const maxPorts = 255
+
 type bport struct {
 	guid     uint64
 	lid      uint16
@@ -311,6 +326,7 @@ type bport struct {
 	peerNode uint64
 	peerPort int
 	linked   bool
+	line     int // topology line first describing the port (0: none)
 }
 
 type bnode struct {
@@ -320,9 +336,12 @@ type bnode struct {
 	nports int
 	lid    uint16
 	ports  map[int]*bport
+	// declared is the port count a subnet list line gave (-1: none yet)
+	declared int
 }
 
 type builder struct {
+	topoPath      string // the topology file, for error messages
 	nodes         map[uint64]*bnode
 	lmcByGUID     map[uint64]uint8
 	lidByGUID     map[uint64]uint16
@@ -337,7 +356,7 @@ func newBuilder() *builder {
 func (b *builder) node(guid uint64, kind NodeKind, desc string, nports int) *bnode {
 	n := b.nodes[guid]
 	if n == nil {
-		n = &bnode{guid: guid, kind: kind, desc: desc, nports: nports, ports: map[int]*bport{}}
+		n = &bnode{guid: guid, kind: kind, desc: desc, nports: nports, ports: map[int]*bport{}, declared: -1}
 		b.nodes[guid] = n
 	}
 	if n.desc == "" {
@@ -347,6 +366,11 @@ func (b *builder) node(guid uint64, kind NodeKind, desc string, nports int) *bno
 		n.nports = nports
 	}
 	return n
+}
+
+// at names a line of the topology file.
+func (b *builder) at(line int) string {
+	return fmt.Sprintf("%s:%d", b.topoPath, line)
 }
 
 func (n *bnode) port(p int) *bport {
@@ -381,35 +405,87 @@ func (b *builder) link(a *bnode, pa int, c *bnode, pc int, where string) error {
 		port int
 	}{{x, c.guid, pc}, {y, a.guid, pa}} {
 		if e.p.linked && (e.p.peerNode != e.node || e.p.peerPort != e.port) {
-			return fmt.Errorf("%w: %s: port cabled to two places", ErrTopology, where)
+			return fmt.Errorf("%w: %s: port cabled to two places (%s:%d, earlier cabled to %s:%d)", ErrTopology, where, fmtGUID(e.node), e.port, fmtGUID(e.p.peerNode), e.p.peerPort)
 		}
 		e.p.linked, e.p.peerNode, e.p.peerPort = true, e.node, e.port
 	}
 	return nil
 }
 
+// subnetLink records one line of opensm-subnet.lst. Every cable appears
+// twice (once from each end), and a node once per cabled port: a node or
+// port described differently on two lines is an ErrTopology.
 func (b *builder) subnetLink(l ibdump.SubnetLink) error {
 	var ns [2]*bnode
 	for i, e := range []ibdump.LinkEnd{l.A, l.B} {
+		if e.NumPorts < 0 || e.NumPorts > maxPorts || e.Port < 0 || e.Port > maxPorts {
+			return fmt.Errorf("%w: %s: node %s: %d ports, port %d (at most %d)", ErrTopology, b.at(l.Line), fmtGUID(e.NodeGUID), e.NumPorts, e.Port, maxPorts)
+		}
 		k := kindOf(e.Type)
+		_, seen := b.nodes[e.NodeGUID]
 		n := b.node(e.NodeGUID, k, e.Desc, e.NumPorts)
 		ns[i] = n
+		if err := b.agree(l.Line, n, seen, e); err != nil {
+			return err
+		}
+		n.declared = e.NumPorts
 		p := n.port(e.Port)
+		if p.line == 0 {
+			p.line = l.Line
+		}
 		p.guid = e.PortGUID
 		if k == KindSwitch {
 			n.lid = e.LID
-			n.port(0).guid = e.NodeGUID
-			n.port(0).lid = e.LID
+			p0 := n.port(0)
+			p0.guid, p0.lid = e.NodeGUID, e.LID
+			if p0.line == 0 {
+				p0.line = l.Line
+			}
 		} else {
 			p.lid = e.LID
 		}
 	}
-	return b.link(ns[0], l.A.Port, ns[1], l.B.Port, fmt.Sprintf("line %d", l.Line))
+	return b.link(ns[0], l.A.Port, ns[1], l.B.Port, b.at(l.Line))
+}
+
+// agree checks a subnet list's description of a node (and the port the
+// line names) against what earlier lines said.
+func (b *builder) agree(line int, n *bnode, seen bool, e ibdump.LinkEnd) error {
+	if !seen {
+		return nil
+	}
+	bad := func(what string, was, now any) error {
+		return fmt.Errorf("%w: %s: node %s: %s %v, earlier %v (the two ends of a cable disagree)", ErrTopology, b.at(line), fmtGUID(n.guid), what, now, was)
+	}
+	if k := kindOf(e.Type); k != n.kind {
+		return bad("type", n.kind, k)
+	}
+	if n.desc != e.Desc {
+		return bad("description", fmt.Sprintf("%q", n.desc), fmt.Sprintf("%q", e.Desc))
+	}
+	if n.declared >= 0 && n.declared != e.NumPorts {
+		return bad("port count", n.declared, e.NumPorts)
+	}
+	if n.kind == KindSwitch {
+		if n.lid != e.LID {
+			return bad("LID", fmt.Sprintf("%#x", n.lid), fmt.Sprintf("%#x", e.LID))
+		}
+		return nil
+	}
+	if p := n.ports[e.Port]; p != nil && p.line != 0 {
+		if p.guid != e.PortGUID {
+			return bad(fmt.Sprintf("port %d GUID", e.Port), fmtGUID(p.guid), fmtGUID(e.PortGUID))
+		}
+		if p.lid != e.LID {
+			return bad(fmt.Sprintf("port %d LID", e.Port), fmt.Sprintf("%#x", p.lid), fmt.Sprintf("%#x", e.LID))
+		}
+	}
+	return nil
 }
 
 func (b *builder) ibndNode(n *ibdump.Node) error {
 	if n.GUID == 0 {
-		return fmt.Errorf("%w: node %q at line %d has no GUID", ErrTopology, n.ID, n.Line)
+		return fmt.Errorf("%w: %s: node %q has no GUID", ErrTopology, b.at(n.Line), n.ID)
 	}
 	k := kindOf(n.Type)
 	bn := b.node(n.GUID, k, n.Desc, n.NumPorts)
@@ -420,13 +496,16 @@ func (b *builder) ibndNode(n *ibdump.Node) error {
 	}
 	for _, p := range n.Ports {
 		bp := bn.port(p.Port)
+		if bp.line == 0 {
+			bp.line = p.Line
+		}
 		if k == KindSwitch {
 			bp.guid = n.GUID
 		} else {
 			bp.guid, bp.lid, bp.lmc = p.PortGUID, p.LID, uint8(p.LMC)
 		}
 		if p.RemoteGUID == 0 {
-			return fmt.Errorf("%w: line %d: peer %q has no GUID", ErrTopology, p.Line, p.RemoteID)
+			return fmt.Errorf("%w: %s: peer %q has no GUID", ErrTopology, b.at(p.Line), p.RemoteID)
 		}
 		rk := KindCA
 		if strings.HasPrefix(p.RemoteID, "S-") {
@@ -436,7 +515,7 @@ func (b *builder) ibndNode(n *ibdump.Node) error {
 		if p.RemotePortGUID != 0 {
 			rn.port(p.RemotePort).guid = p.RemotePortGUID
 		}
-		if err := b.link(bn, p.Port, rn, p.RemotePort, fmt.Sprintf("line %d", p.Line)); err != nil {
+		if err := b.link(bn, p.Port, rn, p.RemotePort, b.at(p.Line)); err != nil {
 			return err
 		}
 	}
@@ -448,7 +527,7 @@ func (b *builder) ibndNode(n *ibdump.Node) error {
 func (b *builder) neighbor(n ibdump.Neighbor) error {
 	a := b.node(n.GUID, 0, "", 0)
 	c := b.node(n.RemoteGUID, 0, "", 0)
-	return b.link(a, n.Port, c, n.RemotePort, fmt.Sprintf("line %d", n.Line))
+	return b.link(a, n.Port, c, n.RemotePort, b.at(n.Line))
 }
 
 func (b *builder) guid2lid(g ibdump.GUIDLID) error {
@@ -498,7 +577,28 @@ func (b *builder) build(lfts map[uint64]*ibdump.LFT, lftPath string) (*Model, er
 	sort.Slice(guids, func(i, j int) bool { return guids[i] < guids[j] })
 	nports := 0
 	for _, g := range guids {
-		nports += b.nodes[g].nports + 1
+		bn := b.nodes[g]
+		if bn.nports < 0 || bn.nports > maxPorts {
+			return nil, fmt.Errorf("%w: %s: node %s (%s) has %d ports (at most %d)", ErrTopology, b.topoPath, fmtGUID(g), bn.desc, bn.nports, maxPorts)
+		}
+		for p := range bn.ports {
+			if p < 0 || p > maxPorts {
+				return nil, fmt.Errorf("%w: %s: node %s (%s) has port %d (at most %d)", ErrTopology, b.topoPath, fmtGUID(g), bn.desc, p, maxPorts)
+			}
+		}
+		nports += bn.nports + 1
+	}
+	// HCAs whose node description was never set all report the firmware
+	// default ("MT4123 ConnectX6   Mellanox Technologies"): a description
+	// shared by CAs with different GUIDs names no host, so each of those
+	// CAs becomes a host of its own, named by its GUID.
+	descGUIDs := map[string]int{}
+	if !b.fromNeighbors {
+		for _, g := range guids {
+			if bn := b.nodes[g]; bn.desc != "" && (bn.kind == KindCA || bn.kind == 0) {
+				descGUIDs[bn.desc]++
+			}
+		}
 	}
 	m.Ports = make([]Port, 0, nports)
 	for _, g := range guids {
@@ -511,7 +611,7 @@ func (b *builder) build(lfts map[uint64]*ibdump.LFT, lftPath string) (*Model, er
 			portBase: int32(len(m.Ports)), sw: -1}
 		if n.Kind == KindCA {
 			n.Host = strings.Fields(n.Desc + " ?")[0]
-			if n.Desc == "" {
+			if n.Desc == "" || descGUIDs[n.Desc] > 1 {
 				n.Host = fmtGUID(g)
 			}
 		}
@@ -586,7 +686,7 @@ func (b *builder) build(lfts map[uint64]*ibdump.LFT, lftPath string) (*Model, er
 		}
 		for l := int(pt.LID); l < int(pt.LID)+(1<<pt.LMC); l++ {
 			if m.lidPort[l] >= 0 && m.lidPort[l] != int32(i) {
-				return nil, fmt.Errorf("%w: LID %#x assigned to two ports", ErrTopology, l)
+				return nil, fmt.Errorf("%w: LID %#x assigned to two ports: %s and %s", ErrTopology, l, b.describe(m, m.lidPort[l]), b.describe(m, int32(i)))
 			}
 			m.lidPort[l] = int32(i)
 		}
@@ -623,6 +723,18 @@ func (b *builder) build(lfts map[uint64]*ibdump.LFT, lftPath string) (*Model, er
 	}
 	m.finish()
 	return m, nil
+}
+
+// describe names a port of m for an error message: GUID, node and the
+// topology line that described it.
+func (b *builder) describe(m *Model, p int32) string {
+	pt := m.Ports[p]
+	n := m.Nodes[pt.Node]
+	where := b.topoPath
+	if bp := b.nodes[n.GUID].ports[int(pt.Num)]; bp != nil && bp.line > 0 {
+		where = b.at(bp.line)
+	}
+	return fmt.Sprintf("port %s (%s port %d, %s)", fmtGUID(pt.GUID), n.Desc, pt.Num, where)
 }
 
 // transpose builds m.fwd from m.lft.
@@ -699,12 +811,16 @@ func parseLFTsParallel(ctx context.Context, path string, minSize int64, workers 
 	bounds = append(bounds, size)
 	parts := make([][]*ibdump.LFT, len(bounds)-1)
 	errs := make([]error, len(parts))
+	// each section counts lines from 1; its newlines give the next
+	// section's offset
+	lines := make([]int, len(parts))
 	var wg sync.WaitGroup
 	for i := range parts {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			sec := io.NewSectionReader(f, bounds[i], bounds[i+1]-bounds[i])
+			sec := &lineCounter{r: io.NewSectionReader(f, bounds[i], bounds[i+1]-bounds[i])}
+			defer func() { lines[i] = sec.n }()
 			errs[i] = ibdump.ParseLFTs(sec, path, ibdump.LFTHandler{Switch: func(l *ibdump.LFT) error {
 				if err := ctx.Err(); err != nil {
 					return err
@@ -723,14 +839,29 @@ func parseLFTsParallel(ctx context.Context, path string, minSize int64, workers 
 			return false, nil
 		}
 	}
-	for _, p := range parts {
+	off := 0
+	for i, p := range parts {
 		for _, l := range p {
+			l.Line += off
 			if err := fn(l); err != nil {
 				return false, nil
 			}
 		}
+		off += lines[i]
 	}
 	return true, nil
+}
+
+// lineCounter counts the newlines read through it.
+type lineCounter struct {
+	r io.Reader
+	n int
+}
+
+func (c *lineCounter) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += bytes.Count(p[:n], []byte{'\n'})
+	return n, err
 }
 
 // nextHeader finds the first line starting with "Unicast lids [" at or

@@ -3,6 +3,7 @@ package fabric
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sort"
 )
@@ -18,7 +19,7 @@ type SelectRequest struct {
 	// scored.
 	Targets []string
 	// RandomTrials random choices of K candidates are scored for comparison
-	// (default 100). Seed makes them reproducible.
+	// (0: the default of 100; negative: none). Seed makes them reproducible.
 	RandomTrials int
 	Seed         uint64
 }
@@ -81,6 +82,13 @@ type Selection struct {
 func (m *Model) Select(ctx context.Context, k int, candidates []string) (*Selection, error) {
 	return m.SelectWith(ctx, SelectRequest{K: k, Candidates: candidates})
 }
+
+// greedyBudget bounds the route walks of the greedy phase of SelectWith;
+// minGreedySample is the fewest candidates a sampled step scores.
+const (
+	greedyBudget    = 30_000_000
+	minGreedySample = 32
+)
 
 // scorer keeps per-link counters of a growing route set.
 type scorer struct {
@@ -191,10 +199,14 @@ func (sc *scorer) scoreSet(set, targets []int32) Score {
 
 // SelectWith chooses hosts greedily: each step adds the candidate whose
 // routes (to the hosts already chosen, or to the targets) add the fewest
-// shared link pairs, ties broken by lower maximum sharing, then by lower
-// fabric-wide load along the routes, then by name; then swaps a chosen host
-// for an unchosen candidate while that lowers the shared pairs. The result
-// is compared with random choices of the same size.
+// broken routes, then the fewest shared link pairs, ties broken by lower
+// maximum sharing, then by lower mean fabric-wide load along the host's
+// routes (a host without a working route comes last), then by candidate
+// order. When scoring every candidate would exceed the step's share of a
+// fixed route budget, a step scores a random sample of the candidates
+// (seeded by Seed). Then it swaps a chosen host for an unchosen candidate
+// while that lowers the broken routes, or keeps them and lowers the shared
+// pairs. The result is compared with random choices of the same size.
 func (m *Model) SelectWith(ctx context.Context, req SelectRequest) (*Selection, error) {
 	cands, err := m.hostIndexes(req.Candidates)
 	if err != nil {
@@ -223,6 +235,7 @@ func (m *Model) SelectWith(ctx context.Context, req SelectRequest) (*Selection, 
 	if req.RandomTrials == 0 {
 		req.RandomTrials = 100
 	}
+	req.RandomTrials = max(req.RandomTrials, 0)
 	an, err := m.Analyze(ctx)
 	if err != nil {
 		return nil, err
@@ -236,23 +249,53 @@ func (m *Model) SelectWith(ctx context.Context, req SelectRequest) (*Selection, 
 			n += an.OutRoutes[e] + an.InRoutes[e]
 		}
 		if n == 0 {
-			return 0
+			// no working route: the host sorts after every reachable one
+			return math.Inf(1)
 		}
 		return float64(w) / float64(n)
 	}
 	var chosen []int32
 	used := make(map[int32]bool)
 	var total Score
+	// The greedy phase scores every unchosen candidate against the hosts
+	// chosen so far (or the targets): O(C·k²) route walks without targets.
+	// Each step gets an equal share of greedyBudget; a step whose full scan
+	// would exceed it scores a random sample of the candidates instead.
+	perStep := max(greedyBudget/req.K, 1)
+	grng := rand.New(rand.NewPCG(req.Seed, 0x9eed))
+	var free []int32
 	for len(chosen) < req.K {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
+		free = free[:0]
+		for _, c := range cands {
+			if !used[c] {
+				free = append(free, c)
+			}
+		}
+		// routes scored per candidate (an estimate: hosts with several
+		// endpoints or an LMC have more)
+		per := 2 * len(chosen)
+		if len(targets) > 0 {
+			per = 2 * len(targets)
+		}
+		if n := perStep / max(per, 1); per > 0 && len(free) > max(n, minGreedySample) {
+			n = max(n, minGreedySample)
+			for i := 0; i < n; i++ {
+				j := i + grng.IntN(len(free)-i)
+				free[i], free[j] = free[j], free[i]
+			}
+			free = free[:n]
+		}
 		best := int32(-1)
 		var bestS Score
 		var bestW float64
-		for _, c := range cands {
-			if used[c] {
-				continue
+		for i, c := range free {
+			if i&63 == 63 {
+				if err := ctx.Err(); err != nil {
+					return nil, err
+				}
 			}
 			s := sc.add(pairsFor(c, chosen, targets), false)
 			w := hostWeight(c)
@@ -375,12 +418,12 @@ func (m *Model) Rank(ctx context.Context, client string, replicas []string) ([]s
 }
 
 // remove takes the routes of pairs out of the counters and returns how many
-// shared pairs they accounted for.
-func (sc *scorer) remove(pairs [][2]int32) int64 {
-	var lost int64
+// shared pairs they accounted for and how many of them were broken.
+func (sc *scorer) remove(pairs [][2]int32) (lost int64, broken int) {
 	for _, p := range pairs {
 		sc.routesBetween(p[0], p[1], func(links []int32, ok bool) {
 			if !ok {
+				broken++
 				return
 			}
 			for _, l := range links {
@@ -391,11 +434,12 @@ func (sc *scorer) remove(pairs [][2]int32) int64 {
 			}
 		})
 	}
-	return lost
+	return lost, broken
 }
 
 // improveBySwaps refines a greedy choice: it replaces a chosen host by an
-// unchosen candidate whenever that lowers the number of shared link pairs,
+// unchosen candidate whenever that lowers the number of broken routes, or
+// keeps it and lowers the number of shared link pairs,
 // until no swap helps or about budget routes have been evaluated. The
 // counters of sc hold the routes of chosen on entry and on return.
 func (m *Model) improveBySwaps(ctx context.Context, sc *scorer, chosen, cands, targets []int32, budget int) []int32 {
@@ -421,16 +465,19 @@ func (m *Model) improveBySwaps(ctx context.Context, sc *scorer, chosen, cands, t
 			}
 			h := chosen[i]
 			rest := others(i)
-			lost := sc.remove(pairsFor(h, rest, targets))
-			best, bestGain := int32(-1), int64(0)
+			lost, lostBroken := sc.remove(pairsFor(h, rest, targets))
+			// a swap must not add broken routes; fewer broken routes
+			// beat fewer shared pairs
+			best, bestBroken, bestGain := int32(-1), 0, int64(0)
 			for _, c := range cands {
 				if in[c] {
 					continue
 				}
 				s := sc.add(pairsFor(c, rest, targets), false)
 				spent += s.Routes
-				if gain := lost - s.SharedPairs; gain > bestGain {
-					best, bestGain = c, gain
+				fixed, gain := lostBroken-s.Broken, lost-s.SharedPairs
+				if fixed > bestBroken || (fixed == bestBroken && fixed >= 0 && gain > bestGain) {
+					best, bestBroken, bestGain = c, fixed, gain
 				}
 				if spent >= budget {
 					break

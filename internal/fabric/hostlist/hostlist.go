@@ -141,19 +141,21 @@ func expandItem(item string, limit int) ([]string, error) {
 	var out []string
 	for _, r := range strings.Split(body, ",") {
 		lo, hi, isRange := strings.Cut(r, "-")
-		a, err := strconv.Atoi(lo)
-		if err != nil || lo == "" || a < 0 {
+		a, ok := parseNumber(lo)
+		if !ok {
 			return nil, fmt.Errorf("%w: bad number %q in %q", ErrSyntax, lo, item)
 		}
 		b := a
 		width := len(lo)
 		if isRange {
-			b, err = strconv.Atoi(hi)
-			if err != nil || b < a {
+			b, ok = parseNumber(hi)
+			if !ok || b < a {
 				return nil, fmt.Errorf("%w: bad range %q in %q", ErrSyntax, r, item)
 			}
 		}
-		if (b-a+1)*len(tails) > limit-len(out) {
+		// Numbers have at most maxDigits digits, so n cannot overflow; the
+		// division keeps n*len(tails) from overflowing too.
+		if n := b - a + 1; n <= 0 || n > (limit-len(out))/len(tails) {
 			return nil, fmt.Errorf("%w: more than %d hosts", ErrSyntax, MaxHosts)
 		}
 		for v := a; v <= b; v++ {
@@ -163,4 +165,25 @@ func expandItem(item string, limit int) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// maxDigits bounds the digits of a number in a bracket group, so ranges
+// stay far from int overflow.
+const maxDigits = 9
+
+// parseNumber parses a bracket-group number: 1 to maxDigits decimal
+// digits, no sign.
+func parseNumber(s string) (int, bool) {
+	if s == "" || len(s) > maxDigits {
+		return 0, false
+	}
+	v := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		v = v*10 + int(c-'0')
+	}
+	return v, true
 }

@@ -23,7 +23,8 @@ import (
 // ErrSyntax is wrapped by every *ParseError.
 var ErrSyntax = errors.New("ibdump: syntax error")
 
-// maxLine bounds a single input line; longer lines are a syntax error.
+// maxLine bounds a single input line; longer lines are a syntax error
+// (except in logs, where they are skipped).
 const maxLine = 1 << 20
 
 // MaxUnicastLID is the highest unicast LID (0xBFFF); LIDs above it are rejected.
@@ -49,6 +50,9 @@ type lineReader struct {
 	br   *bufio.Reader
 	name string
 	line int
+	// skipLong makes next return a line longer than maxLine as an empty
+	// line instead of failing.
+	skipLong bool
 }
 
 func newLineReader(r io.Reader, name string) *lineReader {
@@ -64,7 +68,17 @@ func (lr *lineReader) next() ([]byte, error) {
 		for err == bufio.ErrBufferFull {
 			if len(buf) > maxLine {
 				lr.line++
-				return nil, lr.errf("line longer than %d bytes", maxLine)
+				if !lr.skipLong {
+					return nil, lr.errf("line longer than %d bytes", maxLine)
+				}
+				// Discard the rest of the line and yield it as empty.
+				for err == bufio.ErrBufferFull {
+					_, err = lr.br.ReadSlice('\n')
+				}
+				if err != nil && err != io.EOF {
+					return nil, fmt.Errorf("%s:%d: %w", lr.name, lr.line, err)
+				}
+				return nil, nil
 			}
 			b, err = lr.br.ReadSlice('\n')
 			buf = append(buf, b...)

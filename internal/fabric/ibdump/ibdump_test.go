@@ -385,7 +385,9 @@ func FuzzParseSMLog(f *testing.F) {
 	seedFuzz(f, "osm.log")
 	seedFuzz(f, "opensm.out")
 	f.Fuzz(func(t *testing.T, b []byte) {
-		_, _ = ParseSMLog(strings.NewReader(string(b)), "f")
+		if _, err := ParseSMLog(strings.NewReader(string(b)), "f"); err != nil {
+			t.Fatalf("ParseSMLog failed on content: %v", err)
+		}
 	})
 }
 

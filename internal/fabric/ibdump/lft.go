@@ -1,6 +1,7 @@
 package ibdump
 
 import (
+	"fmt"
 	"io"
 )
 
@@ -36,7 +37,8 @@ type LFTHandler struct {
 }
 
 // ParseLFTs streams an opensm-lfts.dump or dump_fts/ibroute output from r;
-// name is used in errors.
+// name is used in errors. A file that ends inside a switch's table (before
+// its "N lids dumped" footer) is truncated: a *ParseError.
 func ParseLFTs(r io.Reader, name string, h LFTHandler) error {
 	lr := newLineReader(r, name)
 	var cur *LFT
@@ -55,7 +57,13 @@ func ParseLFTs(r io.Reader, name string, h LFTHandler) error {
 	for {
 		line, err := lr.next()
 		if err == io.EOF {
-			return flush()
+			// Both formats end every switch's table with a footer; a
+			// table still open at EOF means the dump was cut short (its
+			// last entry may even be cut mid-line, "0x0003 00").
+			if cur != nil {
+				return &ParseError{File: lr.name, Line: lr.line, Msg: fmt.Sprintf("file ends inside switch %s's table (header at line %d): truncated", lftName(cur), cur.Line)}
+			}
+			return nil
 		}
 		if err != nil {
 			return err
@@ -129,6 +137,14 @@ func ParseLFTs(r io.Reader, name string, h LFTHandler) error {
 			return lr.errf("unexpected line %q", clip(t))
 		}
 	}
+}
+
+// lftName names a switch in errors: its GUID and description.
+func lftName(l *LFT) string {
+	if l.Desc != "" {
+		return fmt.Sprintf("0x%016x (%s)", l.GUID, l.Desc)
+	}
+	return fmt.Sprintf("0x%016x", l.GUID)
 }
 
 // parseLFTHeader parses

@@ -41,6 +41,11 @@ func ParseGUID2LID(r io.Reader, name string, fn func(GUIDLID) error) error {
 		if vals[1] > MaxUnicastLID || vals[2] > MaxUnicastLID || vals[2] < vals[1] {
 			return lr.errf("bad LID range %#x-%#x", vals[1], vals[2])
 		}
+		// A port with LMC l owns 2^l LIDs (l <= 7) starting at a
+		// multiple of 2^l.
+		if n := vals[2] - vals[1] + 1; n > 128 || n&(n-1) != 0 || vals[1]&(n-1) != 0 {
+			return lr.errf("bad LID range %#x-%#x: %d LIDs from %#x, want 2^LMC (LMC <= 7) LIDs starting at a multiple of 2^LMC", vals[1], vals[2], n, vals[1])
+		}
 		if err := fn(GUIDLID{GUID: vals[0], Min: uint16(vals[1]), Max: uint16(vals[2]), Line: lr.line}); err != nil {
 			return err
 		}

@@ -21,10 +21,12 @@ type SMLog struct {
 	Errors []string
 }
 
-// ParseSMLog reads osm.log or opensm.out. It never fails on content.
+// ParseSMLog reads osm.log or opensm.out. It never fails on content:
+// lines longer than 1 MiB (binary garbage, a NUL-filled tail) are skipped.
 func ParseSMLog(r io.Reader, name string) (SMLog, error) {
 	var s SMLog
 	lr := newLineReader(r, name)
+	lr.skipLong = true
 	for {
 		line, err := lr.next()
 		if err == io.EOF {

@@ -98,6 +98,11 @@ func parseLinkEnd(b []byte, e *LinkEnd) ([]byte, string) {
 		}
 		switch key {
 		case "Ports":
+			// A node has at most 254 ports; the model allocates one
+			// Port per port number and stores numbers as uint8.
+			if v > 255 {
+				return b, "bad value for Ports (more than 255)"
+			}
 			e.NumPorts = int(v)
 		case "SystemGUID":
 			e.SystemGUID = v

@@ -1,0 +1,145 @@
+package fabric
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/slipstream-io/slipstream/internal/fabric/ibdump"
+)
+
+func sampleFile(t *testing.T, name string) string {
+	t.Helper()
+	b, err := readSample(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestTruncatedLFTDumpIsAnError: an opensm-lfts.dump cut in the middle of
+// the last switch's table (OpenSM still writing it, a full disk, a partial
+// scp) has no "N lids dumped" footer for that switch. The load fails with
+// a file:line syntax error, rather than the LIDs after the cut becoming
+// "no LFT entry" and the fabric looking broken instead of the file.
+func TestTruncatedLFTDumpIsAnError(t *testing.T) {
+	lfts := sampleFile(t, FileLFTs)
+	subnet := sampleFile(t, FileSubnet)
+	last := strings.LastIndex(lfts, "Unicast lids [")
+	// cut inside an entry line of the last switch: "0x000b 00|4 ..."
+	cut := last + strings.Index(lfts[last:], "0x000b ") + len("0x000b 00")
+	m, err := loadMem(map[string]string{FileSubnet: subnet, FileLFTs: lfts[:cut]})
+	if err == nil {
+		a, _ := m.AnalyzeWith(context.Background(), AnalyzeOptions{Workers: 1})
+		t.Fatalf("truncated LFT dump (cut at byte %d of %d, mid-line, no footer) loaded without error: %d routes, %d broken",
+			cut, len(lfts), a.Routes, a.Broken)
+	}
+	if !errors.Is(err, ErrSyntax) || !strings.Contains(err.Error(), FileLFTs+":") {
+		t.Errorf("err = %v, want a file:line syntax error", err)
+	}
+}
+
+// TestSubnetHugePortCount: a "Ports:" value in opensm-subnet.lst above 255
+// is refused (InfiniBand nodes have at most 254 ports): the model would
+// allocate one Port per port number (a Ports:7FFFFFFF typo is 2^31 ports,
+// 64 GB), and Port.Num (uint8) would wrap.
+func TestSubnetHugePortCount(t *testing.T) {
+	subnet := sampleFile(t, FileSubnet)
+	lfts := sampleFile(t, FileLFTs)
+	i := strings.Index(subnet, "Ports:")
+	j := i + strings.Index(subnet[i:], " ")
+	bad := subnet[:i] + "Ports:00010000" + subnet[j:] // 65536 ports
+	m, err := loadMem(map[string]string{FileSubnet: bad, FileLFTs: lfts})
+	if err == nil {
+		t.Fatalf("Ports:00010000 accepted: model has %d ports (%d with a good file)", len(m.Ports), len(load(t, "ft2-h16/minhop/before").Ports))
+	}
+}
+
+// TestParallelLFTParseLineNumbers: dumps of 32 MB or more are parsed in
+// sections on several cores; every switch still carries the line of its
+// header in the whole file (LFT.Line, used in "switch ... is not in the
+// topology" errors), as a sequential parse gives.
+func TestParallelLFTParseLineNumbers(t *testing.T) {
+	path := filepath.Join(samples, "ft3-k4-h16/minhop/before", FileLFTs)
+	lines := map[uint64]int{}
+	if err := withFile(path, func(r io.Reader, name string) error {
+		return ibdump.ParseLFTs(r, name, ibdump.LFTHandler{Switch: func(l *ibdump.LFT) error { lines[l.GUID] = l.Line; return nil }})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var bad []string
+	ok, err := parseLFTsParallel(context.Background(), path, 0, 4, func(l *ibdump.LFT) error {
+		if lines[l.GUID] != l.Line {
+			bad = append(bad, sprintf("%s: line %d, really %d", fmtGUID(l.GUID), l.Line, lines[l.GUID]))
+		}
+		return nil
+	})
+	if !ok || err != nil {
+		t.Fatalf("parallel parse: %v %v", ok, err)
+	}
+	if len(bad) > 0 {
+		t.Errorf("%d of %d switches carry a wrong header line, e.g. %v", len(bad), len(lines), bad[:min(3, len(bad))])
+	}
+}
+
+// TestOSMLogGarbageDoesNotFailLoad: osm.log is optional and ParseSMLog
+// never fails on content: a line longer than 1 MB (a log whose tail is
+// NUL-filled after a crash, or binary garbage) is passed over and the
+// load succeeds.
+func TestOSMLogGarbageDoesNotFailLoad(t *testing.T) {
+	files := map[string]string{
+		FileSubnet: sampleFile(t, FileSubnet),
+		FileLFTs:   sampleFile(t, FileLFTs),
+		FileOSMLog: sampleFile(t, FileOSMLog) + string(bytes.Repeat([]byte{0}, 2<<20)),
+	}
+	if _, err := loadMem(files); err != nil {
+		t.Errorf("load fails because of an unreadable optional log: %v", err)
+	}
+}
+
+// TestGUID2LIDRangeNotPowerOfTwo: a guid2lid range must hold 2^LMC LIDs.
+// A corrupt range of 3 LIDs is refused, rather than rounded up to LMC 2
+// (4 LIDs), which would give the endpoint a LID the file never gave it.
+func TestGUID2LIDRangeNotPowerOfTwo(t *testing.T) {
+	g2l := sampleFile(t, FileGUID2LID)
+	m0, err := loadMem(map[string]string{FileSubnet: sampleFile(t, FileSubnet), FileLFTs: sampleFile(t, FileLFTs), FileGUID2LID: g2l})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// the endpoint with the highest LID gets a range of 3 LIDs
+	top := 0
+	var topGUID uint64
+	for _, e := range m0.Endpoints {
+		if p := m0.Ports[e.Port]; int(p.LID) > top {
+			top, topGUID = int(p.LID), p.GUID
+		}
+	}
+	var out []string
+	for _, ln := range strings.Split(strings.TrimSpace(g2l), "\n") {
+		if strings.HasPrefix(ln, sprintf("0x%016x ", topGUID)) {
+			ln = sprintf("0x%016x 0x%04x 0x%04x", topGUID, top, top+2)
+		}
+		out = append(out, ln)
+	}
+	m, err := loadMem(map[string]string{FileSubnet: sampleFile(t, FileSubnet), FileLFTs: sampleFile(t, FileLFTs), FileGUID2LID: strings.Join(out, "\n") + "\n"})
+	if err == nil {
+		t.Errorf("guid2lid range %#x-%#x (3 LIDs) accepted: max LMC %d, %d LIDs (was %d)", top, top+2, m.Summary().MaxLMC, m.Summary().LIDs, m0.Summary().LIDs)
+	}
+}
+
+// TestEmptyDumpsAreNoDumps: zero-length opensm-subnet.lst and
+// opensm-lfts.dump (OpenSM truncated them and has not written yet, or a
+// failed copy) are ErrNoDumps, not a valid fabric of 0 switches and 0
+// hosts (watch would report every cable down and every endpoint gone).
+func TestEmptyDumpsAreNoDumps(t *testing.T) {
+	for _, topo := range []string{FileSubnet, FileIBNetDiscover, FileNeighbors} {
+		m, err := loadMem(map[string]string{topo: "", FileLFTs: ""})
+		if err == nil {
+			t.Errorf("empty %s and %s: loaded %+v, want ErrNoDumps", topo, FileLFTs, m.Summary())
+		}
+	}
+}
