@@ -160,6 +160,12 @@ func drainBody(w http.ResponseWriter, r *http.Request) {
 	if r.Body == nil || r.Body == http.NoBody || r.ContentLength > drainLimit {
 		return
 	}
+	if strings.EqualFold(r.Header.Get("Expect"), "100-continue") {
+		// Reading would send 100 Continue and have the client upload a
+		// body only to throw it away; unread, the server answers at once
+		// and closes the connection instead.
+		return
+	}
 	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(drainWait))
 	_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, drainLimit))
 }
