@@ -13,9 +13,9 @@ import (
 // must analyse, route and select, promptly and without panicking.
 func FuzzLoadTopology(f *testing.F) {
 	for _, k := range []string{FileSubnet, FileIBNetDiscover, FileNeighbors} {
-		f.Add(k, sampleTextF(f, k), sampleTextF(f, FileGUID2LID))
+		f.Add(k, sampleText(f, k), sampleText(f, FileGUID2LID))
 	}
-	lfts := sampleTextF(f, FileLFTs)
+	lfts := sampleText(f, FileLFTs)
 	f.Fuzz(func(t *testing.T, kind string, topo, g2l string) {
 		switch kind {
 		case FileSubnet, FileIBNetDiscover, FileNeighbors:
@@ -70,13 +70,4 @@ func FuzzLoadTopology(f *testing.F) {
 			}
 		}
 	})
-}
-
-func sampleTextF(f *testing.F, name string) string {
-	f.Helper()
-	b, err := readSample(name)
-	if err != nil {
-		f.Fatal(err)
-	}
-	return b
 }

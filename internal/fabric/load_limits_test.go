@@ -12,23 +12,14 @@ import (
 	"github.com/slipstream-io/slipstream/internal/fabric/ibdump"
 )
 
-func sampleFile(t *testing.T, name string) string {
-	t.Helper()
-	b, err := readSample(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
 // TestTruncatedLFTDumpIsAnError: an opensm-lfts.dump cut in the middle of
 // the last switch's table (OpenSM still writing it, a full disk, a partial
 // scp) has no "N lids dumped" footer for that switch. The load fails with
 // a file:line syntax error, rather than the LIDs after the cut becoming
 // "no LFT entry" and the fabric looking broken instead of the file.
 func TestTruncatedLFTDumpIsAnError(t *testing.T) {
-	lfts := sampleFile(t, FileLFTs)
-	subnet := sampleFile(t, FileSubnet)
+	lfts := sampleText(t, FileLFTs)
+	subnet := sampleText(t, FileSubnet)
 	last := strings.LastIndex(lfts, "Unicast lids [")
 	// cut inside an entry line of the last switch: "0x000b 00|4 ..."
 	cut := last + strings.Index(lfts[last:], "0x000b ") + len("0x000b 00")
@@ -48,8 +39,8 @@ func TestTruncatedLFTDumpIsAnError(t *testing.T) {
 // allocate one Port per port number (a Ports:7FFFFFFF typo is 2^31 ports,
 // 64 GB), and Port.Num (uint8) would wrap.
 func TestSubnetHugePortCount(t *testing.T) {
-	subnet := sampleFile(t, FileSubnet)
-	lfts := sampleFile(t, FileLFTs)
+	subnet := sampleText(t, FileSubnet)
+	lfts := sampleText(t, FileLFTs)
 	i := strings.Index(subnet, "Ports:")
 	j := i + strings.Index(subnet[i:], " ")
 	bad := subnet[:i] + "Ports:00010000" + subnet[j:] // 65536 ports
@@ -92,9 +83,9 @@ func TestParallelLFTParseLineNumbers(t *testing.T) {
 // load succeeds.
 func TestOSMLogGarbageDoesNotFailLoad(t *testing.T) {
 	files := map[string]string{
-		FileSubnet: sampleFile(t, FileSubnet),
-		FileLFTs:   sampleFile(t, FileLFTs),
-		FileOSMLog: sampleFile(t, FileOSMLog) + string(bytes.Repeat([]byte{0}, 2<<20)),
+		FileSubnet: sampleText(t, FileSubnet),
+		FileLFTs:   sampleText(t, FileLFTs),
+		FileOSMLog: sampleText(t, FileOSMLog) + string(bytes.Repeat([]byte{0}, 2<<20)),
 	}
 	if _, err := loadMem(files); err != nil {
 		t.Errorf("load fails because of an unreadable optional log: %v", err)
@@ -105,8 +96,8 @@ func TestOSMLogGarbageDoesNotFailLoad(t *testing.T) {
 // A corrupt range of 3 LIDs is refused, rather than rounded up to LMC 2
 // (4 LIDs), which would give the endpoint a LID the file never gave it.
 func TestGUID2LIDRangeNotPowerOfTwo(t *testing.T) {
-	g2l := sampleFile(t, FileGUID2LID)
-	m0, err := loadMem(map[string]string{FileSubnet: sampleFile(t, FileSubnet), FileLFTs: sampleFile(t, FileLFTs), FileGUID2LID: g2l})
+	g2l := sampleText(t, FileGUID2LID)
+	m0, err := loadMem(map[string]string{FileSubnet: sampleText(t, FileSubnet), FileLFTs: sampleText(t, FileLFTs), FileGUID2LID: g2l})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +116,7 @@ func TestGUID2LIDRangeNotPowerOfTwo(t *testing.T) {
 		}
 		out = append(out, ln)
 	}
-	m, err := loadMem(map[string]string{FileSubnet: sampleFile(t, FileSubnet), FileLFTs: sampleFile(t, FileLFTs), FileGUID2LID: strings.Join(out, "\n") + "\n"})
+	m, err := loadMem(map[string]string{FileSubnet: sampleText(t, FileSubnet), FileLFTs: sampleText(t, FileLFTs), FileGUID2LID: strings.Join(out, "\n") + "\n"})
 	if err == nil {
 		t.Errorf("guid2lid range %#x-%#x (3 LIDs) accepted: max LMC %d, %d LIDs (was %d)", top, top+2, m.Summary().MaxLMC, m.Summary().LIDs, m0.Summary().LIDs)
 	}
