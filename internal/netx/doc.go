@@ -11,7 +11,9 @@
 // that NIC), picks for every request the least-loaded (local, remote) pair
 // (fewest requests in flight on the local interface plus on the remote
 // address; ties go round-robin), takes a pair out when it fails (dial errors,
-// resets, stalls confirmed by a probe) and probes it back in. Requests that
+// resets, stalls confirmed by a probe) and probes it back in; requests in
+// flight on a pair are aborted only when it has moved no byte for FailAfter
+// and a probe fails. Requests that
 // are safe to replay (idempotent methods whose body is empty or can be
 // re-created with GetBody) are retried on another pair. Transport is also an
 // http.RoundTripper, so an ordinary http.Client (for example the one inside

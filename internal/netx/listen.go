@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -208,17 +209,56 @@ func (c *countConn) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// ReadFrom keeps the kernel copy (sendfile/splice) of *net.TCPConn.
+// progressChunk is the most a kernel copy (sendfile) moves between two
+// marks of progress on a connection that records progress: small enough
+// that a healthy but slow link moves a chunk well within FailAfter.
+const progressChunk = 128 << 10
+
+// ReadFrom keeps the kernel copy (sendfile/splice) of *net.TCPConn. On a
+// connection that records progress (a transport's data connection), every
+// chunk moved must count as progress, not only the end of the copy: a body
+// that is not a file is copied through Write, and a file is sent by
+// sendfile in chunks of progressChunk.
 func (c *countConn) ReadFrom(r io.Reader) (int64, error) {
-	var n int64
-	var err error
-	if rf, ok := c.Conn.(io.ReaderFrom); ok {
-		n, err = rf.ReadFrom(r)
-	} else {
-		n, err = io.Copy(struct{ io.Writer }{c.Conn}, r)
+	rf, ok := c.Conn.(io.ReaderFrom)
+	if !ok {
+		return io.Copy(struct{ io.Writer }{c}, r) // Write counts each chunk
 	}
-	c.add(true, int(n))
-	return n, err
+	if c.progress == nil {
+		n, err := rf.ReadFrom(r)
+		c.add(true, int(n))
+		return n, err
+	}
+	// A file, possibly under a limit (as io.CopyN and http.ServeContent
+	// pass it): sendfile chunk by chunk.
+	outer, _ := r.(*io.LimitedReader)
+	src := r
+	if outer != nil {
+		src = outer.R
+	}
+	if _, isFile := src.(*os.File); !isFile {
+		return io.Copy(struct{ io.Writer }{c}, r)
+	}
+	var total int64
+	for {
+		lr := &io.LimitedReader{R: src, N: progressChunk}
+		if outer != nil {
+			if outer.N <= 0 {
+				return total, nil
+			}
+			lr.N = min(lr.N, outer.N)
+		}
+		want := lr.N
+		n, err := rf.ReadFrom(lr)
+		total += n
+		if outer != nil {
+			outer.N -= n
+		}
+		c.add(true, int(n))
+		if err != nil || n < want { // n < want: the end of the file
+			return total, err
+		}
+	}
 }
 
 func (c *countConn) Close() error {

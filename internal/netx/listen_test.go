@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -148,5 +149,71 @@ func TestCountingListenerServeFile(t *testing.T) {
 	}
 	if st.BytesRecv == 0 || st.Accepted != 1 {
 		t.Errorf("stats %+v", st)
+	}
+}
+
+// A countConn that records progress sends a file by sendfile in chunks,
+// marking progress and counting bytes chunk by chunk, and honours a limit
+// around the file (as io.CopyN passes it); other readers go through Write.
+func TestCountConnReadFromProgress(t *testing.T) {
+	const size = 5*progressChunk + 123
+	path := filepath.Join(t.TempDir(), "blob")
+	if err := os.WriteFile(path, make([]byte, size), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	got := make(chan int64, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			got <- -1
+			return
+		}
+		n, _ := io.Copy(io.Discard, c)
+		c.Close()
+		got <- n
+	}()
+	raw, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c ifaceCounters
+	var progress atomic.Int64
+	cc := newCountConn(raw, &c, &progress, nil)
+	var want int64
+	for _, tc := range []struct {
+		name string
+		r    func(f *os.File) io.Reader
+		n    int64
+	}{
+		{"file", func(f *os.File) io.Reader { return f }, size},
+		{"limited file", func(f *os.File) io.Reader { return io.LimitReader(f, size-progressChunk-7) }, size - progressChunk - 7},
+		{"other reader", func(f *os.File) io.Reader { return io.MultiReader(f) }, size},
+	} {
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := progress.Load()
+		n, err := cc.ReadFrom(tc.r(f))
+		f.Close()
+		if err != nil || n != tc.n {
+			t.Fatalf("%s: ReadFrom = %d, %v; want %d", tc.name, n, err, tc.n)
+		}
+		want += n
+		if c.sent.Load() != uint64(want) {
+			t.Fatalf("%s: counted %d bytes sent, want %d", tc.name, c.sent.Load(), want)
+		}
+		if progress.Load() == before {
+			t.Errorf("%s: no progress marked", tc.name)
+		}
+	}
+	cc.Close()
+	if n := <-got; n != want {
+		t.Errorf("peer received %d bytes, want %d", n, want)
 	}
 }

@@ -9,8 +9,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -77,7 +79,10 @@ type Peer struct {
 type Config struct {
 	// LocalAddrs are the source IP addresses to send from, one per
 	// interface ("10.77.1.2"; a ":port" suffix is ignored, so listen
-	// addresses can be passed as they are). Empty: one unbound interface.
+	// addresses can be passed as they are). Each must be an address of
+	// one of this host's interfaces, any 127/8 address or the unspecified
+	// address; an IPv6 link-local one needs its zone ("fe80::1%eth0").
+	// Empty: one unbound interface.
 	LocalAddrs []string
 	// Scheme of requests made by Do: "http" (default) or "https".
 	Scheme string
@@ -146,6 +151,7 @@ type Transport struct {
 	peers   map[string]Peer    // by ID and by every address
 
 	rr     atomic.Uint64
+	kick   chan *pair // pairs to probe at once (see fail)
 	closed atomic.Bool
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -234,6 +240,7 @@ func NewTransport(cfg Config) (*Transport, error) {
 		remotes: map[string]*endpoint{},
 		lists:   map[string][]*pair{},
 		peers:   map[string]Peer{},
+		kick:    make(chan *pair, 64),
 	}
 	addrs := cfg.LocalAddrs
 	if len(addrs) == 0 {
@@ -272,6 +279,32 @@ func localNets() []*net.IPNet {
 	return out
 }
 
+// zoneNets returns the addresses of the interface that an IPv6 zone (a
+// name or an index) names.
+func zoneNets(zone string) ([]*net.IPNet, error) {
+	ifc, err := net.InterfaceByName(zone)
+	if err != nil {
+		i, aerr := strconv.Atoi(zone)
+		if aerr != nil {
+			return nil, err
+		}
+		if ifc, err = net.InterfaceByIndex(i); err != nil {
+			return nil, err
+		}
+	}
+	addrs, err := ifc.Addrs()
+	if err != nil {
+		return nil, err
+	}
+	var out []*net.IPNet
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
 func (t *Transport) newIface(a string, nets []*net.IPNet) (*iface, error) {
 	loc := &iface{}
 	host := a
@@ -280,16 +313,33 @@ func (t *Transport) newIface(a string, nets []*net.IPNet) (*iface, error) {
 	}
 	d := &net.Dialer{Timeout: t.cfg.FailAfter, KeepAlive: 15 * time.Second}
 	if host != "" {
-		ip := net.ParseIP(host)
-		if ip == nil {
+		na, err := netip.ParseAddr(host)
+		if err != nil {
 			return nil, fmt.Errorf("%w: local address %q is not an IP", ErrBadAddr, a)
 		}
+		ip, zone := net.IP(na.WithZone("").AsSlice()), na.Zone()
 		loc.ip, loc.addr = ip, ip.String()
-		d.LocalAddr = &net.TCPAddr{IP: ip}
+		if zone != "" { // an IPv6 link-local address: "fe80::1%eth0"
+			loc.addr += "%" + zone
+			if nets, err = zoneNets(zone); err != nil {
+				return nil, fmt.Errorf("%w: local address %q: %v", ErrBadAddr, a, err)
+			}
+		} else if ip.To4() == nil && ip.IsLinkLocalUnicast() {
+			return nil, fmt.Errorf("%w: link-local local address %q needs a zone (%%interface)", ErrBadAddr, a)
+		}
+		d.LocalAddr = &net.TCPAddr{IP: ip, Zone: zone}
+		onIface := false
 		for _, n := range nets { // the interface's own subnet first
 			if n.IP.Equal(ip) {
 				loc.subnet = &net.IPNet{IP: n.IP.Mask(n.Mask), Mask: n.Mask}
+				onIface = true
 			}
+		}
+		// A source address must be one of this host's: the unspecified
+		// address, an interface's own address or any of 127/8 (which can
+		// always be bound). If the interfaces cannot be listed, trust it.
+		if !onIface && len(nets) > 0 && !ip.IsUnspecified() && !isLoopback4(ip) {
+			return nil, fmt.Errorf("%w: local address %q is on no interface of this host", ErrBadAddr, a)
 		}
 		if loc.subnet == nil {
 			for _, n := range nets { // e.g. 127.0.0.5 inside lo's 127.0.0.0/8
@@ -338,6 +388,12 @@ func (t *Transport) newIface(a string, nets []*net.IPNet) (*iface, error) {
 		DisableCompression:  true,
 	}
 	return loc, nil
+}
+
+// isLoopback4 reports whether ip is in 127.0.0.0/8.
+func isLoopback4(ip net.IP) bool {
+	ip4 := ip.To4()
+	return ip4 != nil && ip4[0] == 127
 }
 
 // pair returns the state of (loc, remote), creating it; the scheme of a
@@ -637,12 +693,18 @@ func (t *Transport) finish(p *pair, f *flight) {
 	f.cancel(nil)
 }
 
-// fail counts an error on p and takes it out; requests still in flight on
-// it are aborted if nothing has moved on the pair for FailAfter.
+// fail counts an error on p and takes it out for new requests, and has it
+// probed at once. Requests still in flight on it are not aborted here (one
+// failed request says little about its siblings, which may just be waiting
+// for a slow server): only a failed probe on a stalled pair aborts them.
 func (t *Transport) fail(p *pair, err error) {
 	p.errors.Add(1)
 	p.loc.errors.Add(1)
-	t.markDown(p, err, t.stalled(p))
+	t.markDown(p, err, false)
+	select {
+	case t.kick <- p:
+	default: // the loop is behind: the pair is probed at its next tick
+	}
 }
 
 func (t *Transport) stalled(p *pair) bool {
@@ -738,6 +800,8 @@ func (t *Transport) loop() {
 			return
 		case now := <-tick.C:
 			t.check(now)
+		case p := <-t.kick:
+			t.probeNow(p)
 		}
 	}
 }
@@ -780,6 +844,22 @@ func (t *Transport) check(now time.Time) {
 	}
 }
 
+// probeNow starts a probe of p unless maxProbes are under way. Only the
+// loop calls it, so that no probe starts once Close waits for them.
+func (t *Transport) probeNow(p *pair) {
+	p.mu.Lock()
+	due := p.probing < maxProbes
+	if due {
+		p.probing++
+		p.lastProbe = time.Now()
+	}
+	p.mu.Unlock()
+	if due {
+		t.wg.Add(1)
+		go t.probe(p)
+	}
+}
+
 func (t *Transport) probe(p *pair) {
 	defer t.wg.Done()
 	ctx, cancel := context.WithTimeout(t.ctx, t.cfg.FailAfter)
@@ -818,7 +898,9 @@ func (t *Transport) probeOnce(ctx context.Context, p *pair) error {
 	if p.rem.scheme != "" {
 		scheme = p.rem.scheme
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+"://"+p.rem.addr+t.cfg.ProbePath, nil)
+	// The zone of a link-local remote ("[fe80::1%eth0]:80") is escaped in a URL.
+	host := strings.Replace(p.rem.addr, "%", "%25", 1)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+"://"+host+t.cfg.ProbePath, nil)
 	if err != nil {
 		return err
 	}
