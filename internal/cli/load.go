@@ -74,6 +74,7 @@ func runLoad(ctx context.Context, env Env) error {
 	fs.Int64Var(&cfg.MaxOps, "max-ops", 0, "stop after this many requests")
 	fs.IntVar(&cfg.FillCount, "fill-count", 0, "fill phase: create this many objects before the main phase")
 	fs.Float64Var(&cfg.RateLimit, "rate", 0, "limit to this many requests per second over all workers (0 = unlimited)")
+	fs.DurationVar(&cfg.RequestTimeout, "request-timeout", loader.DefaultRequestTimeout, "give up on a request after this long and count it as a timeout error (negative = never)")
 	fs.BoolVar(&cfg.Cleanup, "cleanup", false, "delete the objects this run created at the end")
 	fs.IntVar(&cfg.LoaderID, "loader-id", 0, "this loader's number when several split one dataset")
 	fs.IntVar(&cfg.LoaderCount, "loader-count", 1, "number of loaders splitting the dataset")
@@ -157,6 +158,9 @@ func runLoad(ctx context.Context, env Env) error {
 		}
 		abs, _ := filepath.Abs(path)
 		fmt.Fprintf(env.Stdout, "result: %s\n", abs)
+		if res.Partial {
+			fmt.Fprintf(env.Stderr, "warning: the run ended early (%s); the result is marked partial\n", res.Error)
+		}
 	}
 	if *csvOut != "" {
 		f, err := os.Create(*csvOut)

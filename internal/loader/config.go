@@ -29,6 +29,9 @@ var (
 	ErrTooManyErrors = errors.New("loader: too many errors")
 )
 
+// DefaultRequestTimeout is the default Config.RequestTimeout.
+const DefaultRequestTimeout = 60 * time.Second
+
 // Clock tells the time; tests substitute a synthetic one.
 type Clock interface {
 	Now() time.Time
@@ -60,6 +63,11 @@ type Config struct {
 	MinSize    int64   // object size range for fill and PUT; default 1 MiB
 	MaxSize    int64   // default MinSize
 	RateLimit  float64 // requests per second over all workers; 0 = unlimited
+
+	// RequestTimeout bounds each request (fill and main phase), body
+	// transfer included; an expiry is recorded as an error of kind
+	// "timeout". Default 60s; negative disables.
+	RequestTimeout time.Duration
 
 	// The main phase ends at the first of Duration, Epochs and MaxOps that
 	// is set and reached; at least one must be set.
@@ -124,6 +132,9 @@ func (c Config) Defaults() Config {
 	}
 	if c.LoaderCount <= 0 {
 		c.LoaderCount = 1
+	}
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = DefaultRequestTimeout
 	}
 	if c.StatsInterval <= 0 {
 		c.StatsInterval = time.Second

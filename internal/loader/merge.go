@@ -44,6 +44,9 @@ func Merge(label string, rs ...*Result) (*Result, error) {
 		if out.Nodes == nil && len(r.Nodes) > 0 {
 			out.Nodes = r.Nodes
 		}
+		if r.Partial && !out.Partial {
+			out.Partial, out.Error = true, r.Error
+		}
 		if r.Cleanup != nil {
 			if out.Cleanup == nil {
 				out.Cleanup = &Cleanup{}

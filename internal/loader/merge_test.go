@@ -65,3 +65,18 @@ func TestMerge(t *testing.T) {
 		t.Fatalf("merge without histograms err = %v", err)
 	}
 }
+
+// Merging results where one loader's run is partial gives a partial result
+// carrying that loader's error.
+func TestMergeKeepsPartial(t *testing.T) {
+	a := &Result{Version: ResultVersion, Label: "a", Start: t0, End: t0.Add(2 * time.Second), Main: phaseOf(t, t0, 1, 10)}
+	b := &Result{Version: ResultVersion, Label: "b", Start: t0, End: t0.Add(2 * time.Second), Main: phaseOf(t, t0, 11, 20),
+		Partial: true, Error: "context canceled"}
+	m, err := Merge("ab", a, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !m.Partial || m.Error != "context canceled" {
+		t.Errorf("merged partial=%v error=%q, want true and b's error", m.Partial, m.Error)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -30,6 +31,10 @@ type Result struct {
 	// throughput and utilisation.
 	Nodes   []NodeStats `json:"nodes,omitempty"`
 	Cleanup *Cleanup    `json:"cleanup,omitempty"`
+	// Partial marks a run that ended early (interrupted, failed, too many
+	// errors): the figures cover only what it measured. Error is the reason.
+	Partial bool   `json:"partial,omitempty"`
+	Error   string `json:"error,omitempty"`
 }
 
 // Params records the run's configuration (without credentials).
@@ -53,6 +58,9 @@ type Params struct {
 	StatsURLs   []string `json:"stats_urls,omitempty"`
 	Seed        int64    `json:"seed"`
 	Host        string   `json:"host,omitempty"`
+
+	// RequestTimeout is Config.RequestTimeout ("" = none).
+	RequestTimeout string `json:"request_timeout,omitempty"`
 }
 
 // Phase is the measurement of one phase (fill or main).
@@ -120,14 +128,35 @@ func (r *Result) CounterDelta(name string) float64 {
 	return d
 }
 
-// WriteJSON writes r to path, indented.
+// WriteJSON writes r to path, indented, atomically: it writes a temporary
+// file in the same directory and renames it to path, so path never holds a
+// truncated result.
 func (r *Result) WriteJSON(path string) error {
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return fmt.Errorf("loader: encode result: %w", err)
 	}
-	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
 		return fmt.Errorf("loader: %w", err)
+	}
+	tmp := f.Name()
+	_, err = f.Write(append(b, '\n'))
+	if err == nil {
+		err = f.Chmod(0o644)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("loader: write result: %w", err)
 	}
 	return nil
 }

@@ -64,6 +64,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if cfg.Duration > 0 {
 		res.Params.Duration = cfg.Duration.String()
 	}
+	if cfg.RequestTimeout > 0 {
+		res.Params.RequestTimeout = cfg.RequestTimeout.String()
+	}
 
 	pollCtx, stopPoll := context.WithCancel(ctx)
 	poller := newStatsPoller(cfg.StatsURLs, cfg.StatsInterval)
@@ -79,6 +82,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	<-pollDone
 	res.Nodes = poller.result()
 	res.End = r.clock.Now()
+	if err != nil {
+		res.Partial, res.Error = true, err.Error()
+	}
 	return res, err
 }
 
@@ -314,9 +320,10 @@ func (r *runner) mainPhase(ctx context.Context, dataset []object) (Phase, error)
 				if cfg.MaxOps > 0 && ops.Add(1) > cfg.MaxOps {
 					return
 				}
+				var slot time.Time // intended start with a rate limit
 				if pc != nil {
-					at := pc.reserve(r.clock.Now())
-					if !sleepUntil(ctx, r.clock, at) {
+					slot = pc.reserve(r.clock.Now())
+					if !sleepUntil(ctx, r.clock, slot) {
 						return
 					}
 				}
@@ -343,8 +350,23 @@ func (r *runner) mainPhase(ctx context.Context, dataset []object) (Phase, error)
 						r.addCreated(key)
 					}
 				}
+				if !slot.IsZero() {
+					fromSlot(&s, slot)
+				}
 				if hardCtx.Err() != nil {
-					return // stopped, not a failure of the store
+					if ctx.Err() != nil || s.Start.IsZero() {
+						return // stopped, not a failure of the store
+					}
+					// Cut off by the hard stop after the duration: the
+					// store did not answer within the grace, a timeout
+					// (unless it completed just in time).
+					if s.Err != "" {
+						s.Err, s.Latency = "timeout", r.clock.Now().Sub(s.Start)
+						failed.Add(1)
+					}
+					rec.Record(s)
+					done.Add(1)
+					return
 				}
 				rec.Record(s)
 				d := done.Add(1)
@@ -375,6 +397,22 @@ func (r *runner) mainPhase(ctx context.Context, dataset []object) (Phase, error)
 	return phase, nil
 }
 
+// fromSlot makes s count from slot, the intended start the pacer assigned,
+// when it was sent late: the wait for the slot is part of its latency and
+// time to first byte (open loop, no coordinated omission); Service keeps
+// the time from the actual send.
+func fromSlot(s *Sample, slot time.Time) {
+	if s.Start.IsZero() || !slot.Before(s.Start) {
+		return
+	}
+	wait := s.Start.Sub(slot)
+	s.Start = slot
+	s.Latency += wait
+	if s.TTFB > 0 {
+		s.TTFB += wait
+	}
+}
+
 func sleepUntil(ctx context.Context, c Clock, at time.Time) bool {
 	d := at.Sub(c.Now())
 	if d <= 0 {
@@ -401,7 +439,33 @@ func buildPhase(name string, rec *Recorder, end time.Time) (Phase, error) {
 	return p, err
 }
 
+// requestContext derives the context of one request from ctx, bounded by
+// Config.RequestTimeout.
+func (r *runner) requestContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if r.cfg.RequestTimeout > 0 {
+		return context.WithTimeout(ctx, r.cfg.RequestTimeout)
+	}
+	return context.WithCancel(ctx)
+}
+
+// timedOut reports whether a request failed because its own timeout
+// (Config.RequestTimeout) expired while ctx, its parent, is still live.
+func timedOut(parent, req context.Context) bool {
+	return parent.Err() == nil && errors.Is(req.Err(), context.DeadlineExceeded)
+}
+
 func (r *runner) get(ctx context.Context, o object) Sample {
+	reqCtx, cancel := r.requestContext(ctx)
+	defer cancel()
+	s := r.doGet(reqCtx, o)
+	s.Service = s.Latency
+	if s.Err != "" && timedOut(ctx, reqCtx) {
+		s.Err = "timeout"
+	}
+	return s
+}
+
+func (r *runner) doGet(ctx context.Context, o object) Sample {
 	s := Sample{Op: OpGet}
 	cl, err := r.cl.For(r.cfg.Bucket, o.key)
 	if err != nil {
@@ -443,6 +507,17 @@ func (r *runner) get(ctx context.Context, o object) Sample {
 }
 
 func (r *runner) put(ctx context.Context, key string, size int64) Sample {
+	reqCtx, cancel := r.requestContext(ctx)
+	defer cancel()
+	s := r.doPut(reqCtx, key, size)
+	s.Service = s.Latency
+	if s.Err != "" && timedOut(ctx, reqCtx) {
+		s.Err = "timeout"
+	}
+	return s
+}
+
+func (r *runner) doPut(ctx context.Context, key string, size int64) Sample {
 	s := Sample{Op: OpPut}
 	cl, err := r.cl.For(r.cfg.Bucket, key)
 	if err != nil {

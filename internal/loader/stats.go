@@ -34,12 +34,17 @@ const (
 
 // Sample is one finished request.
 type Sample struct {
-	Op      Op
-	Start   time.Time     // when the request was sent
-	Latency time.Duration // until the last byte (GET) or the response (PUT)
-	TTFB    time.Duration // until the first body byte; zero for requests without a body
-	Bytes   int64         // payload bytes moved
-	Err     string        // error kind; empty on success
+	Op Op
+	// Start is when the request was sent or, with a rate limit, the slot
+	// the pacer assigned it (its intended start, at or before the send).
+	Start   time.Time
+	Latency time.Duration // from Start until the last byte (GET) or the response (PUT)
+	TTFB    time.Duration // from Start until the first body byte; zero for requests without a body
+	// Service is the time from the actual send to the end (Latency less
+	// the wait for a late slot); informational, not in the histograms.
+	Service time.Duration
+	Bytes   int64  // payload bytes moved
+	Err     string // error kind; empty on success
 }
 
 // Percentiles are latency figures in milliseconds.
@@ -358,13 +363,16 @@ func DecodeHistogram(s string) (*hdrhistogram.Histogram, error) {
 	return h, nil
 }
 
-// pacer spaces request starts to a fixed rate shared by all workers. A
-// worker that falls behind does not earn a burst: the schedule restarts
-// from now.
+// pacer spaces request starts to a fixed rate shared by all workers: an
+// open-loop schedule that starts at the first reservation and never slips.
+// A caller that falls behind (the target is slower than the rate) gets the
+// slots it missed, already due, so it sends at once and catches up; the
+// latency of such a request counts from its slot, not from the late send,
+// so the queueing delay is measured (no coordinated omission).
 type pacer struct {
 	mu       sync.Mutex
 	interval time.Duration
-	next     time.Time
+	next     time.Time // zero until the first reservation
 }
 
 func newPacer(perSecond float64) *pacer {
@@ -374,11 +382,12 @@ func newPacer(perSecond float64) *pacer {
 	return &pacer{interval: time.Duration(float64(time.Second) / perSecond)}
 }
 
-// reserve returns the time at which the caller may start its request.
+// reserve returns the slot of the caller's request: the intended start, in
+// the past when the schedule is behind now.
 func (p *pacer) reserve(now time.Time) time.Time {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.next.Before(now) {
+	if p.next.IsZero() {
 		p.next = now
 	}
 	t := p.next

@@ -142,7 +142,9 @@ func TestRecorderLast(t *testing.T) {
 }
 
 // TestPacer checks the rate limiter against a synthetic clock: n requests
-// asked for at once start interval apart, and a late caller gets no burst.
+// asked for at once start interval apart, and a late caller gets the slots
+// of the schedule it missed (already due), not a schedule restarted from
+// now.
 func TestPacer(t *testing.T) {
 	p := newPacer(10)
 	var last time.Time
@@ -153,11 +155,27 @@ func TestPacer(t *testing.T) {
 		t.Fatalf("100th start at %v, want %v", last.Sub(t0), want.Sub(t0))
 	}
 	late := t0.Add(time.Minute)
-	if a, b := p.reserve(late), p.reserve(late); !a.Equal(late) || b.Sub(a) != 100*time.Millisecond {
-		t.Fatalf("after idle: %v then %v", a.Sub(t0), b.Sub(t0))
+	if a, b := p.reserve(late), p.reserve(late); !a.Equal(t0.Add(10*time.Second)) || b.Sub(a) != 100*time.Millisecond {
+		t.Fatalf("late caller: slots %v then %v, want 10s then 10.1s", a.Sub(t0), b.Sub(t0))
 	}
 	if newPacer(0) != nil {
 		t.Fatal("rate 0 must mean no pacer")
+	}
+}
+
+// fromSlot counts a late request from its slot: the wait is added to its
+// latency and time to first byte, Service keeps the time from the send.
+func TestFromSlot(t *testing.T) {
+	sent := t0.Add(250 * time.Millisecond)
+	s := Sample{Start: sent, Latency: 300 * time.Millisecond, TTFB: 10 * time.Millisecond, Service: 300 * time.Millisecond}
+	fromSlot(&s, t0)
+	if !s.Start.Equal(t0) || s.Latency != 550*time.Millisecond || s.TTFB != 260*time.Millisecond || s.Service != 300*time.Millisecond {
+		t.Fatalf("late: %+v", s)
+	}
+	s = Sample{Start: t0, Latency: time.Millisecond}
+	fromSlot(&s, t0)
+	if !s.Start.Equal(t0) || s.Latency != time.Millisecond {
+		t.Fatalf("on time: %+v", s)
 	}
 }
 

@@ -29,6 +29,14 @@ func (p Params) SizeRange() string {
 	return HumanBytes(float64(p.MinSize)) + "-" + HumanBytes(float64(p.MaxSize))
 }
 
+// tableLabel is the label of r in tables, marked when the run is partial.
+func tableLabel(r *Result) string {
+	if r.Partial {
+		return r.Label + " (partial)"
+	}
+	return r.Label
+}
+
 // PrintTable writes a human-readable table with one row per result, phase
 // and op: throughput, latency percentiles, time to first byte and errors.
 func PrintTable(w io.Writer, results ...*Result) error {
@@ -51,7 +59,7 @@ func PrintTable(w io.Writer, results ...*Result) error {
 					ttfb = fmt.Sprintf("%.2f", s.TTFB.P50)
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%.1f\t%d\t%.1f\t%s/s\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%s\t%d\t\n",
-					r.Label, ph.Name, op, r.Params.SizeRange(), r.Params.Workers, ph.Seconds, s.Count, s.OpsPerSec,
+					tableLabel(r), ph.Name, op, r.Params.SizeRange(), r.Params.Workers, ph.Seconds, s.Count, s.OpsPerSec,
 					HumanBytes(s.BytesPerSec), s.Latency.Mean, s.Latency.P50, s.Latency.P90, s.Latency.P99,
 					s.Latency.P999, s.Latency.Max, ttfb, s.Errors)
 			}

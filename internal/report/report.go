@@ -150,6 +150,9 @@ func describe(r *loader.Result) string {
 	if r.Main.Epochs > 0 {
 		s += fmt.Sprintf(", %d epoch(s)", r.Main.Epochs)
 	}
+	if r.Partial {
+		s += ", partial (" + r.Error + ")"
+	}
 	return s
 }
 
@@ -321,6 +324,14 @@ type row struct {
 	Throughput, Mean, P50, P90, P99, P999, Max, TTFB50 string
 }
 
+// runLabel is the label of r in tables, marked when the run is partial.
+func runLabel(r *loader.Result) string {
+	if r.Partial {
+		return r.Label + " (partial)"
+	}
+	return r.Label
+}
+
 func tableRows(rs []*loader.Result) []row {
 	var rows []row
 	f := func(v float64) string { return fmt.Sprintf("%.2f", v) }
@@ -335,7 +346,7 @@ func tableRows(rs []*loader.Result) []row {
 				if s.TTFB != nil {
 					ttfb = f(s.TTFB.P50)
 				}
-				rows = append(rows, row{Label: r.Label, Phase: ph.Name, Op: op, Size: r.Params.SizeRange(), Workers: r.Params.Workers,
+				rows = append(rows, row{Label: runLabel(r), Phase: ph.Name, Op: op, Size: r.Params.SizeRange(), Workers: r.Params.Workers,
 					Secs: fmt.Sprintf("%.1f", ph.Seconds), Count: s.Count, Errors: s.Errors, OpsPerSec: fmt.Sprintf("%.1f", s.OpsPerSec),
 					Throughput: loader.HumanBytes(s.BytesPerSec) + "/s", Mean: f(s.Latency.Mean), P50: f(s.Latency.P50),
 					P90: f(s.Latency.P90), P99: f(s.Latency.P99), P999: f(s.Latency.P999), Max: f(s.Latency.Max), TTFB50: ttfb})

@@ -236,3 +236,25 @@ func TestBarChart(t *testing.T) {
 		t.Fatal("a series with no values for its categories was accepted")
 	}
 }
+
+// A partial result (interrupted or failed run) is marked "partial" where
+// the report lists runs: its description and its rows in the table.
+func TestPartialRunMarkedInReport(t *testing.T) {
+	r := readResults(t, "warm.json")[0]
+	if strings.Contains(describe(r), "partial") {
+		t.Fatalf("complete run described as partial: %s", describe(r))
+	}
+	r.Partial, r.Error = true, "context canceled"
+	if d := describe(r); !strings.Contains(d, "partial (context canceled)") {
+		t.Errorf("description %q does not mark the partial run", d)
+	}
+	rows := tableRows([]*loader.Result{r})
+	if len(rows) == 0 {
+		t.Fatal("no rows")
+	}
+	for _, row := range rows {
+		if !strings.HasSuffix(row.Label, "(partial)") {
+			t.Errorf("row label %q does not mark the partial run", row.Label)
+		}
+	}
+}
