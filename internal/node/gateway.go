@@ -555,7 +555,7 @@ func (g *gateway) CopyObject(ctx context.Context, srcBucket, srcKey, dstBucket, 
 	}
 	defer rd.Close()
 	src := rd.Info()
-	po := object.PutOptions{Size: src.Size, ContentType: src.ContentType, UserMeta: src.UserMeta, Headers: src.Headers}
+	po := src.PutOptions()
 	if opts.ReplaceMeta {
 		po.ContentType, po.UserMeta, po.Headers = opts.ContentType, opts.UserMeta, opts.Headers
 	}
@@ -859,7 +859,7 @@ func (g *gateway) replicate(ctx context.Context, m *cluster.Map, src peer.Local,
 		return nil
 	}
 	o := peer.PutOptions{
-		PutOptions: object.PutOptions{Size: info.Size, ContentType: info.ContentType, UserMeta: info.UserMeta, Headers: info.Headers},
+		PutOptions: info.PutOptions(),
 		ModTime:    info.ModTime, ETag: info.ETag, Dirty: info.Dirty, Replica: true, Owner: owner,
 		BackendETag: info.BackendETag, BackendVersion: info.BackendVersion, KeepNewer: true,
 	}

@@ -380,10 +380,11 @@ func (r *rebalancer) send(ctx context.Context, m *cluster.Map, id string, info o
 	}
 	dr := object.NewDigestReader(body)
 	opts := peer.PutOptions{
-		PutOptions: object.PutOptions{Size: info.Size, ContentType: info.ContentType, UserMeta: info.UserMeta, Headers: info.Headers, Digest: dr.Digest},
+		PutOptions: info.PutOptions(),
 		ModTime:    info.ModTime, ETag: info.ETag, BackendETag: info.BackendETag, BackendVersion: info.BackendVersion,
 		Replica: replica, KeepNewer: true,
 	}
+	opts.Digest = dr.Digest
 	sctx, cancel := context.WithTimeout(ctx, rebalanceSendTimeout+time.Duration(info.Size>>20)*time.Second)
 	defer cancel()
 	_, err = r.at(m, id).Put(sctx, info.Bucket, info.Key, dr, opts)

@@ -215,7 +215,7 @@ func (s *scrubber) copyFrom(ctx context.Context, m *cluster.Map, id string, info
 	}
 	defer rd.Close()
 	_, err = s.store.Put(ctx, info.Bucket, info.Key, rd, store.PutOptions{
-		PutOptions: object.PutOptions{Size: info.Size, ContentType: info.ContentType, UserMeta: info.UserMeta, Headers: info.Headers},
+		PutOptions: info.PutOptions(),
 		ModTime:    info.ModTime, ETag: info.ETag, BackendETag: info.BackendETag, BackendVersion: info.BackendVersion,
 		Dirty: info.Dirty, Pinned: info.Pinned, Replaces: &info, Checksum: info.Checksum,
 	})

@@ -120,6 +120,12 @@ type PutOptions struct {
 	Digest func() (Digest, error) `json:"-"`
 }
 
+// PutOptions returns the options that write a copy of the object i
+// describes: its size and metadata.
+func (i Info) PutOptions() PutOptions {
+	return PutOptions{Size: i.Size, ContentType: i.ContentType, UserMeta: i.UserMeta, Headers: i.Headers}
+}
+
 // GetOptions go with a GET. Conditions are evaluated by the S3 layer against
 // the Info of the reader before any body byte is sent.
 type GetOptions struct {

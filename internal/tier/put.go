@@ -560,7 +560,7 @@ func (t *Tier) Adopt(ctx context.Context, bucket, key string) (object.Info, erro
 			return object.Info{}, err
 		}
 		o.holders, errR = t.cfg.Replicator.Replicate(ctx, ReplicaPut{Owner: t.cfg.NodeID, Seq: o.seq, Bucket: bucket, Key: key,
-			Opts:    object.PutOptions{Size: info.Size, ContentType: info.ContentType, UserMeta: info.UserMeta, Headers: info.Headers},
+			Opts:    info.PutOptions(),
 			ModTime: info.ModTime, Copies: b.Copies - 1, Body: r})
 		r.Close()
 	}

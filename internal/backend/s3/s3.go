@@ -196,26 +196,26 @@ func storedHeaders(cacheControl, disposition, encoding, language, expires *strin
 	return out
 }
 
-// putHeaders are object.StoredHeaders as the SDK's PUT inputs take them
-// (an Expires that is not an HTTP date is not sent).
-type putHeaders struct {
-	cacheControl, disposition, encoding, language *string
-	expires                                       *time.Time
-}
-
-func toPutHeaders(h map[string]string) putHeaders {
-	opt := func(k string) *string {
-		if v := h[k]; v != "" {
-			return aws.String(v)
+// putInput is the PutObject input of key with body and the attributes pa:
+// metadata, Content-Type and the object.StoredHeaders (an Expires that is
+// not an HTTP date is not sent).
+func (b *Backend) putInput(key string, body io.Reader, size int64, pa backend.PutAttrs) *s3.PutObjectInput {
+	opt := func(v string) *string {
+		if v == "" {
+			return nil
 		}
-		return nil
+		return aws.String(v)
 	}
-	ph := putHeaders{cacheControl: opt("Cache-Control"), disposition: opt("Content-Disposition"),
-		encoding: opt("Content-Encoding"), language: opt("Content-Language")}
-	if t, err := http.ParseTime(h["Expires"]); err == nil {
-		ph.expires = &t
+	in := &s3.PutObjectInput{
+		Bucket: &b.bucket, Key: aws.String(b.prefix + key), Body: body,
+		ContentLength: aws.Int64(size), Metadata: pa.UserMeta, ContentType: opt(pa.ContentType),
+		CacheControl: opt(pa.Headers["Cache-Control"]), ContentDisposition: opt(pa.Headers["Content-Disposition"]),
+		ContentEncoding: opt(pa.Headers["Content-Encoding"]), ContentLanguage: opt(pa.Headers["Content-Language"]),
 	}
-	return ph
+	if t, err := http.ParseTime(pa.Headers["Expires"]); err == nil {
+		in.Expires = &t
+	}
+	return in
 }
 
 // etagNotMD5 reports whether an object stored with this server-side
@@ -364,15 +364,7 @@ func emptyBody(r io.Reader) error {
 }
 
 func (b *Backend) putStream(ctx context.Context, key string, r io.Reader, size int64, pa backend.PutAttrs) (backend.Attrs, error) {
-	in := &s3.PutObjectInput{
-		Bucket: &b.bucket, Key: aws.String(b.prefix + key), Body: r,
-		ContentLength: aws.Int64(size), Metadata: pa.UserMeta,
-	}
-	if pa.ContentType != "" {
-		in.ContentType = aws.String(pa.ContentType)
-	}
-	ph := toPutHeaders(pa.Headers)
-	in.CacheControl, in.ContentDisposition, in.ContentEncoding, in.ContentLanguage, in.Expires = ph.cacheControl, ph.disposition, ph.encoding, ph.language, ph.expires
+	in := b.putInput(key, r, size, pa)
 	if size == 0 {
 		in.Body = bytes.NewReader(nil)
 	}
@@ -421,16 +413,7 @@ func (e *exactReader) Read(p []byte) (int, error) {
 }
 
 func (b *Backend) putSingle(ctx context.Context, key string, body []byte, pa backend.PutAttrs) (backend.Attrs, error) {
-	in := &s3.PutObjectInput{
-		Bucket: &b.bucket, Key: aws.String(b.prefix + key), Body: bytes.NewReader(body),
-		ContentLength: aws.Int64(int64(len(body))), Metadata: pa.UserMeta,
-	}
-	if pa.ContentType != "" {
-		in.ContentType = aws.String(pa.ContentType)
-	}
-	ph := toPutHeaders(pa.Headers)
-	in.CacheControl, in.ContentDisposition, in.ContentEncoding, in.ContentLanguage, in.Expires = ph.cacheControl, ph.disposition, ph.encoding, ph.language, ph.expires
-	out, err := b.client.PutObject(ctx, in)
+	out, err := b.client.PutObject(ctx, b.putInput(key, bytes.NewReader(body), int64(len(body)), pa))
 	if err != nil {
 		return backend.Attrs{}, b.mapErr("put", key, err)
 	}
@@ -442,12 +425,10 @@ func (b *Backend) putSingle(ctx context.Context, key string, body []byte, pa bac
 // b.parallel at a time.
 func (b *Backend) putMultipart(ctx context.Context, key string, firstp *[]byte, r io.Reader, size int64, pa backend.PutAttrs) (backend.Attrs, error) {
 	fullKey := b.prefix + key
-	cin := &s3.CreateMultipartUploadInput{Bucket: &b.bucket, Key: &fullKey, Metadata: pa.UserMeta}
-	ph := toPutHeaders(pa.Headers)
-	cin.CacheControl, cin.ContentDisposition, cin.ContentEncoding, cin.ContentLanguage, cin.Expires = ph.cacheControl, ph.disposition, ph.encoding, ph.language, ph.expires
-	if pa.ContentType != "" {
-		cin.ContentType = aws.String(pa.ContentType)
-	}
+	in := b.putInput(key, nil, size, pa)
+	cin := &s3.CreateMultipartUploadInput{Bucket: &b.bucket, Key: &fullKey, Metadata: in.Metadata, ContentType: in.ContentType,
+		CacheControl: in.CacheControl, ContentDisposition: in.ContentDisposition, ContentEncoding: in.ContentEncoding,
+		ContentLanguage: in.ContentLanguage, Expires: in.Expires}
 	cr, err := b.client.CreateMultipartUpload(ctx, cin)
 	if err != nil {
 		b.bufs.Put(firstp)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -37,7 +38,8 @@ func TestConformance(t *testing.T) {
 }
 
 // TestMultipartReachesServer checks, on the server's own files, that a large
-// object arrived whole and that its ETag is a multipart one.
+// object arrived whole and that its ETag is a multipart one, and that its
+// stored headers went with the upload.
 func TestMultipartReachesServer(t *testing.T) {
 	srv := s3test.Start(t)
 	srv.CreateBucket(t, "multipart")
@@ -48,9 +50,13 @@ func TestMultipartReachesServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	body := backendtest.Body(9, 12<<20)
-	a, err := b.Put(context.Background(), "big", struct{ io.Reader }{bytes.NewReader(body)}, -1, backend.PutAttrs{})
+	hdrs := map[string]string{"Cache-Control": "no-cache", "Content-Encoding": "gzip", "Expires": "Wed, 02 Jan 2030 03:04:05 GMT"}
+	a, err := b.Put(context.Background(), "big", struct{ io.Reader }{bytes.NewReader(body)}, -1, backend.PutAttrs{Headers: hdrs})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if st, err := b.Stat(context.Background(), "big"); err != nil || !maps.Equal(st.Headers, hdrs) {
+		t.Errorf("headers of the multipart upload: %v %v, want %v", st.Headers, err, hdrs)
 	}
 	if a.ETag[len(a.ETag)-2:] != "-3" {
 		t.Errorf("ETag %q, want a 3-part multipart ETag", a.ETag)
