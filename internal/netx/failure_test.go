@@ -40,10 +40,7 @@ func TestStuckRequestFailsOverToOtherPath(t *testing.T) {
 		default:
 		}
 	}()
-	tr, err := NewTransport(Config{FailAfter: 200 * time.Millisecond, ProbeInterval: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	tr := fastTransport(t, "")
 	defer tr.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -70,10 +67,7 @@ func TestDeadPairComesBackWhenReachable(t *testing.T) {
 	}
 	addr := l.Addr().String()
 	l.Close()
-	tr, err := NewTransport(Config{FailAfter: 200 * time.Millisecond, ProbeInterval: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	tr := fastTransport(t, "")
 	defer tr.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -141,11 +135,7 @@ func TestSteadyUploadNotAbortedByFailedProbe(t *testing.T) {
 		_, _ = io.Copy(io.Discard, r.Body)
 	}))
 	defer srv.Close()
-	tr, err := NewTransport(Config{FailAfter: 200 * time.Millisecond, ProbeInterval: 100 * time.Millisecond,
-		ProbePath: "/healthz"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	tr := fastTransport(t, "/healthz")
 	defer tr.Close()
 	peer := Peer{ID: "p", Addrs: []string{srv.Listener.Addr().String()}}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -195,11 +185,7 @@ func TestSiblingErrorDoesNotAbortQuietRequest(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	tr, err := NewTransport(Config{FailAfter: 200 * time.Millisecond, ProbeInterval: 100 * time.Millisecond,
-		ProbePath: "/healthz"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	tr := fastTransport(t, "/healthz")
 	defer tr.Close()
 	peer := Peer{ID: "p", Addrs: []string{srv.Listener.Addr().String()}}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -220,4 +206,15 @@ func TestSiblingErrorDoesNotAbortQuietRequest(t *testing.T) {
 	if err := <-errc; err != nil {
 		t.Fatalf("healthy /slow aborted by an unrelated failure on its pair (server and probe healthy): %v", err)
 	}
+}
+
+// fastTransport is a Transport that takes a pair for stalled after 200 ms
+// without progress and probes every 100 ms (at probePath, if not "").
+func fastTransport(t *testing.T, probePath string) *Transport {
+	t.Helper()
+	tr, err := NewTransport(Config{FailAfter: 200 * time.Millisecond, ProbeInterval: 100 * time.Millisecond, ProbePath: probePath})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr
 }

@@ -17,15 +17,22 @@ import (
 	"github.com/slipstream-io/slipstream/internal/store"
 )
 
-// wbTier is a Tier with one writeback bucket "wback" over an fs backend.
-func wbTier(t *testing.T) (*Tier, *store.Store) {
+// openStore opens a store over dir/mp1, closed when the test ends.
+func openStore(t *testing.T, dir string) *store.Store {
 	t.Helper()
-	dir := t.TempDir()
 	st, err := store.Open(context.Background(), store.Config{Mountpaths: []string{dir + "/mp1"}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+// wbTier is a Tier with one writeback bucket "wback" over an fs backend.
+func wbTier(t *testing.T) (*Tier, *store.Store) {
+	t.Helper()
+	dir := t.TempDir()
+	st := openStore(t, dir)
 	be, err := fs.New(backend.Spec{Kind: "fs", Path: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
@@ -91,11 +98,7 @@ func TestBrokenJournalIsRepaired(t *testing.T) {
 func TestSeqNotReusedAfterCrash(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
-	st, err := store.Open(ctx, store.Config{Mountpaths: []string{dir + "/mp1"}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := openStore(t, dir)
 	open := func() *Tier {
 		tr, err := New(ctx, Config{JournalDir: dir + "/journal", SpoolDir: dir + "/spool"}, st)
 		if err != nil {
@@ -143,11 +146,7 @@ func (b *syncBuffer) String() string {
 func TestJournalDamageKeepsWritesBehindIt(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
-	st, err := store.Open(ctx, store.Config{Mountpaths: []string{dir + "/mp1"}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := openStore(t, dir)
 	be, err := fs.New(backend.Spec{Kind: "fs", Path: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
