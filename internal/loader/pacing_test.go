@@ -16,12 +16,7 @@ import (
 // are 0, 50, 100, 150 ms and the sends 0, 300, 600, 900 ms: the 4th request
 // takes ~1050 ms from its slot. Service time keeps the ~300 ms per request.
 func TestRateLimitedLatencyCountsFromScheduledStart(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		time.Sleep(300 * time.Millisecond)
-	}))
-	t.Cleanup(srv.Close)
-	res, err := Run(context.Background(), Config{Endpoint: srv.URL, Bucket: "b", PutPercent: 100, MaxOps: 4,
+	res, err := Run(context.Background(), Config{Endpoint: slowTarget(t, 300*time.Millisecond), Bucket: "b", PutPercent: 100, MaxOps: 4,
 		Workers: 1, MinSize: 16, Seed: 1, RateLimit: 20})
 	if err != nil {
 		t.Fatal(err)
@@ -34,4 +29,14 @@ func TestRateLimitedLatencyCountsFromScheduledStart(t *testing.T) {
 	if lat.Max < 900 {
 		t.Errorf("max latency %.1fms at 20 req/s with a 300ms target, want ~1050ms counted from the 4th request's slot", lat.Max)
 	}
+}
+
+// slowTarget serves PUTs, taking d for each; it stops when the test ends.
+func slowTarget(t *testing.T, d time.Duration) string {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		time.Sleep(d)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
 }

@@ -2,9 +2,6 @@ package loader
 
 import (
 	"context"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,14 +13,9 @@ import (
 // error; the result is marked Partial with the error's text, the mark
 // survives the result file, and the table labels the run as partial.
 func TestInterruptedRunResultIsMarkedPartial(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		time.Sleep(5 * time.Millisecond)
-	}))
-	t.Cleanup(srv.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	res, err := Run(ctx, Config{Endpoint: srv.URL, Bucket: "b", PutPercent: 100, Duration: 10 * time.Second,
+	res, err := Run(ctx, Config{Endpoint: slowTarget(t, 5*time.Millisecond), Bucket: "b", PutPercent: 100, Duration: 10 * time.Second,
 		Workers: 2, MinSize: 16, Seed: 1})
 	if err == nil || res == nil {
 		t.Fatalf("res=%v err=%v, want a partial result and an error", res, err)
@@ -57,11 +49,7 @@ func TestInterruptedRunResultIsMarkedPartial(t *testing.T) {
 
 // A run that completes is not marked partial.
 func TestCompleteRunResultIsNotPartial(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-	}))
-	t.Cleanup(srv.Close)
-	res, err := Run(context.Background(), Config{Endpoint: srv.URL, Bucket: "b", PutPercent: 100, MaxOps: 3,
+	res, err := Run(context.Background(), Config{Endpoint: slowTarget(t, 0), Bucket: "b", PutPercent: 100, MaxOps: 3,
 		Workers: 1, MinSize: 16, Seed: 1})
 	if err != nil {
 		t.Fatal(err)
