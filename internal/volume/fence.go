@@ -31,8 +31,7 @@ type fences struct {
 	load func(vol string) (uint64, error) // the persisted epoch (0 if none)
 	save func(vol string, epoch uint64) error
 
-	mu sync.Mutex
-	m  map[string]*fence
+	m sync.Map // volume key -> *fence; read on every mutation, without a shared lock
 }
 
 type fence struct {
@@ -42,18 +41,16 @@ type fence struct {
 }
 
 func newFences(load func(string) (uint64, error), save func(string, uint64) error) *fences {
-	return &fences{load: load, save: save, m: map[string]*fence{}}
+	return &fences{load: load, save: save}
 }
 
 // get returns vol's fence with its epoch loaded, read-locked.
 func (fs *fences) get(vol string) (*fence, error) {
-	fs.mu.Lock()
-	f, ok := fs.m[vol]
+	v, ok := fs.m.Load(vol)
 	if !ok {
-		f = &fence{}
-		fs.m[vol] = f
+		v, _ = fs.m.LoadOrStore(vol, &fence{})
 	}
-	fs.mu.Unlock()
+	f := v.(*fence)
 	f.mu.RLock()
 	if f.loaded {
 		return f, nil
@@ -122,9 +119,7 @@ func (fs *fences) raise(vol string, epoch uint64) error {
 
 // forget drops vol's fence (the volume was deleted).
 func (fs *fences) forget(vol string) {
-	fs.mu.Lock()
-	delete(fs.m, vol)
-	fs.mu.Unlock()
+	fs.m.Delete(vol)
 }
 
 // epochFile is the name of the file, in each mountpath's directory of a
