@@ -200,7 +200,9 @@ func TestFollowsMap(t *testing.T) {
 	}
 	t.Logf("map %d -> %d seen after %v", v0, cl.MapVersion(), time.Since(start))
 	// Stopping a node: the client's map marks it down after the cluster does.
-	c.StopNode(2)
+	if err := c.StopNode(2); err != nil {
+		t.Error(err)
+	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		st := cl.Nodes()[2].State

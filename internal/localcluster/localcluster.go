@@ -232,29 +232,37 @@ func (c *Cluster) StartNode(i int) error {
 }
 
 // Kill sends SIGKILL to node i and waits for it to exit.
-func (c *Cluster) Kill(i int) { c.signal(i, syscall.SIGKILL, 0) }
+func (c *Cluster) Kill(i int) { _ = c.signal(i, syscall.SIGKILL, 0) }
 
 // StopNode sends SIGTERM to node i and waits (up to 20 s, then SIGKILL).
-func (c *Cluster) StopNode(i int) { c.signal(i, syscall.SIGTERM, 20*time.Second) }
+// It reports whether the node stopped cleanly: nil if it exited by itself
+// with status 0, else how it ended.
+func (c *Cluster) StopNode(i int) error { return c.signal(i, syscall.SIGTERM, 20*time.Second) }
 
-func (c *Cluster) signal(i int, sig syscall.Signal, grace time.Duration) {
+func (c *Cluster) signal(i int, sig syscall.Signal, grace time.Duration) error {
 	c.mu.Lock()
 	cmd, done := c.procs[i], c.exited[i]
 	c.procs[i] = nil
 	c.mu.Unlock()
 	if cmd == nil {
-		return
+		return nil
 	}
 	_ = cmd.Process.Signal(sig)
 	if grace > 0 {
 		select {
 		case <-done:
-			return
+			if code := cmd.ProcessState.ExitCode(); code != 0 {
+				return fmt.Errorf("localcluster: node %d exited with %s", i+1, cmd.ProcessState)
+			}
+			return nil
 		case <-time.After(grace):
 			_ = cmd.Process.Kill()
+			<-done
+			return fmt.Errorf("localcluster: node %d did not stop within %s of %s; killed", i+1, grace, sig)
 		}
 	}
 	<-done
+	return nil
 }
 
 // PID returns node i's process ID, 0 if it is not running.
@@ -272,7 +280,7 @@ func (c *Cluster) Stop() {
 	var wg sync.WaitGroup
 	for i := range c.procs {
 		wg.Add(1)
-		go func(i int) { defer wg.Done(); c.StopNode(i) }(i)
+		go func(i int) { defer wg.Done(); _ = c.StopNode(i) }(i)
 	}
 	wg.Wait()
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"os"
 	"strings"
@@ -200,5 +201,63 @@ func TestJournalDamageKeepsWritesBehindIt(t *testing.T) {
 	}
 	if _, err := be.Stat(ctx, "k"); !errors.Is(err, object.ErrNotFound) {
 		t.Errorf("the delete journaled behind the damaged record was not destaged: %v", err)
+	}
+}
+
+// TestDamagedPutRecordIsRecovered: the damaged record is the put of a
+// write-back object itself. The object's copy is still in the store,
+// marked dirty, so the reconcile pass at open finds it missing from the
+// journal and destages it: a damaged put record loses nothing.
+func TestDamagedPutRecordIsRecovered(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	st := openStore(t, dir)
+	body := []byte("acknowledged body")
+	mod := time.Now().Add(-time.Minute)
+	if _, err := st.Put(ctx, "wback", "lost", bytes.NewReader(body), store.PutOptions{
+		PutOptions: object.PutOptions{Size: int64(len(body))}, ModTime: mod, Dirty: true}); err != nil {
+		t.Fatal(err)
+	}
+	be, err := fs.New(backend.Spec{Kind: "fs", Path: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := Record{Kind: KindSeqMark, Seq: 1, Time: mod}.Encode(nil)
+	damaged := len(data)
+	data = Record{Kind: KindPut, Seq: 2, Time: mod, Bucket: "wback", Key: "lost", Size: int64(len(body)), ETag: "e"}.Encode(data)
+	data[damaged+12] ^= 0x40
+	data = Record{Kind: KindSeqMark, Seq: 3, Time: mod}.Encode(data)
+	if err := os.MkdirAll(dir+"/journal", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dir+"/journal/"+journalName, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := New(ctx, Config{JournalDir: dir + "/journal", SpoolDir: dir + "/spool", RetryBackoff: 10 * time.Millisecond}, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	if bl := tr.Backlog(); bl.Objects != 1 || bl.JournalCutRegions != 1 {
+		t.Errorf("backlog %+v, want the recovered put and 1 damaged region", bl)
+	}
+	if err := tr.AddBucket("wback", Bucket{Mode: ModeWriteback, Backend: be}); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := tr.WaitDestaged(wctx); err != nil {
+		t.Fatal(err)
+	}
+	rc, _, err := be.Get(ctx, "lost", nil)
+	if err != nil {
+		t.Fatalf("the object whose put record was damaged never reached the backend: %v", err)
+	}
+	defer rc.Close()
+	if got, _ := io.ReadAll(rc); !bytes.Equal(got, body) {
+		t.Errorf("backend holds %q, want %q", got, body)
+	}
+	if info, err := st.Stat(ctx, "wback", "lost"); err != nil || info.Dirty {
+		t.Errorf("local copy after destage: %+v, %v; want it clean", info, err)
 	}
 }

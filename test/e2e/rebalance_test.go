@@ -131,7 +131,9 @@ func TestRebalance(t *testing.T) {
 
 	// A drive replaced by an empty one: once the pass by hand is through,
 	// the node holds its copies again.
-	c.StopNode(2)
+	if err := c.StopNode(2); err != nil {
+		t.Error(err)
+	}
 	if err := os.RemoveAll(c.Configs[2].Mountpaths[0]); err != nil {
 		t.Fatal(err)
 	}

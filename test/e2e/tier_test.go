@@ -357,7 +357,9 @@ func TestWritebackJournalSurvivesRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range c.Configs {
-		c.StopNode(i)
+		if err := c.StopNode(i); err != nil {
+			t.Error(err)
+		}
 	}
 	for i := range c.Configs {
 		if err := c.StartNode(i); err != nil {
