@@ -41,6 +41,7 @@ type Backend struct {
 	prefix  string
 	escapes error       // os.Root's error for a name that leads out of the directory
 	keys    keylock.Set // serialises the commits of Puts and Deletes of one key
+	g       *guard      // bounds the wait for a file system that stopped answering
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -69,7 +70,7 @@ func New(spec backend.Spec) (*Backend, error) {
 	// os.Root does not export the error it returns for a name that leaves
 	// the root (through ".." or a symlink); take it from a name that does.
 	_, probe := root.Lstat("..")
-	return &Backend{dir: dir, root: root, prefix: spec.Prefix, escapes: errors.Unwrap(probe)}, nil
+	return &Backend{dir: dir, root: root, prefix: spec.Prefix, escapes: errors.Unwrap(probe), g: newGuard()}, nil
 }
 
 func (b *Backend) String() string { return "fs://" + filepath.Join(b.dir, b.prefix) }
@@ -165,10 +166,19 @@ func failed(err error) error {
 }
 
 func (b *Backend) notFound(err error, key string) error {
-	if b.missing(err) {
+	switch {
+	case b.missing(err):
 		return fmt.Errorf("%w: %s", backend.ErrNotFound, key)
+	case passed(err):
+		return err
 	}
 	return failed(err)
+}
+
+// passed reports whether err needs no wrapping: it is a backend failure
+// already, or its caller's context ended.
+func passed(err error) bool {
+	return errors.Is(err, object.ErrBackend) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // Stat implements backend.Backend.
@@ -177,7 +187,7 @@ func (b *Backend) Stat(ctx context.Context, key string) (backend.Attrs, error) {
 	if err != nil {
 		return backend.Attrs{}, err
 	}
-	fi, err := b.root.Stat(rel)
+	fi, err := call(ctx, b.g, "stat "+key, func() (os.FileInfo, error) { return b.root.Stat(rel) }, nil)
 	if err != nil {
 		return backend.Attrs{}, b.notFound(err, key)
 	}
@@ -190,9 +200,26 @@ func (b *Backend) Stat(ctx context.Context, key string) (backend.Attrs, error) {
 type rangeFile struct {
 	io.Reader
 	f *os.File
+	g *guard
 }
 
-func (r *rangeFile) Close() error { return r.f.Close() }
+// Close closes the file through the guard (closing a file on NFS flushes
+// and can block), whatever became of the reader's context.
+func (r *rangeFile) Close() error {
+	return r.g.do(context.Background(), "close", r.f.Close)
+}
+
+// guardedFile reads a file through the guard.
+type guardedFile struct {
+	ctx context.Context
+	g   *guard
+	op  string
+	f   *os.File
+}
+
+func (gf guardedFile) ReadAt(p []byte, off int64) (int, error) {
+	return gf.g.readAt(gf.ctx, gf.op, gf.f, p, off)
+}
 
 // Get implements backend.Backend.
 func (b *Backend) Get(ctx context.Context, key string, rng *object.Range) (io.ReadCloser, backend.Attrs, error) {
@@ -200,27 +227,39 @@ func (b *Backend) Get(ctx context.Context, key string, rng *object.Range) (io.Re
 	if err != nil {
 		return nil, backend.Attrs{}, err
 	}
-	f, err := b.root.Open(rel)
+	type opened struct {
+		f  *os.File
+		fi os.FileInfo
+	}
+	o, err := call(ctx, b.g, "open "+key, func() (opened, error) {
+		f, err := b.root.Open(rel)
+		if err != nil {
+			return opened{}, err
+		}
+		fi, err := f.Stat()
+		if err != nil {
+			f.Close()
+			return opened{}, failed(err)
+		}
+		return opened{f, fi}, nil
+	}, func(o opened) { o.f.Close() })
 	if err != nil {
 		return nil, backend.Attrs{}, b.notFound(err, key)
 	}
-	fi, err := f.Stat()
-	if err != nil || !fi.Mode().IsRegular() {
-		f.Close()
-		if err == nil {
-			err = fmt.Errorf("%w: %s", backend.ErrNotFound, key)
-		}
-		return nil, backend.Attrs{}, err
+	f, fi := o.f, o.fi
+	if !fi.Mode().IsRegular() {
+		_ = b.g.do(context.Background(), "close "+key, f.Close)
+		return nil, backend.Attrs{}, fmt.Errorf("%w: %s", backend.ErrNotFound, key)
 	}
 	a := b.attrs(key, rel, fi)
 	off, n := int64(0), fi.Size()
 	if rng != nil {
 		if off, n, err = rng.Resolve(fi.Size()); err != nil {
-			f.Close()
+			_ = b.g.do(context.Background(), "close "+key, f.Close)
 			return nil, backend.Attrs{}, fmt.Errorf("%w: %s", backend.ErrInvalidRange, key)
 		}
 	}
-	return &rangeFile{Reader: io.NewSectionReader(f, off, n), f: f}, a, nil
+	return &rangeFile{Reader: io.NewSectionReader(guardedFile{ctx, b.g, "read " + key, f}, off, n), f: f, g: b.g}, a, nil
 }
 
 // Put implements backend.Backend: temp file, fsync, rename, fsync directory.
@@ -229,23 +268,37 @@ func (b *Backend) Put(ctx context.Context, key string, r io.Reader, size int64, 
 	if err != nil {
 		return backend.Attrs{}, err
 	}
-	if err := b.mkdirParent(key, rel); err != nil {
-		return backend.Attrs{}, err
+	type temp struct {
+		f   *os.File
+		rel string
 	}
-	tmp, tmpRel, err := b.createTemp("put-")
+	tf, err := call(ctx, b.g, "create "+key, func() (temp, error) {
+		if err := b.mkdirParent(key, rel); err != nil {
+			return temp{}, err
+		}
+		tmp, tmpRel, err := b.createTemp("put-")
+		return temp{tmp, tmpRel}, err
+	}, func(t temp) { t.f.Close(); b.root.Remove(t.rel) })
 	if err != nil {
 		return backend.Attrs{}, err
 	}
+	tmp, tmpRel := tf.f, tf.rel
 	ok := false
 	defer func() {
 		if !ok {
-			tmp.Close()
-			b.root.Remove(tmpRel)
+			_ = b.g.do(context.Background(), "remove "+key, func() error {
+				tmp.Close()
+				return b.root.Remove(tmpRel)
+			})
 		}
 	}()
 	h := md5.New()
-	n, err := io.Copy(io.MultiWriter(tmp, h), ctxReader{ctx, r})
+	buf := make([]byte, maxIO)
+	n, err := io.CopyBuffer(io.MultiWriter(guardedWriter{ctx, b.g, "write " + key, tmp}, h), ctxReader{ctx, r}, buf)
 	if err != nil {
+		if passed(err) {
+			return backend.Attrs{}, err
+		}
 		return backend.Attrs{}, fmt.Errorf("fs backend: put %s: %w", key, err)
 	}
 	if size >= 0 && n != size {
@@ -254,22 +307,32 @@ func (b *Backend) Put(ctx context.Context, key string, r io.Reader, size int64, 
 		}
 		return backend.Attrs{}, fmt.Errorf("fs backend: put %s: %w", key, object.ErrTooLarge)
 	}
-	if err := tmp.Sync(); err != nil {
-		return backend.Attrs{}, failed(err)
-	}
-	fi, err := tmp.Stat()
+	etag := hex.EncodeToString(h.Sum(nil))
+	fi, err := call(ctx, b.g, "commit "+key, func() (os.FileInfo, error) {
+		if err := tmp.Sync(); err != nil {
+			return nil, failed(err)
+		}
+		fi, err := tmp.Stat()
+		if err != nil {
+			return nil, failed(err)
+		}
+		if err := tmp.Close(); err != nil {
+			return nil, failed(err)
+		}
+		sc := sidecar{Key: filepath.ToSlash(rel), ETag: etag, Size: n, MTime: fi.ModTime().UnixNano(), ContentType: pa.ContentType, UserMeta: pa.UserMeta, Headers: pa.Headers}
+		if err := b.commit(key, rel, tmpRel, sc); err != nil {
+			return nil, err
+		}
+		return fi, nil
+	}, nil)
 	if err != nil {
-		return backend.Attrs{}, failed(err)
-	}
-	if err := tmp.Close(); err != nil {
-		return backend.Attrs{}, failed(err)
-	}
-	sc := sidecar{Key: filepath.ToSlash(rel), ETag: hex.EncodeToString(h.Sum(nil)), Size: n, MTime: fi.ModTime().UnixNano(), ContentType: pa.ContentType, UserMeta: pa.UserMeta, Headers: pa.Headers}
-	if err := b.commit(key, rel, tmpRel, sc); err != nil {
+		// An abandoned commit owns the temp file and may still land:
+		// the write is then in place, as if its answer had been lost.
+		ok = abandoned(ctx, err)
 		return backend.Attrs{}, err
 	}
 	ok = true
-	return backend.Attrs{Key: key, Size: n, ETag: sc.ETag, ModTime: fi.ModTime(), ContentType: pa.ContentType, UserMeta: pa.UserMeta, Headers: pa.Headers}, nil
+	return backend.Attrs{Key: key, Size: n, ETag: etag, ModTime: fi.ModTime(), ContentType: pa.ContentType, UserMeta: pa.UserMeta, Headers: pa.Headers}, nil
 }
 
 // mkdirParent creates the directories above rel. A key whose parent leads
@@ -367,18 +430,20 @@ func (b *Backend) Delete(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	unlock := b.keys.Lock(rel)
-	defer unlock()
-	if err := b.root.Remove(rel); err != nil && !b.missing(err) {
-		return failed(err)
-	}
-	_ = b.removeMeta(rel)
-	for d := filepath.Dir(rel); d != "."; d = filepath.Dir(d) {
-		if fi, err := b.root.Lstat(d); err != nil || !fi.IsDir() || b.root.Remove(d) != nil {
-			break
+	return b.g.do(ctx, "delete "+key, func() error {
+		unlock := b.keys.Lock(rel)
+		defer unlock()
+		if err := b.root.Remove(rel); err != nil && !b.missing(err) {
+			return failed(err)
 		}
-	}
-	return nil
+		_ = b.removeMeta(rel)
+		for d := filepath.Dir(rel); d != "."; d = filepath.Dir(d) {
+			if fi, err := b.root.Lstat(d); err != nil || !fi.IsDir() || b.root.Remove(d) != nil {
+				break
+			}
+		}
+		return nil
+	})
 }
 
 // listBase returns the directory (relative to root, slash-separated) that a
@@ -406,6 +471,10 @@ func listBase(full string) (string, bool) {
 // names, so a page costs a walk of that subtree. Symlinks are not followed
 // during the walk.
 func (b *Backend) List(ctx context.Context, opts backend.ListOptions) (backend.ListPage, error) {
+	return call(ctx, b.g, "list "+opts.Prefix, func() (backend.ListPage, error) { return b.list(ctx, opts) }, nil)
+}
+
+func (b *Backend) list(ctx context.Context, opts backend.ListOptions) (backend.ListPage, error) {
 	limit := opts.Limit
 	if limit <= 0 {
 		limit = 1000

@@ -1,0 +1,198 @@
+package fs
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/slipstream-io/slipstream/internal/backend"
+	"github.com/slipstream-io/slipstream/internal/object"
+)
+
+// newStallable is a backend whose calls give up after 200 ms, and a
+// function that makes key a FIFO: opening it for reading blocks in the
+// kernel until a writer opens it, as an open on a hard NFS mount blocks
+// while the server is away. The returned release opens the writer.
+func newStallable(t *testing.T) (*Backend, func(key string) (release func())) {
+	t.Helper()
+	dir := t.TempDir()
+	b, err := New(backend.Spec{Kind: "fs", Path: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.g.timeout = 200 * time.Millisecond
+	return b, func(key string) func() {
+		p := filepath.Join(dir, key)
+		if err := unix.Mkfifo(p, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		released := false
+		release := func() {
+			if released {
+				return
+			}
+			released = true
+			// The blocked open is the reader this writer waits for.
+			w, err := os.OpenFile(p, os.O_WRONLY, 0)
+			if err != nil {
+				t.Errorf("open the FIFO's writer: %v", err)
+				return
+			}
+			w.Close()
+		}
+		t.Cleanup(release)
+		return release
+	}
+}
+
+// within runs fn and fails the test if it has not returned in d: a call
+// blocked in the kernel must not block its caller.
+func within(t *testing.T, d time.Duration, what string, fn func() error) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- fn() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(d):
+		t.Fatalf("%s still blocked after %v", what, d)
+		return nil
+	}
+}
+
+func waitStuck(t *testing.T, b *Backend, want int64) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for b.Stuck() != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d calls stuck, want %d", b.Stuck(), want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestStalledCallReturns: a GET whose open blocks in the kernel returns a
+// backend failure marked ErrStalled once the call timeout passes, or its
+// context's error when the context ends first, instead of waiting for the
+// file system. The abandoned call is counted until the file system
+// answers, and what it opened then is closed.
+func TestStalledCallReturns(t *testing.T) {
+	b, fifo := newStallable(t)
+	release := fifo("stalled")
+	err := within(t, 5*time.Second, "GET of a stalled file", func() error {
+		_, _, err := b.Get(context.Background(), "stalled", nil)
+		return err
+	})
+	if !errors.Is(err, ErrStalled) || !errors.Is(err, object.ErrBackend) {
+		t.Fatalf("GET of a stalled file: %v, want ErrStalled, an ErrBackend", err)
+	}
+	if b.Stuck() != 1 {
+		t.Errorf("%d calls counted stuck, want 1", b.Stuck())
+	}
+
+	b.g.timeout = time.Minute
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	err = within(t, 5*time.Second, "GET of a stalled file with a context", func() error {
+		_, _, err := b.Get(ctx, "stalled", nil)
+		return err
+	})
+	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, object.ErrBackend) {
+		t.Fatalf("GET whose context ended: %v, want the context's error alone", err)
+	}
+	release() // both blocked opens complete and are closed
+	waitStuck(t, b, 0)
+
+	// Other keys were served meanwhile, and are after.
+	if _, err := b.Put(context.Background(), "ok", bytes.NewReader([]byte("fine")), 4, backend.PutAttrs{}); err != nil {
+		t.Fatal(err)
+	}
+	if a, err := b.Stat(context.Background(), "ok"); err != nil || a.Size != 4 {
+		t.Fatalf("Stat after the stall: %+v, %v", a, err)
+	}
+}
+
+// TestStuckCallsAreBounded: once maxStuck calls are blocked in the kernel
+// (each holds an OS thread), further calls fail at once with ErrStalled
+// instead of starting another; they work again when the file system
+// answers.
+func TestStuckCallsAreBounded(t *testing.T) {
+	b, fifo := newStallable(t)
+	b.g.maxStuck = 2
+	var releases []func()
+	for _, k := range []string{"s1", "s2"} {
+		releases = append(releases, fifo(k))
+		if _, _, err := b.Get(context.Background(), k, nil); !errors.Is(err, ErrStalled) {
+			t.Fatalf("GET %s: %v, want ErrStalled", k, err)
+		}
+	}
+	start := time.Now()
+	_, err := b.Stat(context.Background(), "anything")
+	if !errors.Is(err, ErrStalled) || time.Since(start) > 100*time.Millisecond {
+		t.Fatalf("Stat with %d calls stuck: %v after %v, want ErrStalled at once", b.Stuck(), err, time.Since(start))
+	}
+	for _, r := range releases {
+		r()
+	}
+	waitStuck(t, b, 0)
+	if _, err := b.Stat(context.Background(), "anything"); !errors.Is(err, backend.ErrNotFound) {
+		t.Fatalf("Stat once the file system answers: %v, want not found", err)
+	}
+}
+
+// blockingFile blocks its reads and writes until release is closed, then
+// fills what it was given to read with 0xee.
+type blockingFile struct{ release chan struct{} }
+
+func (f blockingFile) ReadAt(p []byte, _ int64) (int, error) {
+	<-f.release
+	for i := range p {
+		p[i] = 0xee
+	}
+	return len(p), nil
+}
+
+func (f blockingFile) Write(p []byte) (int, error) { <-f.release; return len(p), nil }
+
+// TestAbandonedReadsAndWritesShareNoMemory: a read or write left blocked
+// works on a buffer of the guard's, so a caller that gave up and reuses its
+// buffer never sees it changed by the late call.
+func TestAbandonedReadsAndWritesShareNoMemory(t *testing.T) {
+	g := newGuard()
+	g.timeout = 100 * time.Millisecond
+	f := blockingFile{release: make(chan struct{})}
+	p := bytes.Repeat([]byte{1}, 4096)
+	n, err := g.readAt(context.Background(), "read k", f, p, 0)
+	if n != 0 || !errors.Is(err, ErrStalled) {
+		t.Fatalf("stalled read: %d, %v", n, err)
+	}
+	w := guardedWriter{context.Background(), g, "write k", f}
+	if n, err := w.Write(p); n != 0 || !errors.Is(err, ErrStalled) {
+		t.Fatalf("stalled write: %d, %v", n, err)
+	}
+	if g.stuck.Load() != 2 {
+		t.Errorf("%d calls counted stuck, want 2", g.stuck.Load())
+	}
+	close(f.release)
+	deadline := time.Now().Add(5 * time.Second)
+	for g.stuck.Load() != 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if g.stuck.Load() != 0 {
+		t.Fatalf("%d calls still counted stuck after they returned", g.stuck.Load())
+	}
+	if !bytes.Equal(p, bytes.Repeat([]byte{1}, 4096)) {
+		t.Fatal("the late read wrote into the caller's buffer")
+	}
+	// Reads larger than one guarded call are served in pieces.
+	big := make([]byte, maxIO+10)
+	if n, err := g.readAt(context.Background(), "read k", f, big, 0); err != nil || n != maxIO || big[0] != 0xee || big[maxIO] != 0 {
+		t.Fatalf("read of %d bytes: %d, %v", len(big), n, err)
+	}
+}
