@@ -556,6 +556,7 @@ func (g *gateway) CopyObject(ctx context.Context, srcBucket, srcKey, dstBucket, 
 	defer rd.Close()
 	src := rd.Info()
 	po := src.PutOptions()
+	po.Parts = nil // a copy is one part, as in S3
 	if opts.ReplaceMeta {
 		po.ContentType, po.UserMeta, po.Headers = opts.ContentType, opts.UserMeta, opts.Headers
 	}

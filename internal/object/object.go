@@ -55,6 +55,7 @@ type Info struct {
 	ContentType string            `json:"contentType,omitempty"`
 	UserMeta    map[string]string `json:"userMeta,omitempty"` // x-amz-meta-* without the prefix, lower case
 	Headers     map[string]string `json:"headers,omitempty"`  // the StoredHeaders the client sent, by canonical name
+	Parts       []PartRun         `json:"parts,omitempty"`    // how a multipart upload cut it; none for one part
 	ModTime     time.Time         `json:"modTime"`
 	AccessTime  time.Time         `json:"accessTime,omitempty"`
 
@@ -112,6 +113,9 @@ type PutOptions struct {
 	ContentType string
 	UserMeta    map[string]string
 	Headers     map[string]string // see StoredHeaders
+	// Parts, for a copy of a multipart object, says how its upload cut it
+	// (ignored unless ValidParts for Size).
+	Parts []PartRun `json:",omitempty"`
 	// Digest, if set, gives the digest of the body as the sender upstream
 	// computed it, once the body has been read to its end. A store then
 	// hashes only CRC32C, checks it against the digest and takes the MD5
@@ -121,9 +125,9 @@ type PutOptions struct {
 }
 
 // PutOptions returns the options that write a copy of the object i
-// describes: its size and metadata.
+// describes: its size, metadata and parts.
 func (i Info) PutOptions() PutOptions {
-	return PutOptions{Size: i.Size, ContentType: i.ContentType, UserMeta: i.UserMeta, Headers: i.Headers}
+	return PutOptions{Size: i.Size, ContentType: i.ContentType, UserMeta: i.UserMeta, Headers: i.Headers, Parts: i.Parts}
 }
 
 // GetOptions go with a GET. Conditions are evaluated by the S3 layer against

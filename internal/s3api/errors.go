@@ -27,6 +27,8 @@ var (
 	errMethodNotAllowed     = errors.New("s3api: method not allowed")
 	errInvalidCopySource    = errors.New("s3api: invalid x-amz-copy-source")
 	errInvalidPartNumber    = errors.New("s3api: part number must be 1 to 10000")
+	errNoSuchPart           = errors.New("s3api: the object has no such part")
+	errPartAndRange         = errors.New("s3api: both a Range header and a partNumber")
 	errTooManyDeleteObjects = errors.New("s3api: more than 1000 keys in one DeleteObjects")
 	errEmptyDeleteObjects   = errors.New("s3api: DeleteObjects names no key")
 	errNoParts              = errors.New("s3api: CompleteMultipartUpload names no part")
@@ -99,6 +101,8 @@ var errorTable = []struct {
 	{errMissingLength, "MissingContentLength", http.StatusLengthRequired, "You must provide the Content-Length HTTP header."},
 	{errEntityTooLarge, "EntityTooLarge", http.StatusBadRequest, "Your proposed upload exceeds the maximum allowed object size."},
 	{errInvalidPartNumber, "InvalidArgument", http.StatusBadRequest, "Part number must be an integer between 1 and 10000, inclusive."},
+	{errNoSuchPart, "InvalidPartNumber", http.StatusRequestedRangeNotSatisfiable, "The requested partnumber is not satisfiable"},
+	{errPartAndRange, "InvalidRequest", http.StatusBadRequest, "Cannot specify both Range header and partNumber query parameter"},
 	{errInvalidCopySource, "InvalidArgument", http.StatusBadRequest, ""},
 	{errTooManyDeleteObjects, "MalformedXML", http.StatusBadRequest, ""},
 	{errEmptyDeleteObjects, "MalformedXML", http.StatusBadRequest, ""},

@@ -178,18 +178,101 @@ func readRange(rq *request) (*object.Range, error) {
 	return rng, err
 }
 
-func checkPartNumber(rq *request) error {
-	if pn := rq.q.Get("partNumber"); pn != "" && pn != "1" {
-		return fmt.Errorf("%w: GET by partNumber", errNotImplemented)
+// partNumber reads the partNumber of a GET or HEAD: 0 if there is none.
+func partNumber(rq *request) (int, error) {
+	if !rq.q.Has("partNumber") {
+		return 0, nil
 	}
-	return nil
+	n, err := strconv.Atoi(rq.q.Get("partNumber"))
+	if err != nil || n < 1 || n > object.MaxPartNumber {
+		return 0, errInvalidPartNumber
+	}
+	if rq.Header.Get("Range") != "" {
+		return 0, errPartAndRange
+	}
+	return n, nil
+}
+
+// maxPartTries bounds how often a part read starts again because the
+// object was replaced between finding the part and opening it.
+const maxPartTries = 3
+
+// findPart returns the object's metadata and where its part n lies (the
+// bytes its multipart upload sent as that part; an object uploaded in one
+// piece is part 1), with its part count. A part the object does not have
+// is errNoSuchPart, once the conditions hold.
+func (h *handler) findPart(rq *request, n int, conds conditions) (info object.Info, off, length int64, count int, err error) {
+	if info, err = h.objs.HeadObject(rq.Context(), rq.bucket, rq.key); err != nil {
+		return info, 0, 0, 0, err
+	}
+	off, length, count, ok := info.Part(n)
+	if !ok {
+		if err := conds.check(info); err != nil {
+			return info, 0, 0, count, err
+		}
+		return info, 0, 0, count, errNoSuchPart
+	}
+	return info, off, length, count, nil
+}
+
+// partHeaders sets what answers about a part add: the object's part count
+// if its upload was multipart.
+func partHeaders(hdr http.Header, info object.Info, count int) {
+	if len(info.Parts) > 0 {
+		hdr.Set("x-amz-mp-parts-count", strconv.Itoa(count))
+	}
+}
+
+// getPart answers GET ?partNumber=n: 206 with the part's bytes.
+func (h *handler) getPart(w http.ResponseWriter, rq *request, n int, conds conditions) error {
+	for try := 1; ; try++ {
+		info, off, length, count, err := h.findPart(rq, n, conds)
+		if errors.Is(err, object.ErrNotModified) {
+			notModified(w, info)
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if length == 0 { // an empty object, or an empty last part
+			if err := conds.check(info); err != nil {
+				if errors.Is(err, object.ErrNotModified) {
+					notModified(w, info)
+					return nil
+				}
+				return err
+			}
+			setObjectHeaders(w.Header(), info)
+			applyOverrides(w.Header(), rq.q)
+			partHeaders(w.Header(), info, count)
+			w.Header().Set("Content-Length", "0")
+			w.WriteHeader(http.StatusOK)
+			return nil
+		}
+		rd, err := h.objs.GetObject(rq.Context(), rq.bucket, rq.key, object.GetOptions{Range: &object.Range{Offset: off, Length: length}})
+		if err != nil {
+			return err
+		}
+		if got := rd.Info(); got.ETag == info.ETag && got.Size == info.Size {
+			partHeaders(w.Header(), got, count)
+			return h.sendObject(w, rq, rd, true, conds)
+		}
+		rd.Close()
+		if try == maxPartTries {
+			return fmt.Errorf("%w: %s/%s changed while its part %d was read", object.ErrPrecondition, rq.bucket, rq.key, n)
+		}
+	}
 }
 
 func (h *handler) getObject(w http.ResponseWriter, rq *request) error {
-	if err := checkPartNumber(rq); err != nil {
+	part, err := partNumber(rq)
+	if err != nil {
 		return err
 	}
 	conds := readConditions(rq.Header, "")
+	if part > 0 {
+		return h.getPart(w, rq, part, conds)
+	}
 	rng, err := readRange(rq)
 	// If-Range: the range only if the object is still the version the
 	// client has part of, else the whole object.
@@ -282,21 +365,45 @@ type writerOnly struct{ io.Writer }
 type readerOnly struct{ io.Reader }
 
 func (h *handler) headObject(w http.ResponseWriter, rq *request) error {
-	if err := checkPartNumber(rq); err != nil {
-		return err
-	}
-	info, err := h.objs.HeadObject(rq.Context(), rq.bucket, rq.key)
+	part, err := partNumber(rq)
 	if err != nil {
 		return err
 	}
-	if err := readConditions(rq.Header, "").check(info); err != nil {
-		if errors.Is(err, object.ErrNotModified) {
-			notModified(w, info)
-			return nil
-		}
+	conds := readConditions(rq.Header, "")
+	var (
+		info          object.Info
+		pOff, pLength int64
+		count         int
+	)
+	if part > 0 {
+		info, pOff, pLength, count, err = h.findPart(rq, part, conds)
+	} else {
+		info, err = h.objs.HeadObject(rq.Context(), rq.bucket, rq.key)
+	}
+	if err == nil {
+		err = conds.check(info)
+	}
+	if errors.Is(err, object.ErrNotModified) {
+		notModified(w, info)
+		return nil
+	}
+	if err != nil {
 		return err
 	}
 	hdr := w.Header()
+	if part > 0 {
+		setObjectHeaders(hdr, info)
+		applyOverrides(hdr, rq.q)
+		partHeaders(hdr, info, count)
+		hdr.Set("Content-Length", strconv.FormatInt(pLength, 10))
+		if pLength == 0 {
+			w.WriteHeader(http.StatusOK)
+			return nil
+		}
+		hdr.Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", pOff, pOff+pLength-1, info.Size))
+		w.WriteHeader(http.StatusPartialContent)
+		return nil
+	}
 	rng, err := readRange(rq)
 	off, n := int64(0), info.Size
 	if info.Size == 0 || !ifRangeHolds(rq.Header.Get("If-Range"), info) {

@@ -401,6 +401,40 @@ func TestSDKMultipart(t *testing.T) {
 	if got != string(want) || *out.ContentType != "application/x-big" || out.Metadata["m"] != "1" || *out.ETag != wantETag {
 		t.Fatalf("completed object: %d bytes, type %s, meta %v", len(got), *out.ContentType, out.Metadata)
 	}
+	if out.PartsCount != nil {
+		t.Errorf("a whole GET names the part count (%d); S3 names it only for a part", *out.PartsCount)
+	}
+	// Reads by part number serve what each part uploaded, with the count,
+	// as the transfer managers that download by part expect.
+	for i, p := range [][]byte{part1, src[100:2148], part3} {
+		n := int32(i + 1)
+		got, out := getString(t, c, &s3.GetObjectInput{Bucket: aws.String("mpu"), Key: aws.String("big"), PartNumber: aws.Int32(n)})
+		off := strings.Index(string(want), string(p))
+		wantRange := fmt.Sprintf("bytes %d-%d/%d", off, off+len(p)-1, len(want))
+		if got != string(p) || aws.ToInt32(out.PartsCount) != 3 || aws.ToString(out.ContentRange) != wantRange || *out.ETag != wantETag {
+			t.Errorf("GET part %d: %d bytes, parts count %v, range %v, ETag %s; want %d bytes, 3, %s", n, len(got), out.PartsCount, aws.ToString(out.ContentRange), *out.ETag, len(p), wantRange)
+		}
+		h := must[*s3.HeadObjectOutput](t)(c.HeadObject(ctx(), &s3.HeadObjectInput{Bucket: aws.String("mpu"), Key: aws.String("big"), PartNumber: aws.Int32(n)}))
+		if aws.ToInt64(h.ContentLength) != int64(len(p)) || aws.ToInt32(h.PartsCount) != 3 || aws.ToString(h.ContentRange) != wantRange {
+			t.Errorf("HEAD part %d: length %v, parts count %v, range %v", n, aws.ToInt64(h.ContentLength), h.PartsCount, aws.ToString(h.ContentRange))
+		}
+	}
+	_, err = c.GetObject(ctx(), &s3.GetObjectInput{Bucket: aws.String("mpu"), Key: aws.String("big"), PartNumber: aws.Int32(4)})
+	wantCode(t, err, "InvalidPartNumber", 416)
+	_, err = c.GetObject(ctx(), &s3.GetObjectInput{Bucket: aws.String("mpu"), Key: aws.String("big"), PartNumber: aws.Int32(1), Range: aws.String("bytes=0-1")})
+	wantCode(t, err, "InvalidRequest", 400)
+	// An object put in one piece is part 1, and has no other; a copy of a
+	// multipart object is one part too.
+	got, out = getString(t, c, &s3.GetObjectInput{Bucket: aws.String("mpu"), Key: aws.String("src"), PartNumber: aws.Int32(1)})
+	if got != string(src) || out.PartsCount != nil || aws.ToString(out.ContentRange) != fmt.Sprintf("bytes 0-%d/%d", len(src)-1, len(src)) {
+		t.Errorf("GET part 1 of a single-part object: %d bytes, parts count %v, range %v", len(got), out.PartsCount, aws.ToString(out.ContentRange))
+	}
+	_, err = c.GetObject(ctx(), &s3.GetObjectInput{Bucket: aws.String("mpu"), Key: aws.String("src"), PartNumber: aws.Int32(2)})
+	wantCode(t, err, "InvalidPartNumber", 416)
+	must[*s3.CopyObjectOutput](t)(c.CopyObject(ctx(), &s3.CopyObjectInput{Bucket: aws.String("mpu"), Key: aws.String("copy"), CopySource: aws.String("mpu/big")}))
+	if h := must[*s3.HeadObjectOutput](t)(c.HeadObject(ctx(), &s3.HeadObjectInput{Bucket: aws.String("mpu"), Key: aws.String("copy"), PartNumber: aws.Int32(1)})); h.PartsCount != nil || aws.ToInt64(h.ContentLength) != int64(len(want)) {
+		t.Errorf("HEAD part 1 of a copy: parts count %v, length %d", h.PartsCount, aws.ToInt64(h.ContentLength))
+	}
 
 	// Abort.
 	cr2 := must[*s3.CreateMultipartUploadOutput](t)(c.CreateMultipartUpload(ctx(), &s3.CreateMultipartUploadInput{Bucket: aws.String("mpu"), Key: aws.String("gone")}))

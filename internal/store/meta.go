@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"slices"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -112,6 +113,7 @@ func cloneInfo(info object.Info) object.Info {
 	if info.Headers != nil {
 		info.Headers = maps.Clone(info.Headers)
 	}
+	info.Parts = slices.Clone(info.Parts)
 	return info
 }
 

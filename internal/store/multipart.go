@@ -405,7 +405,9 @@ func (s *Store) CompleteUpload(ctx context.Context, bucket, key, uploadID string
 		return object.Info{}, err
 	}
 	var crc uint32
+	sizes := make([]int64, len(use))
 	for i, pm := range use {
+		sizes[i] = pm.Size
 		if err := ctx.Err(); err != nil {
 			return object.Info{}, err
 		}
@@ -426,6 +428,7 @@ func (s *Store) CompleteUpload(ctx context.Context, bucket, key, uploadID string
 		ContentType: u.meta.ContentType,
 		UserMeta:    maps.Clone(u.meta.UserMeta),
 		Headers:     maps.Clone(u.meta.Headers),
+		Parts:       object.PartRuns(sizes),
 		ModTime:     now, AccessTime: now,
 		Pinned: u.meta.Pinned, Dirty: u.meta.Dirty,
 	}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -119,6 +120,25 @@ func TestMultipartHappyPath(t *testing.T) {
 	}
 	if got, _ := get(t, s, "bkt", key, nil); !bytes.Equal(got, whole) {
 		t.Fatal("completed object differs after reopen")
+	}
+	// How the upload cut the object is kept, across the restart, for GET
+	// by part number.
+	wantParts := []object.PartRun{{object.MinPartSize, 1}, {object.MinPartSize + 123, 1}, {1000, 1}}
+	if st, err := s.Stat(ctx, "bkt", key); err != nil || !slices.Equal(st.Parts, wantParts) {
+		t.Fatalf("parts after reopen: %v, %v; want %v", st.Parts, err, wantParts)
+	}
+	// A copy keeps parts given with it only if they describe its size.
+	for _, tc := range []struct {
+		parts []object.PartRun
+		want  []object.PartRun
+	}{
+		{[]object.PartRun{{6, 1}, {4, 1}}, []object.PartRun{{6, 1}, {4, 1}}},
+		{[]object.PartRun{{6, 2}}, nil},
+	} {
+		info, err := s.Put(ctx, "bkt", "copy", bytes.NewReader(randBytes(4, 10)), PutOptions{PutOptions: object.PutOptions{Size: 10, Parts: tc.parts}})
+		if err != nil || !slices.Equal(info.Parts, tc.want) {
+			t.Errorf("Put with parts %v: kept %v, %v; want %v", tc.parts, info.Parts, err, tc.want)
+		}
 	}
 }
 

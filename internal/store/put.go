@@ -11,6 +11,7 @@ import (
 	"io"
 	"maps"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -264,6 +265,7 @@ func (s *Store) Put(ctx context.Context, bucket, key string, r io.Reader, opts P
 		ContentType:    opts.ContentType,
 		UserMeta:       maps.Clone(opts.UserMeta),
 		Headers:        maps.Clone(opts.Headers),
+		Parts:          slices.Clone(opts.Parts),
 		ModTime:        opts.ModTime.UTC(),
 		BackendETag:    opts.BackendETag,
 		BackendVersion: opts.BackendVersion,
@@ -303,6 +305,9 @@ func (s *Store) Put(ctx context.Context, bucket, key string, r io.Reader, opts P
 		return object.Info{}, fmt.Errorf("%w: got %x, Content-MD5 says %x", object.ErrBadDigest, d.md5, opts.ContentMD5)
 	}
 	info.Size = d.size
+	if info.Parts != nil && !object.ValidParts(info.Parts, info.Size) {
+		info.Parts = nil
+	}
 	info.ETag = opts.ETag
 	if info.ETag == "" {
 		info.ETag = hex.EncodeToString(d.md5)

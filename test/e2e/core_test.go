@@ -540,3 +540,59 @@ func TestAdminBucketUpdate(t *testing.T) {
 		t.Errorf("update answered copies %d created %v; want 2, %v (the stored creation time)", got.Copies, got.Created, before.Created)
 	}
 }
+
+// TestPartNumberReads: an object the AWS CLI uploads in parts into a
+// bucket with copies=2 is read by part number (as the transfer managers
+// that download by part do) from either copy: each copy keeps how the
+// upload cut the object. Each node in turn is down while another serves.
+func TestPartNumberReads(t *testing.T) {
+	if _, err := exec.LookPath("aws"); err != nil {
+		t.Fatal("the AWS CLI is not installed; run scripts/setup.sh")
+	}
+	c := startCluster(t, localcluster.Spec{})
+	admin(t, c, 0, "bucket", "create", "parts", "--copies", "2")
+	dir := t.TempDir()
+	src := filepath.Join(dir, "big.bin")
+	data := randomBytes(7, 20<<20+999) // the CLI's 8 MiB parts: 8, 8, 4 MiB + 999
+	if err := os.WriteFile(src, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cli := exec.Command("aws", "s3", "cp", "--no-progress", src, "s3://parts/big.bin")
+	cli.Env = awsEnv(c, 1)
+	if out, err := cli.CombinedOutput(); err != nil {
+		t.Fatalf("aws s3 cp: %v\n%s", err, out)
+	}
+	// The CLI reads part 2 back.
+	back := filepath.Join(dir, "part2")
+	cli = exec.Command("aws", "s3api", "get-object", "--bucket", "parts", "--key", "big.bin", "--part-number", "2", back)
+	cli.Env = awsEnv(c, 2)
+	out, err := cli.CombinedOutput()
+	if err != nil {
+		t.Fatalf("aws s3api get-object --part-number 2: %v\n%s", err, out)
+	}
+	if got, _ := os.ReadFile(back); !bytes.Equal(got, data[8<<20:16<<20]) || !strings.Contains(string(out), `"PartsCount": 3`) {
+		t.Fatalf("part 2 through the CLI: %d bytes\n%s", len(got), out)
+	}
+	ctx := context.Background()
+	for down := range 3 {
+		c.Kill(down)
+		cl := s3Client(c, c.Endpoint((down+1)%3))
+		for n, want := range [][]byte{data[:8<<20], data[8<<20 : 16<<20], data[16<<20:]} {
+			o, err := cl.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String("parts"), Key: aws.String("big.bin"), PartNumber: aws.Int32(int32(n + 1))})
+			if err != nil {
+				t.Fatalf("node%d down: GET part %d: %v", down+1, n+1, err)
+			}
+			got, err := io.ReadAll(o.Body)
+			o.Body.Close()
+			if err != nil || !bytes.Equal(got, want) || aws.ToInt32(o.PartsCount) != 3 {
+				t.Fatalf("node%d down: GET part %d: %d bytes (want %d), parts count %v, %v", down+1, n+1, len(got), len(want), o.PartsCount, err)
+			}
+		}
+		if err := c.StartNode(down); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.WaitReady(ctx, 3); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -324,6 +324,7 @@ func (s *Store) CopyObject(ctx context.Context, srcBucket, srcKey, dstBucket, ds
 	info := src.info
 	info.Bucket, info.Key, info.ModTime = dstBucket, dstKey, time.Now().UTC()
 	info.UserMeta, info.Headers = cloneMeta(info.UserMeta), cloneMeta(info.Headers)
+	info.Parts = nil // a copy is one part
 	if opts.ReplaceMeta {
 		info.ContentType, info.UserMeta, info.Headers = opts.ContentType, cloneMeta(opts.UserMeta), cloneMeta(opts.Headers)
 	}
@@ -403,6 +404,7 @@ func (s *Store) CompleteMultipartUpload(ctx context.Context, bucketName, key, up
 	}
 	var data []byte
 	sums := md5.New()
+	sizes := make([]int64, len(parts))
 	for i, cp := range parts {
 		if i > 0 && cp.PartNumber <= parts[i-1].PartNumber {
 			return object.Info{}, object.ErrInvalidPartOrder
@@ -416,12 +418,14 @@ func (s *Store) CompleteMultipartUpload(ctx context.Context, bucketName, key, up
 		}
 		raw, _ := hex.DecodeString(p.info.ETag)
 		sums.Write(raw)
+		sizes[i] = p.info.Size
 		data = append(data, p.data...)
 	}
 	info := object.Info{
 		Bucket: bucketName, Key: key, Size: int64(len(data)),
 		ETag:        fmt.Sprintf("%x-%d", sums.Sum(nil), len(parts)),
 		ContentType: u.opts.ContentType, UserMeta: u.opts.UserMeta, Headers: u.opts.Headers, ModTime: time.Now().UTC(),
+		Parts: object.PartRuns(sizes),
 	}
 	b.objects[key] = &obj{info: info, data: data}
 	delete(s.uploads, uploadID)
