@@ -101,6 +101,7 @@ func mergePhases(ps []*Phase) (Phase, error) {
 			}
 			m.Errors[k] += v
 		}
+		m.Unsent += p.Unsent
 	}
 	all, allTTFB := newHist(histDigits), newHist(histDigits)
 	for _, p := range ps {
@@ -134,6 +135,7 @@ func mergePhases(ps []*Phase) (Phase, error) {
 		m.Total.Errors += a.Errors
 		m.Total.Bytes += a.Bytes
 	}
+	m.Total.Errors += m.Unsent // failed requests of no op (see Phase.Unsent)
 	m.Total.Latency = percentiles(all)
 	if allTTFB.TotalCount() > 0 {
 		p := percentiles(allTTFB)

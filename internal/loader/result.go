@@ -73,7 +73,18 @@ type Phase struct {
 	Total   OpSummary            `json:"total"`
 	Ops     map[string]OpSummary `json:"ops"`
 	Errors  map[string]int64     `json:"errors,omitempty"`
-	Series  []Second             `json:"series"`
+	// Unsent counts the slots of a rate-limited (open-loop) schedule that
+	// fell due before the phase's end (its Duration, or the moment it was
+	// interrupted or stopped) but were never sent, because every worker was
+	// still busy with a slow target. The run being open loop, each is a
+	// request the target failed to take: it is counted as a failed request,
+	// in Total.Errors and as Errors["unsent"], so the error rate shows the
+	// saturation (the ops per second count successes only, so they are
+	// not inflated either). Unsent slots have no op and no completion time,
+	// so they are in neither Ops nor Series. Zero without a rate limit, and
+	// when the phase ended by its count (MaxOps reached, Epochs done).
+	Unsent int64    `json:"unsent,omitempty"`
+	Series []Second `json:"series"`
 	// Histograms are the per-op latency histograms, HdrHistogram V2
 	// compressed, base64, in microseconds (see DecodeHistogram).
 	Histograms map[string]string `json:"histograms,omitempty"`

@@ -309,6 +309,14 @@ func (r *runner) mainPhase(ctx context.Context, dataset []object) (Phase, error)
 	pc := newPacer(cfg.RateLimit)
 	var ops, failed, done, dsDone atomic.Int64
 	var stop atomic.Bool
+	// For Phase.Unsent: requests sent, whether the dataset's epochs ran
+	// out (a count bound: nothing is owed then), and when the schedule was
+	// cut short by a stop or an interruption (unix ns; 0 = not cut).
+	var sent, cutAt atomic.Int64
+	var exhausted atomic.Bool
+	cut := func() { cutAt.CompareAndSwap(0, r.clock.Now().UnixNano()) }
+	unwatch := context.AfterFunc(ctx, cut)
+	defer unwatch()
 	stopProgress := r.progress(cfg.Label, rec)
 	var wg sync.WaitGroup
 	for w := 0; w < cfg.Workers; w++ {
@@ -328,7 +336,7 @@ func (r *runner) mainPhase(ctx context.Context, dataset []object) (Phase, error)
 					}
 				}
 				if !deadline.IsZero() && !r.clock.Now().Before(deadline) {
-					return
+					return // a reserved slot left unsent: see unsent
 				}
 				isPut := cfg.PutPercent == 100 || (cfg.PutPercent > 0 && rng.IntN(100) < cfg.PutPercent)
 				var s Sample
@@ -336,14 +344,17 @@ func (r *runner) mainPhase(ctx context.Context, dataset []object) (Phase, error)
 				if fromDataset {
 					o, ok := pk.next()
 					if !ok {
+						exhausted.Store(true)
 						return
 					}
+					sent.Add(1)
 					if isPut {
 						s = r.put(hardCtx, o.key, r.size(rng))
 					} else {
 						s = r.get(hardCtx, o)
 					}
 				} else {
+					sent.Add(1)
 					key := fmt.Sprintf("%sput-%d-%08d", cfg.Prefix, cfg.LoaderID, r.putSeq.Add(1))
 					s = r.put(hardCtx, key, r.size(rng))
 					if s.Err == "" {
@@ -374,6 +385,7 @@ func (r *runner) mainPhase(ctx context.Context, dataset []object) (Phase, error)
 					dsDone.Add(1)
 				}
 				if s.Err != "" && r.tooManyErrors(failed.Add(1), d) {
+					cut()
 					stop.Store(true)
 				}
 			}
@@ -385,6 +397,13 @@ func (r *runner) mainPhase(ctx context.Context, dataset []object) (Phase, error)
 	if len(dataset) > 0 {
 		phase.Epochs = int(dsDone.Load() / int64(len(dataset)))
 	}
+	if pc != nil && !exhausted.Load() {
+		end := deadline
+		if c := cutAt.Load(); c != 0 && (end.IsZero() || c < end.UnixNano()) {
+			end = time.Unix(0, c)
+		}
+		addUnsent(&phase, unsent(pc, end, cfg.MaxOps, sent.Load()))
+	}
 	if err != nil {
 		return phase, err
 	}
@@ -395,6 +414,34 @@ func (r *runner) mainPhase(ctx context.Context, dataset []object) (Phase, error)
 		return phase, fmt.Errorf("%w: %d of %d requests failed (%v)", ErrTooManyErrors, failed.Load(), done.Load(), phase.Errors)
 	}
 	return phase, nil
+}
+
+// unsent returns how many slots of pc's schedule before end (capped at
+// maxOps when set) were not among the sent requests; 0 when end is zero (a
+// count-bounded run that was not cut short owes nothing).
+func unsent(pc *pacer, end time.Time, maxOps, sent int64) int64 {
+	if end.IsZero() {
+		return 0
+	}
+	due := pc.due(end)
+	if maxOps > 0 {
+		due = min(due, maxOps)
+	}
+	return max(0, due-sent)
+}
+
+// addUnsent records n unsent slots in p as failed requests (see
+// Phase.Unsent).
+func addUnsent(p *Phase, n int64) {
+	if n <= 0 {
+		return
+	}
+	p.Unsent += n
+	p.Total.Errors += n
+	if p.Errors == nil {
+		p.Errors = map[string]int64{}
+	}
+	p.Errors["unsent"] += n
 }
 
 // fromSlot makes s count from slot, the intended start the pacer assigned,

@@ -372,6 +372,7 @@ func DecodeHistogram(s string) (*hdrhistogram.Histogram, error) {
 type pacer struct {
 	mu       sync.Mutex
 	interval time.Duration
+	first    time.Time // the first slot; zero until the first reservation
 	next     time.Time // zero until the first reservation
 }
 
@@ -388,9 +389,21 @@ func (p *pacer) reserve(now time.Time) time.Time {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.next.IsZero() {
-		p.next = now
+		p.first, p.next = now, now
 	}
 	t := p.next
 	p.next = p.next.Add(p.interval)
 	return t
+}
+
+// due returns how many slots of the schedule fall before end, reserved or
+// not: the requests an open-loop run at this rate owes by then.
+func (p *pacer) due(end time.Time) int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.first.IsZero() || !end.After(p.first) {
+		return 0
+	}
+	d := end.Sub(p.first)
+	return int64((d + p.interval - 1) / p.interval)
 }

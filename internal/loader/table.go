@@ -70,6 +70,14 @@ func PrintTable(w io.Writer, results ...*Result) error {
 	}
 	for _, r := range results {
 		for _, ph := range []*Phase{r.Fill, &r.Main} {
+			if ph != nil && ph.Unsent > 0 {
+				fmt.Fprintf(w, "%s %s: %d paced requests unsent (the target fell behind the rate; counted as errors)\n",
+					tableLabel(r), ph.Name, ph.Unsent)
+			}
+		}
+	}
+	for _, r := range results {
+		for _, ph := range []*Phase{r.Fill, &r.Main} {
 			if ph != nil && len(ph.Errors) > 0 {
 				fmt.Fprintf(w, "%s %s errors:", r.Label, ph.Name)
 				kinds := make([]string, 0, len(ph.Errors))
@@ -88,15 +96,16 @@ func PrintTable(w io.Writer, results ...*Result) error {
 }
 
 // PrintSummary writes one line per result with the main phase's totals:
-// throughput, requests per second, mean, p50 and p99 latency, errors. It is
-// the short "direct / cold / warm" comparison.
+// throughput, requests per second, mean, p50 and p99 latency, paced
+// requests left unsent and errors (unsent ones included). It is the short
+// "direct / cold / warm" comparison.
 func PrintSummary(w io.Writer, results ...*Result) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "run\tworkload\tsize\tthroughput\treq/s\tavg ms\tp50 ms\tp99 ms\terrors\t")
+	fmt.Fprintln(tw, "run\tworkload\tsize\tthroughput\treq/s\tavg ms\tp50 ms\tp99 ms\tunsent\terrors\t")
 	for _, r := range results {
 		t := r.Main.Total
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s/s\t%.1f\t%.2f\t%.2f\t%.2f\t%d\t\n", r.Label, r.Params.Workload, r.Params.SizeRange(),
-			HumanBytes(t.BytesPerSec), t.OpsPerSec, t.Latency.Mean, t.Latency.P50, t.Latency.P99, t.Errors)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s/s\t%.1f\t%.2f\t%.2f\t%.2f\t%d\t%d\t\n", r.Label, r.Params.Workload, r.Params.SizeRange(),
+			HumanBytes(t.BytesPerSec), t.OpsPerSec, t.Latency.Mean, t.Latency.P50, t.Latency.P99, r.Main.Unsent, t.Errors)
 	}
 	return tw.Flush()
 }

@@ -11,9 +11,14 @@
 // that NIC), picks for every request the least-loaded (local, remote) pair
 // (fewest requests in flight on the local interface plus on the remote
 // address; ties go round-robin), takes a pair out when it fails (dial errors,
-// resets, stalls confirmed by a probe) and probes it back in; requests in
-// flight on a pair are aborted only when it has moved no byte for FailAfter
-// and a probe fails. Requests that
+// resets, stalls confirmed by a probe), closing its idle pooled connections,
+// and probes it back in once it passes RecoverAfter consecutive probes (so a
+// flapping path stays out). Stall detection is per request: a request in
+// flight is aborted only when its own connection has moved no byte for
+// FailAfter while it waited on the network and a probe of its pair fails,
+// so one black-holed connection is caught even while its siblings stream,
+// and a request still moving bytes, however slowly, is never aborted.
+// Requests that
 // are safe to replay (idempotent methods whose body is empty or can be
 // re-created with GetBody) are retried on another pair. Transport is also an
 // http.RoundTripper, so an ordinary http.Client (for example the one inside

@@ -164,12 +164,14 @@ type ifaceCounters struct {
 	sent, recv atomic.Uint64
 }
 
-// countConn counts bytes into one or two sets of counters and records the
-// time of the last byte in progress (if not nil).
+// countConn counts bytes into one or two sets of counters and, when
+// progress is not nil, records the time of the last byte there (its pair's
+// clock) and in last (its own clock).
 type countConn struct {
 	net.Conn
 	a, b      *ifaceCounters
 	progress  *atomic.Int64
+	last      atomic.Int64 // unix ns of the last byte; only with progress
 	closeOnce sync.Once
 	onClose   func()
 }
@@ -193,7 +195,9 @@ func (c *countConn) add(sent bool, n int) {
 		}
 	}
 	if c.progress != nil {
-		c.progress.Store(time.Now().UnixNano())
+		now := time.Now().UnixNano()
+		c.progress.Store(now)
+		c.last.Store(now)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/netip"
 	"net/url"
 	"sort"
@@ -93,13 +94,25 @@ type Config struct {
 	ProbePath string
 	// ProbeInterval is how often a down or idle pair is probed (default 500ms).
 	ProbeInterval time.Duration
-	// FailAfter bounds a dial and a probe; a pair whose requests have moved
-	// no byte for this long and whose probe fails is taken out, and its
-	// requests are aborted and retried elsewhere when safe (default 1s).
+	// FailAfter bounds a dial and a probe, and is the stall window: when a
+	// probe of a pair fails, every request in flight on it whose own
+	// connection has moved no byte for this long while the request waited
+	// on the network is aborted (and retried elsewhere when safe), and the
+	// pair is taken out. Requests that keep moving bytes, however slowly,
+	// and quiet requests on a pair whose probes succeed are never aborted
+	// (default 1s).
 	FailAfter time.Duration
+	// RecoverAfter is the hysteresis of a pair that went down: it carries
+	// new requests again (is preferred by the picker) only after this many
+	// consecutive successful probes, each started after the previous one
+	// answered, so a flapping path is not readmitted by one lucky probe.
+	// A failed probe or a failed request starts the count again. Default 2;
+	// 1 readmits a pair on its first successful probe.
+	RecoverAfter int
 	// MaxAttempts bounds the tries of one replayable request (default 3).
 	MaxAttempts int
-	// MaxIdleConnsPerHost per local interface (default 64).
+	// MaxIdleConnsPerHost bounds the idle connections kept per pair (local
+	// interface, remote address) (default 64).
 	MaxIdleConnsPerHost int
 	// ResponseHeaderTimeout, if not zero, bounds the wait for response headers.
 	ResponseHeaderTimeout time.Duration
@@ -125,6 +138,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxAttempts <= 0 {
 		c.MaxAttempts = 3
+	}
+	if c.RecoverAfter <= 0 {
+		c.RecoverAfter = 2
 	}
 	if c.MaxIdleConnsPerHost <= 0 {
 		c.MaxIdleConnsPerHost = 64
@@ -160,14 +176,12 @@ type Transport struct {
 
 var _ http.RoundTripper = (*Transport)(nil)
 
-// iface is one local interface: its bound dialer and transports.
+// iface is one local interface and its bound dialer.
 type iface struct {
-	addr    string // "" = unbound
-	ip      net.IP
-	subnet  *net.IPNet
-	dialer  *net.Dialer
-	rt      *http.Transport
-	probeRT *http.Transport
+	addr   string // "" = unbound
+	ip     net.IP
+	subnet *net.IPNet
+	dialer *net.Dialer
 
 	c                         ifaceCounters
 	requests, errors, retries atomic.Uint64
@@ -203,10 +217,16 @@ func ParseAddr(a string) (hostport, scheme string, err error) {
 	return u.Host, u.Scheme, nil
 }
 
+// pair is one (local interface, remote address) pair. It has its own
+// connection pools (rt for requests, probeRT for probes), so the idle
+// connections of a pair can be closed when it goes down without touching
+// the other pairs of its interface.
 type pair struct {
-	key string
-	loc *iface
-	rem *endpoint
+	key     string
+	loc     *iface
+	rem     *endpoint
+	rt      *http.Transport
+	probeRT *http.Transport
 
 	c                ifaceCounters
 	inflight         atomic.Int64
@@ -221,10 +241,81 @@ type pair struct {
 	lastErr   string
 	probing   int // probes under way
 	lastProbe time.Time
+	// okProbes counts the consecutive successful probes of a pair that is
+	// down (see Config.RecoverAfter); verdictAt is when the last probe
+	// result that counted arrived, or when the pair last went down: a
+	// probe started before it is stale and its result is ignored.
+	okProbes  int
+	verdictAt time.Time
 }
 
+// flight is one request in flight on a pair. Stall detection is per
+// flight: a flight is quiet for as long as neither its own connection has
+// moved a byte nor its caller has started a read, counted from its start,
+// and it is stuck when it has been quiet for FailAfter while it waits on
+// the network (in RoundTrip, or with its caller blocked in a body read).
 type flight struct {
-	cancel context.CancelCauseFunc
+	cancel    context.CancelCauseFunc
+	start     int64                     // unix ns; set before the flight is published
+	mark      atomic.Int64              // unix ns the caller last entered a body read
+	conn      atomic.Pointer[countConn] // its connection, once it has one
+	reading   atomic.Int32              // body reads under way
+	delivered atomic.Bool               // the response was handed to the caller
+}
+
+// quiet returns how long the flight has moved nothing as of now (unix ns).
+func (f *flight) quiet(now int64) time.Duration {
+	last := max(f.start, f.mark.Load())
+	if c := f.conn.Load(); c != nil {
+		last = max(last, c.last.Load())
+	}
+	return time.Duration(now - last)
+}
+
+// waiting reports whether the flight waits on the network: its response
+// has not arrived yet, or its caller is blocked reading the body. A body
+// the caller does not read is not stalled, however long it sits.
+func (f *flight) waiting() bool {
+	return !f.delivered.Load() || f.reading.Load() > 0
+}
+
+// quietest returns the longest quiet time of p's waiting flights. Caller
+// holds p.mu.
+func (p *pair) quietest(now int64) time.Duration {
+	var q time.Duration
+	for f := range p.flights {
+		if f.waiting() {
+			q = max(q, f.quiet(now))
+		}
+	}
+	return q
+}
+
+// stuck returns p's flights that waited on the network with nothing moving
+// on their own connection for at least window. Caller holds p.mu.
+func (p *pair) stuck(now int64, window time.Duration) []*flight {
+	var out []*flight
+	for f := range p.flights {
+		if f.waiting() && f.quiet(now) >= window {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// connOf returns the countConn under c (a TLS connection wraps it).
+func connOf(c net.Conn) *countConn {
+	for i := 0; i < 4 && c != nil; i++ {
+		switch x := c.(type) {
+		case *countConn:
+			return x
+		case interface{ NetConn() net.Conn }:
+			c = x.NetConn()
+		default:
+			return nil
+		}
+	}
+	return nil
 }
 
 // NewTransport builds a Transport and starts its probe loop; Close stops it.
@@ -351,16 +442,21 @@ func (t *Transport) newIface(a string, nets []*net.IPNet) (*iface, error) {
 		}
 	}
 	loc.dialer = d
-	// Bytes of data connections are progress on their pair; those of probe
-	// connections are counted but are not progress (a probe must not hide
-	// a stall).
+	return loc, nil
+}
+
+// newRoundTrippers gives p its own connection pools, dialing from its
+// local interface. Bytes of data connections are progress on the pair and
+// on the connection; those of probe connections are counted but are not
+// progress (a probe must not hide a stall).
+func (t *Transport) newRoundTrippers(p *pair) {
+	loc := p.loc
 	dialer := func(progress bool) func(ctx context.Context, network, addr string) (net.Conn, error) {
 		return func(ctx context.Context, network, addr string) (net.Conn, error) {
-			c, err := d.DialContext(ctx, network, addr)
+			c, err := loc.dialer.DialContext(ctx, network, addr)
 			if err != nil {
 				return nil, err
 			}
-			p := t.pair(loc, addr, "")
 			cc := newCountConn(c, &loc.c, nil, nil)
 			cc.b = &p.c
 			if progress {
@@ -369,7 +465,7 @@ func (t *Transport) newIface(a string, nets []*net.IPNet) (*iface, error) {
 			return cc, nil
 		}
 	}
-	loc.rt = &http.Transport{
+	p.rt = &http.Transport{
 		DialContext:           dialer(true),
 		TLSClientConfig:       t.cfg.TLS,
 		MaxIdleConns:          0,
@@ -380,14 +476,19 @@ func (t *Transport) newIface(a string, nets []*net.IPNet) (*iface, error) {
 		WriteBufferSize:       64 << 10,
 		ReadBufferSize:        64 << 10,
 	}
-	loc.probeRT = &http.Transport{
+	p.probeRT = &http.Transport{
 		DialContext:         dialer(false),
 		TLSClientConfig:     t.cfg.TLS,
 		MaxIdleConnsPerHost: 1,
 		IdleConnTimeout:     30 * time.Second,
 		DisableCompression:  true,
 	}
-	return loc, nil
+}
+
+// closeIdle closes the idle pooled connections of p, data and probe.
+func (p *pair) closeIdle() {
+	p.rt.CloseIdleConnections()
+	p.probeRT.CloseIdleConnections()
 }
 
 // isLoopback4 reports whether ip is in 127.0.0.0/8.
@@ -410,6 +511,7 @@ func (t *Transport) pair(loc *iface, remote, scheme string) *pair {
 			t.remotes[remote] = rem
 		}
 		p = &pair{key: key, loc: loc, rem: rem, flights: map[*flight]struct{}{}}
+		t.newRoundTrippers(p)
 		now := time.Now().UnixNano()
 		p.lastProgress.Store(now)
 		p.lastUsed.Store(now)
@@ -617,7 +719,14 @@ func (t *Transport) do(ctx context.Context, peer Peer, req *http.Request, scheme
 
 func (t *Transport) attempt(ctx context.Context, p *pair, req *http.Request, n int, scheme, host string) (*http.Response, error) {
 	actx, cancel := context.WithCancelCause(ctx)
-	r := req.Clone(actx)
+	f := &flight{cancel: cancel}
+	// The connection the request gets is where its own progress is seen.
+	tctx := httptrace.WithClientTrace(actx, &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) {
+		if c := connOf(i.Conn); c != nil {
+			f.conn.Store(c)
+		}
+	}})
+	r := req.Clone(tctx)
 	if n > 0 && req.Body != nil && req.Body != http.NoBody {
 		b, err := req.GetBody()
 		if err != nil {
@@ -634,16 +743,15 @@ func (t *Transport) attempt(ctx context.Context, p *pair, req *http.Request, n i
 	if r.Host == "" {
 		r.Host = host
 	}
-	f := &flight{cancel: cancel}
 	t.start(p, f)
-	resp, err := p.loc.rt.RoundTrip(r)
+	resp, err := p.rt.RoundTrip(r)
 	if err != nil {
 		cause := context.Cause(actx)
 		t.finish(p, f)
 		if ctx.Err() != nil { // the caller gave up: not the pair's fault
 			return nil, err
 		}
-		if errors.Is(cause, ErrPairDown) {
+		if errors.Is(cause, ErrPairDown) && !errors.Is(err, ErrPairDown) {
 			err = fmt.Errorf("%w: %w", ErrPairDown, err)
 		}
 		t.fail(p, err)
@@ -654,6 +762,7 @@ func (t *Transport) attempt(ctx context.Context, p *pair, req *http.Request, n i
 		return resp, nil
 	}
 	resp.Body = &body{rc: resp.Body, t: t, p: p, f: f, parent: ctx, actx: actx}
+	f.delivered.Store(true)
 	return resp, nil
 }
 
@@ -665,6 +774,8 @@ func (loc *iface) name() string {
 }
 
 func (t *Transport) start(p *pair, f *flight) {
+	now := time.Now().UnixNano()
+	f.start = now // the clock of the flight's stall starts with it
 	p.mu.Lock()
 	p.flights[f] = struct{}{}
 	p.mu.Unlock()
@@ -673,7 +784,6 @@ func (t *Transport) start(p *pair, f *flight) {
 	p.rem.inflight.Add(1)
 	p.requests.Add(1)
 	p.loc.requests.Add(1)
-	now := time.Now().UnixNano()
 	p.lastUsed.Store(now)
 	if p.inflight.Load() == 1 { // the clock of a stall starts with the request
 		p.lastProgress.Store(now)
@@ -696,7 +806,8 @@ func (t *Transport) finish(p *pair, f *flight) {
 // fail counts an error on p and takes it out for new requests, and has it
 // probed at once. Requests still in flight on it are not aborted here (one
 // failed request says little about its siblings, which may just be waiting
-// for a slow server): only a failed probe on a stalled pair aborts them.
+// for a slow server): only a failed probe aborts them, and only those whose
+// own connection has stalled.
 func (t *Transport) fail(p *pair, err error) {
 	p.errors.Add(1)
 	p.loc.errors.Add(1)
@@ -707,28 +818,43 @@ func (t *Transport) fail(p *pair, err error) {
 	}
 }
 
+// stalled reports whether no data connection of p has moved a byte for
+// FailAfter.
 func (t *Transport) stalled(p *pair) bool {
 	return time.Since(time.Unix(0, p.lastProgress.Load())) > t.cfg.FailAfter
 }
 
+// markDown takes p out; with abort, the flights on it that are stuck (see
+// pair.stuck) are aborted too.
 func (t *Transport) markDown(p *pair, err error, abort bool) {
+	var stuck []*flight
+	if abort {
+		p.mu.Lock()
+		stuck = p.stuck(time.Now().UnixNano(), t.cfg.FailAfter)
+		p.mu.Unlock()
+	}
+	t.takeDown(p, err, stuck)
+}
+
+// takeDown takes p out for new requests, restarts its recovery count,
+// closes its idle pooled connections (so none is reused once it is back)
+// and aborts the flights in stuck.
+func (t *Transport) takeDown(p *pair, err error, stuck []*flight) {
 	p.mu.Lock()
 	was := p.down.Swap(true)
+	now := time.Now()
 	if !was {
-		p.since = time.Now()
+		p.since = now
 	}
 	p.lastErr = err.Error()
-	var fl []*flight
-	if abort {
-		for f := range p.flights {
-			fl = append(fl, f)
-		}
-	}
+	p.okProbes = 0
+	p.verdictAt = now // probes started before this are stale
 	p.mu.Unlock()
+	p.closeIdle()
 	if !was {
-		t.log.Warn("netx: pair down", "local", p.loc.name(), "remote", p.rem.addr, "err", err, "aborted", len(fl))
+		t.log.Warn("netx: pair down", "local", p.loc.name(), "remote", p.rem.addr, "err", err, "aborted", len(stuck))
 	}
-	for _, f := range fl {
+	for _, f := range stuck {
 		f.cancel(ErrPairDown)
 	}
 }
@@ -741,8 +867,12 @@ func (t *Transport) markUp(p *pair) {
 		downFor = time.Since(p.since)
 		p.since = time.Now()
 	}
+	p.okProbes = 0
 	p.mu.Unlock()
 	if was {
+		// Connections pooled while the pair was down (by requests that
+		// finished then) are not trusted either: it starts afresh.
+		p.closeIdle()
 		t.log.Info("netx: pair up", "local", p.loc.name(), "remote", p.rem.addr, "down_for", downFor)
 	}
 }
@@ -760,12 +890,17 @@ type body struct {
 }
 
 func (b *body) Read(buf []byte) (int, error) {
+	// While the caller is blocked here the flight waits on the network;
+	// its quiet time starts now at the latest.
+	b.f.mark.Store(time.Now().UnixNano())
+	b.f.reading.Add(1)
 	n, err := b.rc.Read(buf)
+	b.f.reading.Add(-1)
 	if err == io.EOF {
 		b.end()
 	} else if err != nil {
 		if b.parent.Err() == nil {
-			if errors.Is(context.Cause(b.actx), ErrPairDown) {
+			if errors.Is(context.Cause(b.actx), ErrPairDown) && !errors.Is(err, ErrPairDown) {
 				err = fmt.Errorf("%w: %w", ErrPairDown, err)
 			}
 			if !b.done.Load() {
@@ -812,20 +947,29 @@ const maxProbes = 4
 func (t *Transport) check(now time.Time) {
 	t.mu.Lock()
 	ps := make([]*pair, 0, len(t.pairs))
+	var dropped []*pair
 	for k, p := range t.pairs {
 		if p.inflight.Load() == 0 && now.Sub(time.Unix(0, p.lastUsed.Load())) > t.cfg.PairTTL {
 			delete(t.pairs, k)
+			dropped = append(dropped, p)
 			continue
 		}
 		ps = append(ps, p)
 	}
 	t.mu.Unlock()
+	for _, p := range dropped {
+		p.closeIdle()
+	}
 	for _, p := range ps {
+		// A pair is probed when it is idle or when one of its requests
+		// has moved nothing for an interval, even while its siblings
+		// stream: a stall is per connection.
 		idle := now.Sub(time.Unix(0, p.lastProgress.Load()))
 		p.mu.Lock()
+		idle = max(idle, p.quietest(now.UnixNano()))
 		// A pair that is down gets a new probe every interval even while
 		// older ones wait for their timeout, so it comes back within about
-		// one interval of being reachable again.
+		// RecoverAfter intervals of being reachable again.
 		limit := 1
 		if p.down.Load() {
 			limit = maxProbes
@@ -862,6 +1006,7 @@ func (t *Transport) probeNow(p *pair) {
 
 func (t *Transport) probe(p *pair) {
 	defer t.wg.Done()
+	started := time.Now()
 	ctx, cancel := context.WithTimeout(t.ctx, t.cfg.FailAfter)
 	defer cancel()
 	err := t.probeOnce(ctx, p)
@@ -871,19 +1016,53 @@ func (t *Transport) probe(p *pair) {
 	if t.ctx.Err() != nil {
 		return
 	}
-	if err == nil {
-		t.markUp(p)
+	t.verdict(p, started, err)
+}
+
+// verdict acts on the result of a probe of p started at started. A result
+// is stale, and ignored, when the probe started before the previous result
+// that counted arrived or before the pair last went down: so probes that
+// overlap count once, and a late answer to an old probe does not outvote
+// newer ones.
+//
+// A pair that is down comes back after Config.RecoverAfter consecutive
+// successes. A failure restarts that count; it aborts the requests on the
+// pair that are stuck (their own connection moved nothing for FailAfter
+// while they waited on the network) and takes the pair out when it
+// aborted some or when nothing at all moved on the pair for FailAfter.
+// Requests still moving bytes are left alone, and a quiet request on a
+// pair whose probes succeed is never aborted.
+func (t *Transport) verdict(p *pair, started time.Time, err error) {
+	now := time.Now()
+	p.mu.Lock()
+	if started.Before(p.verdictAt) {
+		p.mu.Unlock()
 		return
 	}
-	// Nothing moved on the pair for FailAfter and the probe failed too: the
-	// pair is down and whatever is still in flight on it is stuck.
-	if t.stalled(p) {
-		t.markDown(p, fmt.Errorf("probe: %w", err), true)
-	} else if p.down.Load() {
-		p.mu.Lock()
-		p.lastErr = err.Error()
+	p.verdictAt = now
+	if err == nil {
+		back := false
+		if p.down.Load() {
+			p.okProbes++
+			back = p.okProbes >= t.cfg.RecoverAfter
+		}
 		p.mu.Unlock()
+		if back {
+			t.markUp(p)
+		}
+		return
 	}
+	p.okProbes = 0
+	stuck := p.stuck(now.UnixNano(), t.cfg.FailAfter)
+	if len(stuck) == 0 && !t.stalled(p) {
+		if p.down.Load() {
+			p.lastErr = err.Error()
+		}
+		p.mu.Unlock()
+		return
+	}
+	p.mu.Unlock()
+	t.takeDown(p, fmt.Errorf("probe: %w", err), stuck)
 }
 
 func (t *Transport) probeOnce(ctx context.Context, p *pair) error {
@@ -904,7 +1083,7 @@ func (t *Transport) probeOnce(ctx context.Context, p *pair) error {
 	if err != nil {
 		return err
 	}
-	resp, err := p.loc.probeRT.RoundTrip(req)
+	resp, err := p.probeRT.RoundTrip(req)
 	if err != nil {
 		return err
 	}
@@ -926,9 +1105,14 @@ func (t *Transport) Close() error {
 	}
 	t.cancel()
 	t.wg.Wait()
-	for _, loc := range t.locals {
-		loc.rt.CloseIdleConnections()
-		loc.probeRT.CloseIdleConnections()
+	t.mu.Lock()
+	ps := make([]*pair, 0, len(t.pairs))
+	for _, p := range t.pairs {
+		ps = append(ps, p)
+	}
+	t.mu.Unlock()
+	for _, p := range ps {
+		p.closeIdle()
 	}
 	return nil
 }

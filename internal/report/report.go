@@ -150,6 +150,9 @@ func describe(r *loader.Result) string {
 	if r.Main.Epochs > 0 {
 		s += fmt.Sprintf(", %d epoch(s)", r.Main.Epochs)
 	}
+	if r.Main.Unsent > 0 {
+		s += fmt.Sprintf(", %d paced requests unsent", r.Main.Unsent)
+	}
 	if r.Partial {
 		s += ", partial (" + r.Error + ")"
 	}
