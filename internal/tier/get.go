@@ -67,44 +67,33 @@ func (t *Tier) get(ctx context.Context, bucket, key string, rng *object.Range) (
 		return nil, err
 	}
 	if rng != nil {
-		t.counters.cold.Add(1)
 		return t.coldRange(ctx, b, bucket, key, rng, stale, reqStart)
 	}
-	for {
-		f, isLocal, err := t.acquireFill(b, bucket, key, stale)
-		if err != nil {
-			return nil, err
-		}
-		if isLocal {
-			r, err := t.local.Get(ctx, bucket, key, nil)
-			if errors.Is(err, object.ErrNotFound) {
-				continue
-			}
-			if err != nil {
-				return nil, err
-			}
-			t.counters.warm.Add(1)
-			return r, nil
-		}
-		if b.Validate.Policy == ValidateAlways && f.started.Before(reqStart) {
-			// The fill began before this request: the remote may have
-			// changed since. Let it land, then validate it like any warm
-			// copy (which refetches it if it is stale).
-			select {
-			case <-f.done:
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
-			return t.get(ctx, bucket, key, rng)
-		}
-		r, err := f.reader(ctx, nil)
-		if errors.Is(err, errFillOver) {
-			// The fill ended as this request joined it: start over.
-			return t.get(ctx, bucket, key, rng)
-		}
-		t.counters.cold.Add(1)
-		return r, err
+	f, isLocal, err := t.acquireFill(b, bucket, key, stale)
+	if err != nil {
+		return nil, err
 	}
+	if isLocal {
+		return t.foundLocal(ctx, b, bucket, key, rng, stale)
+	}
+	if b.Validate.Policy == ValidateAlways && f.started.Before(reqStart) {
+		// The fill began before this request: the remote may have
+		// changed since. Let it land, then validate it like any warm
+		// copy (which refetches it if it is stale).
+		select {
+		case <-f.done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return t.get(ctx, bucket, key, rng)
+	}
+	r, err := f.reader(ctx, nil)
+	if errors.Is(err, errFillOver) {
+		// The fill ended as this request joined it: start over.
+		return t.get(ctx, bucket, key, rng)
+	}
+	t.counters.cold.Add(1)
+	return r, err
 }
 
 // coldRange answers a range of an object that is not local: from a fill in
@@ -118,8 +107,9 @@ func (t *Tier) coldRange(ctx context.Context, b Bucket, bucket, key string, rng 
 		return nil, err
 	}
 	if isLocal {
-		return t.local.Get(ctx, bucket, key, rng)
+		return t.foundLocal(ctx, b, bucket, key, rng, stale)
 	}
+	t.counters.cold.Add(1)
 	current := b.Validate.Policy != ValidateAlways || !f.started.Before(reqStart)
 	if current && f.covers(rng) {
 		if r, err := f.reader(ctx, rng); !errors.Is(err, errFillOver) {
@@ -128,6 +118,27 @@ func (t *Tier) coldRange(ctx context.Context, b Bucket, bucket, key string, rng 
 		// The fill ended meanwhile: ask the backend.
 	}
 	return t.backendRange(ctx, b, bucket, key, rng)
+}
+
+// foundLocal serves bucket/key, or the range rng of it, from the local copy
+// acquireFill found: the object became local after this request looked (a
+// fill ended meanwhile), or a write-back write of it is pending. Under
+// ValidateAlways a copy that became local is looked at again like any warm
+// copy, since the fill that made it may have started before the request. A
+// copy evicted meanwhile makes the object cold again.
+func (t *Tier) foundLocal(ctx context.Context, b Bucket, bucket, key string, rng *object.Range, stale *object.Info) (object.Reader, error) {
+	if stale == nil && b.Validate.Policy == ValidateAlways {
+		return t.get(ctx, bucket, key, rng)
+	}
+	r, err := t.local.Get(ctx, bucket, key, rng)
+	if errors.Is(err, object.ErrNotFound) {
+		return t.get(ctx, bucket, key, rng)
+	}
+	if err != nil {
+		return nil, err
+	}
+	t.counters.warm.Add(1)
+	return r, nil
 }
 
 // backendRange answers a range of bucket/key with a range request to the
@@ -163,6 +174,13 @@ func (t *Tier) fresh(ctx context.Context, b Bucket, info object.Info) (bool, err
 		return true, nil // newer than the backend
 	}
 	if b.Mode == ModeWriteback && t.d != nil && t.d.pendingOp(info.Bucket, info.Key) != nil {
+		return true, nil
+	}
+	if b.Mode == ModeCache && info.BackendETag == "" {
+		// Not a copy of a backend version (fills, write-throughs and
+		// adoptions record one): an object committed by another path,
+		// a multipart completion that Adopt is about to write through.
+		// Refetched or dropped, that write would be lost.
 		return true, nil
 	}
 	switch b.Validate.Policy {

@@ -542,10 +542,18 @@ func (t *Tier) Adopt(ctx context.Context, bucket, key string) (object.Info, erro
 			return object.Info{}, err
 		}
 		now := time.Now()
-		return t.local.UpdateMeta(ctx, bucket, key, func(i *object.Info) error {
+		got, err := t.local.UpdateMeta(ctx, bucket, key, func(i *object.Info) error {
 			i.BackendETag, i.BackendVersion, i.ValidatedAt = a.ETag, a.Version, now
 			return nil
 		})
+		if errors.Is(err, object.ErrNotFound) {
+			// Evicted during the upload, which read on from the open
+			// file: the backend holds the object, the cache just lost
+			// its copy.
+			info.BackendETag, info.BackendVersion, info.ValidatedAt = a.ETag, a.Version, now
+			return info, nil
+		}
+		return got, err
 	}
 	d := t.d
 	info, err := t.local.UpdateMeta(ctx, bucket, key, func(i *object.Info) error { i.Dirty = true; return nil })
