@@ -123,7 +123,7 @@ func TestMultipartHappyPath(t *testing.T) {
 	}
 	// How the upload cut the object is kept, across the restart, for GET
 	// by part number.
-	wantParts := []object.PartRun{{object.MinPartSize, 1}, {object.MinPartSize + 123, 1}, {1000, 1}}
+	wantParts := []object.PartRun{{Size: object.MinPartSize, Count: 1}, {Size: object.MinPartSize + 123, Count: 1}, {Size: 1000, Count: 1}}
 	if st, err := s.Stat(ctx, "bkt", key); err != nil || !slices.Equal(st.Parts, wantParts) {
 		t.Fatalf("parts after reopen: %v, %v; want %v", st.Parts, err, wantParts)
 	}
@@ -132,8 +132,8 @@ func TestMultipartHappyPath(t *testing.T) {
 		parts []object.PartRun
 		want  []object.PartRun
 	}{
-		{[]object.PartRun{{6, 1}, {4, 1}}, []object.PartRun{{6, 1}, {4, 1}}},
-		{[]object.PartRun{{6, 2}}, nil},
+		{[]object.PartRun{{Size: 6, Count: 1}, {Size: 4, Count: 1}}, []object.PartRun{{Size: 6, Count: 1}, {Size: 4, Count: 1}}},
+		{[]object.PartRun{{Size: 6, Count: 2}}, nil},
 	} {
 		info, err := s.Put(ctx, "bkt", "copy", bytes.NewReader(randBytes(4, 10)), PutOptions{PutOptions: object.PutOptions{Size: 10, Parts: tc.parts}})
 		if err != nil || !slices.Equal(info.Parts, tc.want) {
