@@ -100,7 +100,9 @@ func (l *localService) put(ctx context.Context, b cluster.BucketProps, bucket, k
 	switch {
 	case opts.KeepNewer:
 		// A rebalance copy: refused (under the key lock, at commit) if a
-		// newer version or a later delete got here first.
+		// newer version or a later delete got here first, however long
+		// its body takes to arrive.
+		defer l.tombs.holdRecent()()
 		so := storePutOptions(opts, b)
 		so.DeletedAt = func() (time.Time, bool) { return l.tombs.get(bucket, key) }
 		return l.store.Put(ctx, bucket, key, r, so)

@@ -3,7 +3,10 @@ package node
 import (
 	"bytes"
 	"context"
+	"errors"
+	"io"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -90,5 +93,69 @@ func TestLocalBucketCopiesArePinned(t *testing.T) {
 		if stored.Pinned != tt.pinned || stored.Evictable() == tt.pinned {
 			t.Errorf("%s: pinned %v, evictable %v; want pinned %v", tt.name, stored.Pinned, stored.Evictable(), tt.pinned)
 		}
+	}
+}
+
+// TestSlowKeepNewerCopyRefusedAfterDelete: a rebalance copy (KeepNewer)
+// that began before its key was deleted on this node is refused at commit
+// however long its body takes to arrive (a large object at the rebalance
+// rate limit can take longer than the in-memory memory of recent deletes
+// otherwise lasts): it must not bring the deleted object back.
+func TestSlowKeepNewerCopyRefusedAfterDelete(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, store.Config{Mountpaths: []string{filepath.Join(t.TempDir(), "mp")}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	var offset atomic.Int64 // how far the tombstones' clock is ahead of the real one
+	clock := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	tombs, err := openTombstones(filepath.Join(t.TempDir(), "tombstones"), time.Hour, clock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tombs.close() })
+	m := cluster.NewMap()
+	m.Buckets["loc"] = cluster.BucketProps{Name: "loc", Copies: 2, Mode: cluster.ModeLocal}
+	l := &localService{meta: fixedMap{m}, store: st, tombs: tombs}
+
+	body := bytes.Repeat([]byte("x"), 1<<20)
+	old := time.Now().Add(-time.Hour).UTC()
+	if _, err := l.Put(ctx, "loc", "k", bytes.NewReader(body), peer.PutOptions{PutOptions: object.PutOptions{Size: int64(len(body))}, ModTime: old}); err != nil {
+		t.Fatal(err)
+	}
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		_, err := l.Put(ctx, "loc", "k", pr, peer.PutOptions{PutOptions: object.PutOptions{Size: int64(len(body))}, ModTime: old, KeepNewer: true})
+		pr.CloseWithError(err)
+		done <- err
+	}()
+	if _, err := pw.Write(body[:len(body)/2]); err != nil {
+		t.Fatal(err)
+	}
+	// The client deletes the key while the copy is on its way.
+	if err := l.Delete(ctx, "loc", "k"); err != nil {
+		t.Fatal(err)
+	}
+	offset.Store(int64(recentRetention + time.Minute)) // the copy is slow
+	if _, err := pw.Write(body[len(body)/2:]); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	select {
+	case err = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the copy's Put did not return")
+	}
+	if !errors.Is(err, object.ErrPrecondition) {
+		t.Errorf("copy sent before the delete, arriving after it: %v, want ErrPrecondition", err)
+	}
+	if _, err := st.Stat(ctx, "loc", "k"); !errors.Is(err, object.ErrNotFound) {
+		t.Errorf("deleted object after the slow copy: %v, want not found", err)
+	}
+	// Once no copy is in flight, recent deletes expire as before.
+	if _, ok := tombs.get("loc", "k"); ok {
+		t.Error("a recent delete outlived recentRetention with no copy in flight")
 	}
 }

@@ -35,6 +35,11 @@ type tombstones struct {
 	// it, and must not bring the object back.
 	recent  map[string]time.Time
 	recentQ []tombRecord
+	// holds are the start times of the KeepNewer copies being received
+	// (holdRecent): a recent delete remembered when one of them began, or
+	// noted since, is kept past recentRetention until it is done.
+	holds   map[uint64]time.Time
+	holdSeq uint64
 }
 
 // Deletes are remembered in memory for recentRetention, at most recentMax.
@@ -58,7 +63,7 @@ func tombKey(bucket, key string) string { return bucket + "\x00" + key }
 // openTombstones loads path (a torn last line from a crash is ignored) and
 // compacts it.
 func openTombstones(path string, retain time.Duration, now func() time.Time) (*tombstones, error) {
-	t := &tombstones{path: path, retain: retain, now: now, m: map[string]time.Time{}, recent: map[string]time.Time{}}
+	t := &tombstones{path: path, retain: retain, now: now, m: map[string]time.Time{}, recent: map[string]time.Time{}, holds: map[uint64]time.Time{}}
 	f, err := os.Open(path)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
@@ -199,12 +204,49 @@ func (t *tombstones) noteDelete(bucket, key string, at time.Time) {
 	}
 }
 
+// holdRecent keeps the recent deletes remembered now, and those noted
+// from now on, in memory even past recentRetention, until release is
+// called. A KeepNewer copy holds them while its body arrives: one sent
+// before its key was deleted here may take longer than that (a large
+// object at the rebalance rate), and must still be refused when it
+// commits.
+func (t *tombstones) holdRecent() (release func()) {
+	if t == nil {
+		return func() {}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.holdSeq++
+	id := t.holdSeq
+	t.holds[id] = t.now()
+	return func() {
+		t.mu.Lock()
+		delete(t.holds, id)
+		t.mu.Unlock()
+	}
+}
+
+// recentLive reports whether a delete noted at at is still remembered:
+// within recentRetention, or held by a copy that began while it was (t.mu
+// held).
+func (t *tombstones) recentLive(at, now time.Time) bool {
+	if now.Sub(at) <= recentRetention {
+		return true
+	}
+	for _, since := range t.holds {
+		if since.Sub(at) <= recentRetention {
+			return true
+		}
+	}
+	return false
+}
+
 // expireRecent forgets the in-memory deletes that are too old or too many
 // (t.mu held).
 func (t *tombstones) expireRecent() {
 	now, drop := t.now(), 0
 	for _, r := range t.recentQ {
-		if len(t.recentQ)-drop <= recentMax && now.Sub(r.Time) <= recentRetention {
+		if len(t.recentQ)-drop <= recentMax && t.recentLive(r.Time, now) {
 			break
 		}
 		if k := tombKey(r.Bucket, r.Key); t.recent[k].Equal(r.Time) {
@@ -227,7 +269,7 @@ func (t *tombstones) get(bucket, key string) (time.Time, bool) {
 	if ok && t.now().Sub(at) > t.retain {
 		at, ok = time.Time{}, false
 	}
-	if r, found := t.recent[k]; found && t.now().Sub(r) <= recentRetention && r.After(at) {
+	if r, found := t.recent[k]; found && t.recentLive(r, t.now()) && r.After(at) {
 		at, ok = r, true
 	}
 	return at, ok

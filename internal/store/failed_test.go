@@ -88,7 +88,14 @@ func TestFailedDriveTakesNoWrites(t *testing.T) {
 // test can make read-only, and unmounts it when the test ends.
 func tmpfsMountpath(t *testing.T, p string) string {
 	t.Helper()
-	if err := unix.Mount("tmpfs", mkdir(t, p), "tmpfs", 0, "size=16m"); err != nil {
+	return tmpfsMountpathWith(t, p, "size=16m")
+}
+
+// tmpfsMountpathWith mounts a tmpfs with the mount options data at the new
+// directory p, unmounted when the test ends.
+func tmpfsMountpathWith(t *testing.T, p, data string) string {
+	t.Helper()
+	if err := unix.Mount("tmpfs", mkdir(t, p), "tmpfs", 0, data); err != nil {
 		t.Fatalf("mounting a tmpfs (the test runs as root): %v", err)
 	}
 	t.Cleanup(func() {
@@ -236,5 +243,48 @@ func TestSourceErrorLeavesDriveHealthy(t *testing.T) {
 	put(t, s, "bkt", key, []byte("next"))
 	if e := s.lookup("bkt", key); e.mp != 0 {
 		t.Errorf("next write went to mountpath %d, not its HRW mountpath 0", e.mp)
+	}
+}
+
+// TestUploadCompletesAfterItsDriveFailed: the parts of a multipart upload
+// on a drive that fails stay readable, so completing it assembles the
+// object on a healthy mountpath: the completion that finds the failure
+// fails, and the client's retry succeeds.
+func TestUploadCompletesAfterItsDriveFailed(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	broken := tmpfsMountpath(t, filepath.Join(dir, "mp1"))
+	s := openTest(t, Config{Mountpaths: []string{broken, filepath.Join(dir, "mp2")}})
+	key := keysOn(s, "bkt", 0, 1)[0]
+	id, err := s.CreateUpload(ctx, "bkt", key, UploadOptions{Pinned: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	part := randBytes(7, 1000)
+	pi := putPart(t, s, "bkt", key, id, 1, part)
+	for _, mp := range s.mps {
+		if mp.path == broken {
+			mp.lock.Close() // see TestFailedDriveTakesNoWrites
+			mp.lock = nil
+		}
+	}
+	if err := unix.Mount("", broken, "", unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+		t.Fatalf("remount read-only: %v", err)
+	}
+	parts := []object.CompletePart{{PartNumber: 1, ETag: pi.ETag}}
+	info, err := s.CompleteUpload(ctx, "bkt", key, id, parts)
+	if err != nil {
+		if !errors.Is(err, unix.EROFS) {
+			t.Fatalf("completion that finds the drive read-only: %v, want EROFS", err)
+		}
+		if info, err = s.CompleteUpload(ctx, "bkt", key, id, parts); err != nil {
+			t.Fatalf("retried completion: %v", err)
+		}
+	}
+	if got, _ := get(t, s, "bkt", key, nil); !bytes.Equal(got, part) || info.Size != int64(len(part)) {
+		t.Errorf("completed object reads %d bytes (%+v)", len(got), info)
+	}
+	if e := s.lookup("bkt", key); e == nil || s.mps[e.mp].path == broken {
+		t.Errorf("completed object is not on the healthy mountpath: %+v", e)
 	}
 }

@@ -19,18 +19,28 @@ type entry struct {
 	atime atomic.Int64 // unix nanoseconds of the last access, in memory
 	// readers counts the open Readers of this version: eviction passes
 	// over a copy being read, whose unlinking would free no space until
-	// the last reader is done.
-	readers atomic.Int32
+	// the last reader is done. An entry that only rewrites the metadata
+	// of the same file (UpdateMeta, access times) shares its predecessor's
+	// count (withInfo): the readers opened before still hold that file.
+	readers *atomic.Int32
 }
 
 func newEntry(info object.Info, mp int) *entry {
-	e := &entry{info: &info, mp: mp}
+	e := &entry{info: &info, mp: mp, readers: new(atomic.Int32)}
 	at := info.AccessTime
 	if at.IsZero() {
 		at = info.ModTime
 	}
 	e.atime.Store(at.UnixNano())
 	return e
+}
+
+// withInfo returns an entry for the same file as e with new metadata: its
+// readers are e's.
+func (e *entry) withInfo(info object.Info) *entry {
+	ne := newEntry(info, e.mp)
+	ne.readers = e.readers
+	return ne
 }
 
 // snapshot returns a copy of the entry's Info with the in-memory access time.

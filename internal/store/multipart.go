@@ -110,7 +110,10 @@ func (s *Store) CreateUpload(ctx context.Context, bucket, key string, opts Uploa
 	bdir := filepath.Join(mp.mpuDir, bucket)
 	dir := filepath.Join(bdir, id)
 	if err := mkdirSynced(bdir, mp.mpuDir); err != nil {
-		return "", fmt.Errorf("store: create upload: %w", err)
+		if isNoSpace(err) {
+			return "", noSpace(mp, err)
+		}
+		return "", s.checkDrive(mp, fmt.Errorf("store: create upload: %w", err))
 	}
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		if isNoSpace(err) {
@@ -184,7 +187,7 @@ func (s *Store) PutPart(ctx context.Context, bucket, key, uploadID string, part 
 	if err := ctx.Err(); err != nil {
 		return object.PartInfo{}, err
 	}
-	w, err := s.newWork(u.mp, false)
+	w, err := s.newWork(ctx, u.mp, false)
 	if err != nil {
 		return object.PartInfo{}, s.checkDrive(u.mp, err)
 	}
@@ -205,7 +208,7 @@ func (s *Store) PutPart(ctx context.Context, bucket, key, uploadID string, part 
 	if err != nil {
 		return object.PartInfo{}, err
 	}
-	if err := w.seal(xattrPart, b); err != nil {
+	if err := w.seal(ctx, xattrPart, b); err != nil {
 		return object.PartInfo{}, err
 	}
 	u.mu.Lock()
@@ -392,9 +395,16 @@ func (s *Store) CompleteUpload(ctx context.Context, bucket, key, uploadID string
 		}
 	}
 
-	w, err := s.newWork(u.mp, false)
+	// The object goes on the upload's mountpath, unless its drive failed:
+	// the parts are still read from there, the object is written where
+	// the key's writes go now.
+	mp := u.mp
+	if mp.failed.Load() {
+		mp = s.mountpathFor(bucket, key)
+	}
+	w, err := s.newWork(ctx, mp, false)
 	if err != nil {
-		return object.Info{}, err
+		return object.Info{}, s.checkDrive(mp, err)
 	}
 	defer w.abort()
 	if err := w.reserve(ctx, total); err != nil {
@@ -433,7 +443,7 @@ func (s *Store) CompleteUpload(ctx context.Context, bucket, key, uploadID string
 		Pinned: u.meta.Pinned, Dirty: u.meta.Dirty,
 	}
 	if err := s.commit(ctx, w, info, nil); err != nil {
-		return object.Info{}, err
+		return object.Info{}, s.checkDrive(mp, err)
 	}
 	committed = true
 	if err := s.drop(u); err != nil {

@@ -71,8 +71,14 @@ type work struct {
 	done     bool
 }
 
-func (s *Store) newWork(mp *mountpath, direct bool) (*work, error) {
+// newWork creates a work file on mp. A filesystem out of space (out of
+// inodes, with room left in bytes, when it holds many small copies) first
+// has copies evicted on mp, as a write that finds it full does.
+func (s *Store) newWork(ctx context.Context, mp *mountpath, direct bool) (*work, error) {
 	f, err := s.createWork(mp.workDir(), direct)
+	if err != nil && isNoSpace(err) && s.evictCopies(ctx, mp, 1) > 0 {
+		f, err = s.createWork(mp.workDir(), direct)
+	}
 	if err != nil {
 		if isNoSpace(err) {
 			return nil, noSpace(mp, err)
@@ -204,8 +210,14 @@ func (w *work) ingest(ctx context.Context, r io.Reader, limit int64, wantMD5 boo
 }
 
 // seal stores the metadata xattr on the work file, fsyncs and closes it.
-func (w *work) seal(name string, meta []byte) error {
-	if err := unix.Fsetxattr(int(w.f.Fd()), name, meta, 0); err != nil {
+// If the filesystem has no room for the xattr (a block of its own, or, on
+// tmpfs, inode space) it evicts on the mountpath and tries once more.
+func (w *work) seal(ctx context.Context, name string, meta []byte) error {
+	err := unix.Fsetxattr(int(w.f.Fd()), name, meta, 0)
+	if err != nil && isNoSpace(err) && w.s.evictCopies(ctx, w.mp, 1) > 0 {
+		err = unix.Fsetxattr(int(w.f.Fd()), name, meta, 0)
+	}
+	if err != nil {
 		if isNoSpace(err) {
 			return noSpace(w.mp, err)
 		}
@@ -283,7 +295,7 @@ func (s *Store) Put(ctx context.Context, bucket, key string, r io.Reader, opts P
 	}
 
 	mp := s.mountpathFor(bucket, key)
-	w, err := s.newWork(mp, opts.NoCache)
+	w, err := s.newWork(ctx, mp, opts.NoCache)
 	if err != nil {
 		return object.Info{}, s.checkDrive(mp, err)
 	}
@@ -374,7 +386,7 @@ func (s *Store) commit(ctx context.Context, w *work, info object.Info, check fun
 	if err != nil {
 		return err
 	}
-	if err := w.seal(xattrInfo, meta); err != nil {
+	if err := w.seal(ctx, xattrInfo, meta); err != nil {
 		return err
 	}
 	mp := w.mp
@@ -567,7 +579,7 @@ func (s *Store) UpdateMeta(ctx context.Context, bucket, key string, fn func(*obj
 		}
 		return object.Info{}, fmt.Errorf("store: update metadata of %s/%s: %w", bucket, key, err)
 	}
-	ne := newEntry(ni, e.mp)
+	ne := e.withInfo(ni)
 	ne.atime.Store(e.atime.Load())
 	bi.set(key, ne)
 	pk := placement.ObjectName(bucket, key)
@@ -614,8 +626,7 @@ func (s *Store) flushAccessTimes() {
 				if err := writeInfoInPlace(file, info, false); err != nil {
 					s.log.Warn("store: persist access time", "bucket", b, "key", k, "err", err)
 				} else {
-					ne := newEntry(info, e.mp)
-					bi.set(k, ne)
+					bi.set(k, e.withInfo(info))
 				}
 			}
 			l.Unlock()

@@ -217,19 +217,29 @@ func (s *Store) evictMountpath(ctx context.Context, mp *mountpath, need int64) i
 	if need <= 0 {
 		return 0
 	}
-	return s.evictUntil(ctx, mp, func(freed int64) bool { return freed >= need })
+	return s.evictUntil(ctx, mp, func(freed int64, _ int) bool { return freed >= need })
+}
+
+// evictCopies evicts n victims of mp's policy, or as many as it has, and
+// returns the bytes freed: room for n new files where the filesystem ran
+// out of inodes rather than bytes.
+func (s *Store) evictCopies(ctx context.Context, mp *mountpath, n int) int64 {
+	return s.evictUntil(ctx, mp, func(_ int64, evicted int) bool { return evicted >= n })
 }
 
 // evictToLow evicts on mp until it is under the low watermark, measured
 // afresh after every victim so that writes racing with eviction count.
 func (s *Store) evictToLow(ctx context.Context, mp *mountpath) int64 {
-	return s.evictUntil(ctx, mp, func(int64) bool { return usedPct(s.stats(mp)) < s.cfg.LowWatermark })
+	return s.evictUntil(ctx, mp, func(int64, int) bool { return usedPct(s.stats(mp)) < s.cfg.LowWatermark })
 }
 
-func (s *Store) evictUntil(ctx context.Context, mp *mountpath, done func(freed int64) bool) int64 {
+// evictUntil evicts victims of mp's policy until done, given the bytes
+// freed and the copies evicted so far, says so or none is left.
+func (s *Store) evictUntil(ctx context.Context, mp *mountpath, done func(freed int64, evicted int) bool) int64 {
 	mp.evictMu.Lock()
 	defer mp.evictMu.Unlock()
 	var freed int64
+	evicted := 0
 	// Victims passed over while being read go back once the pass is done
 	// (back at once, they could come up again before the others).
 	type victim struct {
@@ -243,7 +253,7 @@ func (s *Store) evictUntil(ctx context.Context, mp *mountpath, done func(freed i
 			mp.polAdd(v.k, v.size)
 		}
 	}()
-	for !done(freed) && ctx.Err() == nil {
+	for !done(freed, evicted) && ctx.Err() == nil {
 		mp.polMu.Lock()
 		k, size, ok := mp.pol.Evict()
 		mp.polMu.Unlock()
@@ -264,6 +274,7 @@ func (s *Store) evictUntil(ctx context.Context, mp *mountpath, done func(freed i
 		switch {
 		case err == nil:
 			freed += size
+			evicted++
 			dir, _ := mp.objectPath(bucket, key)
 			dirs[dir] = true
 			s.log.Debug("store: evicted", "bucket", bucket, "key", key, "size", size)

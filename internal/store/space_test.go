@@ -484,3 +484,166 @@ func TestEvictionPassesOverOpenCopies(t *testing.T) {
 		t.Errorf("the closed copy after two more PUTs: %v, want evicted", err)
 	}
 }
+
+// TestEvictionPassesOverOpenCopiesAfterMetaUpdate: a copy stays "being
+// read" for eviction while a Reader has it open, also once its metadata
+// was rewritten in place (UpdateMeta: a destage clearing Dirty; the lazy
+// write-back of access times): it is the same file, and unlinking it would
+// free no space until the reader is done.
+func TestEvictionPassesOverOpenCopiesAfterMetaUpdate(t *testing.T) {
+	const chunk = 256 << 10
+	for _, how := range []string{"UpdateMeta", "flushAccessTimes"} {
+		t.Run(how, func(t *testing.T) {
+			// Full at 3 copies, never over the high watermark: only PUTs evict.
+			s := openTest(t, Config{MaxBytes: 3*chunk + 1, HighWatermark: 100, LowWatermark: 99, Policy: "lru"})
+			ctx := context.Background()
+			keys := keysOn(s, "bkt", 0, 4)
+			for i, k := range keys[:3] {
+				if _, err := s.Put(ctx, "bkt", k, bytes.NewReader(randBytes(uint64(i), chunk)), putOpts(chunk, i == 0)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// keys[0] is read while dirty, then is the least recently used.
+			start := time.Now()
+			s.now = func() time.Time { return start.Add(time.Minute) }
+			rd, err := s.Get(ctx, "bkt", keys[0], nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rd.Close()
+			switch how {
+			case "UpdateMeta":
+				// Destaged while being read: clean, evictable.
+				if _, err := s.UpdateMeta(ctx, "bkt", keys[0], func(i *object.Info) error { i.Dirty = false; return nil }); err != nil {
+					t.Fatal(err)
+				}
+			case "flushAccessTimes":
+				if _, err := s.UpdateMeta(ctx, "bkt", keys[0], func(i *object.Info) error { i.Dirty = false; return nil }); err != nil {
+					t.Fatal(err)
+				}
+				s.now = func() time.Time { return start.Add(2 * time.Minute) }
+				rd2, err := s.Get(ctx, "bkt", keys[0], nil) // a second reader, counted on the updated entry
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer rd2.Close()
+				s.flushAccessTimes() // the access time moved by a minute: written back
+				s.now = func() time.Time { return start.Add(3 * time.Minute) }
+			}
+			for _, k := range keys[1:3] { // keys[0] is the least recently used
+				r, err := s.Get(ctx, "bkt", k, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				r.Close()
+			}
+			if _, err := s.Put(ctx, "bkt", keys[3], bytes.NewReader(randBytes(3, chunk)), putOpts(chunk, false)); err != nil {
+				t.Fatalf("PUT that needs room: %v", err)
+			}
+			if _, err := s.Stat(ctx, "bkt", keys[0]); err != nil {
+				t.Errorf("the copy being read was evicted after its metadata was rewritten: %v", err)
+			}
+			if _, err := s.Stat(ctx, "bkt", keys[1]); !errors.Is(err, object.ErrNotFound) {
+				t.Errorf("the least recently used copy not being read: %v, want evicted", err)
+			}
+		})
+	}
+}
+
+// TestInodesExhausted: a filesystem can run out of inodes before it runs
+// out of blocks (a cache of small objects). A PUT whose work file cannot be
+// created for that evicts clean copies on its mountpath, as it does when a
+// write finds the filesystem full, and succeeds; with nothing evictable,
+// PUTs and new multipart uploads fail with ErrNoSpace and leave nothing.
+func TestInodesExhausted(t *testing.T) {
+	ctx := context.Background()
+	p := tmpfsMountpathWith(t, filepath.Join(t.TempDir(), "mp"), "size=16m,nr_inodes=64")
+	s := openTest(t, Config{Mountpaths: []string{p}, Policy: "lru"})
+	// Keys of one fan-out directory: committing them needs no new directory.
+	var keys []string
+	fan := objectName("k0")[:2]
+	for i := 0; len(keys) < 100 && i < 1_000_000; i++ {
+		if k := fmt.Sprintf("k%d", i); objectName(k)[:2] == fan {
+			keys = append(keys, k)
+		}
+	}
+	// Far more clean copies than there are inodes: the oldest go.
+	for i, k := range keys {
+		if _, err := s.Put(ctx, "bkt", k, bytes.NewReader(randBytes(uint64(i), 1000)), putOpts(1000, false)); err != nil {
+			t.Fatalf("PUT %d of %d small clean copies: %v", i, len(keys), err)
+		}
+	}
+	last := keys[len(keys)-1]
+	if got, _ := get(t, s, "bkt", last, nil); !bytes.Equal(got, randBytes(uint64(len(keys)-1), 1000)) {
+		t.Errorf("%s reads %d bytes", last, len(got))
+	}
+	if _, err := s.Stat(ctx, "bkt", keys[0]); !errors.Is(err, object.ErrNotFound) {
+		t.Errorf("the oldest copy: %v, want evicted", err)
+	}
+	// Nothing evictable is left once the copies are dirty and the other
+	// inodes are taken by files that are not the store's.
+	for i, k := range keys[len(keys)-5:] {
+		if _, err := s.Put(ctx, "bkt", k, bytes.NewReader(randBytes(uint64(i), 1000)), putOpts(1000, true)); err != nil {
+			t.Fatalf("rewrite %s dirty: %v", k, err)
+		}
+	}
+	err := s.Walk(ctx, "bkt", func(info object.Info) error {
+		if !info.Dirty {
+			return s.EvictObject(ctx, "bkt", info.Key)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 100; i++ {
+		if err := os.WriteFile(filepath.Join(p, fmt.Sprintf("other-%d", i)), nil, 0o644); err != nil {
+			break
+		}
+	}
+	if _, err := s.Put(ctx, "bkt", keys[0], bytes.NewReader([]byte("x")), putOpts(1, false)); !errors.Is(err, object.ErrNoSpace) {
+		t.Errorf("PUT with no inode and nothing to evict: %v, want ErrNoSpace", err)
+	}
+	if _, err := s.CreateUpload(ctx, "newbkt", "k", UploadOptions{}); !errors.Is(err, object.ErrNoSpace) {
+		t.Errorf("CreateUpload with no inode left: %v, want ErrNoSpace", err)
+	}
+	if f := files(t, s, "tmp"); len(f) != 0 {
+		t.Errorf("work files left: %v", f)
+	}
+}
+
+// TestWorkFileENOSPCEvicts: on ext4 a filesystem out of inodes refuses to
+// create the work file itself; a PUT then evicts a clean copy of its
+// mountpath and tries again, as it does when a write finds the filesystem
+// full.
+func TestWorkFileENOSPCEvicts(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t, Config{})
+	keys := keysOn(s, "bkt", 0, 2)
+	put(t, s, "bkt", keys[0], []byte("clean, evictable"))
+	var creates atomic.Int32
+	s.createWork = func(dir string, direct bool) (workFile, error) {
+		if creates.Add(1) == 1 {
+			return nil, &os.PathError{Op: "open", Path: filepath.Join(dir, "work-1"), Err: unix.ENOSPC}
+		}
+		return createWorkFile(dir, direct)
+	}
+	if _, err := s.Put(ctx, "bkt", keys[1], bytes.NewReader([]byte("new")), putOpts(3, false)); err != nil {
+		t.Fatalf("PUT whose work file found no inode: %v", err)
+	}
+	if _, err := s.Stat(ctx, "bkt", keys[0]); !errors.Is(err, object.ErrNotFound) {
+		t.Errorf("the clean copy: %v, want evicted to make room", err)
+	}
+	// Nothing left to evict: ErrNoSpace.
+	creates.Store(0)
+	if _, err := s.Put(ctx, "bkt", keys[0], bytes.NewReader([]byte("x")), putOpts(1, false)); err != nil {
+		t.Fatal(err) // evicts keys[1]
+	}
+	creates.Store(0)
+	s.createWork = func(dir string, direct bool) (workFile, error) {
+		return nil, &os.PathError{Op: "open", Path: filepath.Join(dir, "work-1"), Err: unix.ENOSPC}
+	}
+	if _, err := s.Put(ctx, "bkt", keys[1], bytes.NewReader([]byte("x")), putOpts(1, true)); !errors.Is(err, object.ErrNoSpace) {
+		t.Errorf("PUT with no inode at all: %v, want ErrNoSpace", err)
+	}
+}
