@@ -665,7 +665,12 @@ func (c *Cluster) Sync(ctx context.Context) error {
 		var h Health
 		var err error = errUnreachable
 		for _, base := range leader.IntraURLs() {
-			if err = c.get(ctx, base+PathHealth+"?sync", timeoutFrom(ctx, 5*time.Second), &h); err == nil {
+			if err = c.get(ctx, base+PathHealth+"?sync", timeoutFrom(ctx, 5*time.Second), &h); err == nil && h.ID != string(id) {
+				// Another process took over the address: its version
+				// is not the leader's.
+				err = fmt.Errorf("%w: %s answers as %q, not the leader %q", errUnreachable, base, h.ID, id)
+			}
+			if err == nil {
 				break
 			}
 		}

@@ -31,3 +31,10 @@ func SyncVoters(ctx context.Context, c *Cluster) {
 	}
 	c.syncVoters(ctx, alive)
 }
+
+// PutNodeRecord writes n as node id's record in the map through c, which
+// must lead, as the leader's own membership changes do (node.put is not
+// applied over HTTP).
+func PutNodeRecord(ctx context.Context, c *Cluster, n NodeInfo) error {
+	return c.applyLocal(ctx, command{Op: opNodePut, Node: &n})
+}

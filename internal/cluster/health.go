@@ -23,7 +23,9 @@ func (c *Cluster) healthLoop() {
 	defer c.wg.Done()
 	t := time.NewTicker(c.cfg.HeartbeatInterval)
 	defer t.Stop()
-	var lastOK map[string]time.Time // nil while not leading
+	// silent holds, for each member whose last probe failed, when the
+	// first probe of that run of failures began. Nil while not leading.
+	var silent map[string]time.Time
 	for {
 		select {
 		case <-c.ctx.Done():
@@ -31,17 +33,22 @@ func (c *Cluster) healthLoop() {
 		case <-t.C:
 		}
 		if !c.IsLeader() {
-			lastOK = nil
+			silent = nil
 			continue
 		}
-		if lastOK == nil {
-			lastOK = map[string]time.Time{} // every member gets a full DownAfter of grace
+		if silent == nil {
+			silent = map[string]time.Time{}
 		}
-		c.healthRound(lastOK)
+		c.healthRound(silent)
 	}
 }
 
-func (c *Cluster) healthRound(lastOK map[string]time.Time) {
+// healthRound probes every member once and records the changes. A member
+// goes down once its probes have failed for DownAfter, measured from the
+// first failed one: time it was not asked (a round that stalled, a leader
+// that paused) is not silence, and a new leader gives every member a full
+// DownAfter.
+func (c *Cluster) healthRound(silent map[string]time.Time) {
 	m := c.Map()
 	now := time.Now()
 	timeout := min(max(c.cfg.HeartbeatInterval, 100*time.Millisecond), c.cfg.DownAfter)
@@ -53,9 +60,6 @@ func (c *Cluster) healthRound(lastOK map[string]time.Time) {
 		ids = m.NodeIDs()
 	)
 	for _, id := range ids {
-		if _, seen := lastOK[id]; !seen {
-			lastOK[id] = now
-		}
 		if id == c.self.ID {
 			mu.Lock()
 			ok[id] = true
@@ -75,22 +79,25 @@ func (c *Cluster) healthRound(lastOK map[string]time.Time) {
 	if c.ctx.Err() != nil || !c.IsLeader() {
 		return
 	}
-	for id := range lastOK {
+	for id := range silent {
 		if _, member := m.Nodes[id]; !member {
-			delete(lastOK, id)
+			delete(silent, id)
 		}
 	}
 	actx, acancel := context.WithTimeout(c.ctx, 5*time.Second)
 	defer acancel()
 	for _, id := range ids {
 		n := m.Nodes[id]
+		since, failing := silent[id]
 		switch {
 		case ok[id]:
-			lastOK[id] = time.Now()
+			delete(silent, id)
 			if n.State == StateDown {
 				c.setState(actx, id, StateDown, StateUp)
 			}
-		case n.State == StateUp && time.Since(lastOK[id]) > c.cfg.DownAfter:
+		case !failing:
+			silent[id] = now // the first failed probe began with the round
+		case n.State == StateUp && time.Since(since) > c.cfg.DownAfter:
 			c.setState(actx, id, StateUp, StateDown)
 		}
 	}

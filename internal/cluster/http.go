@@ -210,6 +210,10 @@ func (c *Cluster) serveApply(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	if err := checkApply(cmd); err != nil {
+		writeError(w, err)
+		return
+	}
 	c.leaderOnly(w, r, PathApply, cmd, func(ctx context.Context) (any, error) {
 		if err := c.applyLocal(ctx, cmd); err != nil {
 			return nil, err
@@ -224,9 +228,35 @@ func (c *Cluster) serveLeave(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	if req.ID == "" {
+		writeError(w, fmt.Errorf("%w: leave needs a node id", ErrInvalid))
+		return
+	}
 	c.leaderOnly(w, r, PathLeave, req, func(ctx context.Context) (any, error) {
 		return struct{}{}, c.removeMember(ctx, req.ID)
 	})
+}
+
+// checkApply refuses a forwarded mutation that no node proposes: the
+// membership operations (node.put, node.remove, node.voter) change the map
+// only with the raft configuration, on the leader (join and leave), and
+// bucket and volume properties must pass the checks their proposer runs.
+func checkApply(cmd command) error {
+	switch cmd.Op {
+	case opNodePut, opNodeRemove, opNodeVoter:
+		return fmt.Errorf("%w: %s is not applied over HTTP (join or leave)", ErrInvalid, cmd.Op)
+	case opBucketCreate, opBucketUpdate:
+		if cmd.Bucket == nil {
+			return fmt.Errorf("%w: %s without props", ErrInvalid, cmd.Op)
+		}
+		return cmd.Bucket.Check()
+	case opVolumePut:
+		if cmd.Volume == nil {
+			return fmt.Errorf("%w: volume.put without a spec", ErrInvalid)
+		}
+		return cmd.Volume.Check()
+	}
+	return nil
 }
 
 func (c *Cluster) serveMap(w http.ResponseWriter, r *http.Request) {

@@ -3,7 +3,11 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/url"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -18,6 +22,16 @@ func (c *Cluster) admit(ctx context.Context, info NodeInfo) (*Map, error) {
 	info = info.Clone()
 	if info.ID == "" || info.RaftAddr == "" || len(info.IntraAddrs) == 0 {
 		return nil, fmt.Errorf("%w: join needs id, raftAddr and intraAddrs", ErrInvalid)
+	}
+	// An address raft cannot dial would still count as a member, a voter
+	// even, and could cost a small cluster its quorum.
+	if host, port, err := net.SplitHostPort(info.RaftAddr); err != nil || host == "" || !validPort(port) {
+		return nil, fmt.Errorf("%w: join: raftAddr %q is not host:port", ErrInvalid, info.RaftAddr)
+	}
+	for _, a := range info.IntraAddrs {
+		if u, err := url.Parse(BaseURL(a)); err != nil || u.Hostname() == "" {
+			return nil, fmt.Errorf("%w: join: intra address %q", ErrInvalid, a)
+		}
 	}
 	if err := c.checkNotLive(ctx, info); err != nil {
 		return nil, err
@@ -85,14 +99,27 @@ func (c *Cluster) admit(ctx context.Context, info NodeInfo) (*Map, error) {
 	return c.Map(), nil
 }
 
+// validPort reports whether s is a port number, 1..65535.
+func validPort(s string) bool {
+	p, err := strconv.ParseUint(s, 10, 16)
+	return err == nil && p > 0
+}
+
 // checkNotLive refuses a join with the ID of a member that is up and
 // still answers, as that ID, on addresses the joiner does not have: a
 // second process with a copied configuration would otherwise take over
 // the member's entry and drop it out of raft. A member that restarted with
 // other addresses no longer answers on its old ones.
 func (c *Cluster) checkNotLive(ctx context.Context, info NodeInfo) error {
+	if info.ID == c.self.ID {
+		// This node is live: only its own announcement has its ID.
+		if !info.sameIdentity(c.self) {
+			return fmt.Errorf("%w: node %s is live (the leader): another node has its ID", ErrInvalid, info.ID)
+		}
+		return nil
+	}
 	old, ok := c.Map().Nodes[info.ID]
-	if !ok || old.State != StateUp || info.ID == c.self.ID {
+	if !ok || old.State != StateUp {
 		return nil
 	}
 	var gone []string
@@ -114,17 +141,60 @@ func (c *Cluster) checkNotLive(ctx context.Context, info NodeInfo) error {
 }
 
 // removeMember drops a node from the map and the raft configuration; it runs
-// on the leader.
+// on the leader. A voter that leaves is replaced first (see replaceVoter).
 func (c *Cluster) removeMember(ctx context.Context, id string) error {
 	c.memberMu.Lock()
 	defer c.memberMu.Unlock()
+	timeout := timeoutFrom(ctx, 10*time.Second)
+	if err := c.replaceVoter(ctx, id, timeout); err != nil {
+		return err
+	}
 	if err := c.applyLocal(ctx, command{Op: opNodeRemove, Name: id}); err != nil {
 		return err
 	}
-	if err := c.raft.RemoveServer(raft.ServerID(id), 0, timeoutFrom(ctx, 10*time.Second)).Error(); err != nil {
+	if err := c.raft.RemoveServer(raft.ServerID(id), 0, timeout).Error(); err != nil {
 		return err
 	}
 	c.log.Info("node removed", "id", id)
+	return nil
+}
+
+// replaceVoter promotes a non-voter that is up (the first by ID) before
+// voter id leaves, if the cluster would otherwise have fewer than
+// Config.Voters voters: the health round would promote one too, but only
+// later, and a voter going down meanwhile would cost the quorum. The
+// caller holds memberMu.
+func (c *Cluster) replaceVoter(ctx context.Context, id string, timeout time.Duration) error {
+	cf := c.raft.GetConfiguration()
+	if err := cf.Error(); err != nil {
+		return err
+	}
+	m := c.Map()
+	leaving := false
+	voters := 0
+	var candidates []raft.Server
+	for _, s := range cf.Configuration().Servers {
+		switch {
+		case s.Suffrage == raft.Voter:
+			voters++
+			leaving = leaving || string(s.ID) == id
+		case string(s.ID) != id:
+			if n, ok := m.Nodes[string(s.ID)]; ok && n.State == StateUp {
+				candidates = append(candidates, s)
+			}
+		}
+	}
+	if !leaving || voters > c.cfg.Voters || len(candidates) == 0 {
+		return nil
+	}
+	s := slices.MinFunc(candidates, func(a, b raft.Server) int { return strings.Compare(string(a.ID), string(b.ID)) })
+	if err := c.raft.AddVoter(s.ID, s.Address, 0, timeout).Error(); err != nil {
+		return err
+	}
+	c.log.Info("non-voter promoted in place of a leaving voter", "node", s.ID, "leaving", id)
+	if err := c.applyLocal(ctx, command{Op: opNodeVoter, Node: &NodeInfo{ID: string(s.ID), Voter: true}}); err != nil {
+		c.log.Warn("recording suffrage failed", "node", s.ID, "err", err)
+	}
 	return nil
 }
 
@@ -136,7 +206,7 @@ func (c *Cluster) announceLoop() {
 	delay := 50 * time.Millisecond
 	for {
 		m, changed := c.pub.snapshot()
-		if n, ok := m.Nodes[c.self.ID]; ok && n.sameIdentity(c.self) && n.State != StateDown {
+		if c.announced(m) {
 			return
 		}
 		err := c.announce(c.ctx)
@@ -146,7 +216,7 @@ func (c *Cluster) announceLoop() {
 			wait := time.NewTimer(2 * time.Second)
 			for {
 				m, changed = c.pub.snapshot()
-				if n, ok := m.Nodes[c.self.ID]; ok && n.sameIdentity(c.self) && n.State != StateDown {
+				if c.announced(m) {
 					wait.Stop()
 					return
 				}
@@ -173,6 +243,15 @@ func (c *Cluster) announceLoop() {
 			delay *= 2
 		}
 	}
+}
+
+// announced reports whether m holds this node, up or in maintenance, with
+// its current addresses, and a leader is known. Without a leader, m may be
+// only what a restart restored from this node's snapshot: a node removed
+// since (no leader talks to it any more) finds itself there too.
+func (c *Cluster) announced(m *Map) bool {
+	n, ok := m.Nodes[c.self.ID]
+	return ok && n.sameIdentity(c.self) && n.State != StateDown && c.LeaderID() != ""
 }
 
 // announce sends this node's info to the leader, through the seeds when no

@@ -1,9 +1,6 @@
 package cluster_test
 
 import (
-	"bytes"
-	"encoding/json"
-	"net/http"
 	"testing"
 	"time"
 
@@ -34,17 +31,8 @@ func TestSuffrageRecordKeepsOperatorState(t *testing.T) {
 		t.Fatalf("%s is not a voter: %+v", x.ID, rec)
 	}
 	rec.Voter = false
-	body, err := json.Marshal(map[string]any{"op": "node.put", "node": rec})
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.Post(leader.URL+cluster.PathApply, "application/json", bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("node.put: HTTP %d", resp.StatusCode)
+	if err := cluster.PutNodeRecord(ctx, lc, rec); err != nil {
+		t.Fatalf("node.put: %v", err)
 	}
 	if n := lc.Map().Nodes[x.ID]; n.Voter {
 		t.Fatalf("record of %s still says voter", x.ID)
