@@ -58,7 +58,7 @@ func copyChunks(ctx context.Context, r io.Reader, streams []*stream) error {
 			return err
 		}
 		c := pool.Get().(*chunk)
-		n, rerr := io.ReadFull(r, c.buf[:cap(c.buf)])
+		n, rerr := fill(r, c.buf[:cap(c.buf)])
 		if n > 0 {
 			c.buf = c.buf[:n]
 			c.refs.Store(int32(len(streams)))
@@ -72,13 +72,25 @@ func copyChunks(ctx context.Context, r io.Reader, streams []*stream) error {
 		} else {
 			pool.Put(c)
 		}
-		switch {
-		case rerr == io.EOF || rerr == io.ErrUnexpectedEOF:
-			return io.EOF
-		case rerr != nil:
+		if rerr != nil {
 			return rerr
 		}
 	}
+}
+
+// fill reads r into buf until buf is full or r fails; io.EOF (only) is
+// the end of r. Unlike io.ReadFull it keeps an io.ErrUnexpectedEOF of r
+// itself (a body cut short) apart from a stream that ends mid-chunk.
+func fill(r io.Reader, buf []byte) (int, error) {
+	n := 0
+	for n < len(buf) {
+		m, err := r.Read(buf[n:])
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }
 
 // chunk is a piece of the stream, read by every consumer.

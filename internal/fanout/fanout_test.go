@@ -77,3 +77,20 @@ func TestCopyStops(t *testing.T) {
 		}
 	}
 }
+
+// TestCopySourceUnexpectedEOF: a source that fails with io.ErrUnexpectedEOF
+// (an HTTP body cut short of its Content-Length, a peer's reader missing
+// bytes) is a failed source, not the end of the stream: every consumer
+// reads that error and none takes the bytes so far as a complete body.
+func TestCopySourceUnexpectedEOF(t *testing.T) {
+	body := bytes.Repeat([]byte("x"), ChunkSize+5000)
+	for _, size := range []int{0, 5000, ChunkSize, len(body)} {
+		src := io.MultiReader(bytes.NewReader(body[:size]), iotest.ErrReader(io.ErrUnexpectedEOF))
+		readAll := func(rd io.Reader) error { _, err := io.ReadAll(rd); return err }
+		for i, err := range Copy(context.Background(), src, readAll, readAll) {
+			if !errors.Is(err, io.ErrUnexpectedEOF) {
+				t.Fatalf("source cut after %d bytes: consumer %d: %v, want io.ErrUnexpectedEOF", size, i, err)
+			}
+		}
+	}
+}

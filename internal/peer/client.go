@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"time"
 
@@ -101,6 +102,10 @@ func (r *remote) do(ctx context.Context, method, path string, q url.Values, hdr 
 	if body != nil && size >= 0 {
 		req.ContentLength = size
 		if size == 0 {
+			// Nothing is sent: make sure there was nothing to send.
+			if err := emptyBody(body); err != nil {
+				return nil, err
+			}
 			req.Body = http.NoBody
 		}
 	}
@@ -160,6 +165,7 @@ func jsonHeader(v any) (http.Header, error) {
 
 func (r *remote) Put(ctx context.Context, bucket, key string, body io.Reader, opts PutOptions) (object.Info, error) {
 	size := opts.Size
+	body, er := exact(body, size)
 	if opts.Digest != nil && size >= 0 && opts.ETag == "" {
 		// The receiver checks its CRC32C against the digest that follows
 		// the data and takes the MD5 from it instead of hashing again.
@@ -173,7 +179,92 @@ func (r *remote) Put(ctx context.Context, bucket, key string, body io.Reader, op
 	}
 	var info object.Info
 	err = r.call(ctx, http.MethodPut, "object", bk(bucket, key), hdr, body, size, &info)
+	if err != nil && er != nil && er.err != nil {
+		return object.Info{}, fmt.Errorf("peer: put %s/%s on %s: %w", bucket, key, r.t.ID, er.err)
+	}
 	return info, err
+}
+
+// exact wraps body in an exactReader when its size is known. A body in
+// memory (bytes.Reader and the like) of that size is kept as it is, so
+// that a request can send it again, and so is a section of a file of that
+// length (a store.Reader), which the connection sends by sendfile.
+func exact(body io.Reader, size int64) (io.Reader, *exactReader) {
+	if body == nil || size < 0 {
+		return body, nil
+	}
+	if l, ok := body.(interface{ Len() int }); ok && int64(l.Len()) == size {
+		return body, nil
+	}
+	if f, ok := body.(interface {
+		File() (*os.File, int64, int64)
+	}); ok {
+		if _, _, n := f.File(); n == size {
+			return body, nil
+		}
+	}
+	er := &exactReader{r: body, remain: size}
+	return er, er
+}
+
+// exactReader delivers exactly remain bytes of r and fails, rather than
+// deliver the last of them, when r is shorter or longer: the node may
+// answer as soon as it has the declared bytes, so a body that is not its
+// declared size must never reach it whole.
+type exactReader struct {
+	r      io.Reader
+	remain int64
+	ended  bool  // r was seen to end after the declared bytes
+	err    error // why the body is not what was declared, or r's own failure
+}
+
+func (e *exactReader) Read(p []byte) (int, error) {
+	if e.err != nil {
+		return 0, e.err
+	}
+	n := 0
+	if e.remain > 0 {
+		if int64(len(p)) > e.remain {
+			p = p[:e.remain]
+		}
+		var err error
+		n, err = e.r.Read(p)
+		e.remain -= int64(n)
+		if err == io.EOF && e.remain > 0 {
+			err = fmt.Errorf("%w: %d bytes missing", object.ErrIncompleteBody, e.remain)
+		}
+		if err != nil && err != io.EOF {
+			e.err = err
+			return n, err
+		}
+		if e.remain > 0 {
+			return n, nil
+		}
+	}
+	if !e.ended {
+		if err := emptyBody(e.r); err != nil {
+			e.err = err
+			return 0, err
+		}
+		e.ended = true
+	}
+	if n > 0 {
+		return n, nil
+	}
+	return 0, io.EOF
+}
+
+// emptyBody checks that r delivers no byte (object.ErrTooLarge if it does).
+func emptyBody(r io.Reader) error {
+	var one [1]byte
+	n, err := io.ReadFull(r, one[:])
+	switch {
+	case n > 0:
+		return object.ErrTooLarge
+	case err != nil && err != io.EOF:
+		return fmt.Errorf("read body: %w", err)
+	}
+	return nil
 }
 
 // footer reads as the encoded digest, asked for once the data before it
@@ -310,8 +401,12 @@ func (r *remote) PutPart(ctx context.Context, bucket, key, uploadID string, part
 	q := bk(bucket, key)
 	q.Set("uploadId", uploadID)
 	q.Set("part", strconv.Itoa(part))
+	body, er := exact(body, opts.Size)
 	var pi object.PartInfo
 	err = r.call(ctx, http.MethodPut, "upload", q, hdr, body, opts.Size, &pi)
+	if err != nil && er != nil && er.err != nil {
+		return object.PartInfo{}, fmt.Errorf("peer: put part %d of %s/%s on %s: %w", part, bucket, key, r.t.ID, er.err)
+	}
 	return pi, err
 }
 

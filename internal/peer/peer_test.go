@@ -397,3 +397,68 @@ func TestDigestFooter(t *testing.T) {
 		})
 	}
 }
+
+// slowTail is a reader whose bytes arrive after a delay, as the rest of a
+// body streamed from a client does.
+type slowTail struct {
+	delay time.Duration
+	b     []byte
+}
+
+func (s *slowTail) Read(p []byte) (int, error) {
+	if s.delay > 0 {
+		time.Sleep(s.delay)
+		s.delay = 0
+	}
+	if len(s.b) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, s.b)
+	s.b = s.b[n:]
+	return n, nil
+}
+
+// TestPutBodyNotItsSize: a replica PUT whose body is longer than its
+// declared size is object.ErrTooLarge and one shorter is
+// object.ErrIncompleteBody, with or without a digest footer, for size 0
+// too; in no case does the node keep the first Size bytes as the object.
+// (The bytes past Size come late, as a client's would: the node must not
+// have answered by then.)
+func TestPutBodyNotItsSize(t *testing.T) {
+	c, mem := setup(t)
+	ctx := context.Background()
+	data := bytes.Repeat([]byte("replica bytes "), 5000)
+	for _, tc := range []struct {
+		name    string
+		size    int
+		body    func() io.Reader
+		wantErr error
+	}{
+		{"longer", len(data), func() io.Reader {
+			return io.MultiReader(bytes.NewReader(data), &slowTail{delay: 300 * time.Millisecond, b: []byte("more")})
+		}, object.ErrTooLarge},
+		{"longer than zero", 0, func() io.Reader { return strings.NewReader("more") }, object.ErrTooLarge},
+		{"shorter", len(data), func() io.Reader { return bytes.NewReader(data[:len(data)-1]) }, object.ErrIncompleteBody},
+	} {
+		for _, footer := range []bool{false, true} {
+			name := fmt.Sprintf("%s footer=%v", tc.name, footer)
+			key := strings.ReplaceAll(name, " ", "-")
+			opts := PutOptions{PutOptions: object.PutOptions{Size: int64(tc.size)}}
+			if footer {
+				dr := object.NewDigestReader(tc.body())
+				opts.Digest = dr.Digest
+				_, err := c.Put(ctx, "b", key, dr, opts)
+				if !errors.Is(err, tc.wantErr) {
+					t.Errorf("%s: Put: %v, want %v", name, err, tc.wantErr)
+				}
+			} else if _, err := c.Put(ctx, "b", key, tc.body(), opts); !errors.Is(err, tc.wantErr) {
+				t.Errorf("%s: Put: %v, want %v", name, err, tc.wantErr)
+			}
+			mem.mu.Lock()
+			if b, ok := mem.objs["b/"+key]; ok {
+				t.Errorf("%s: the node kept %d bytes", name, len(b))
+			}
+			mem.mu.Unlock()
+		}
+	}
+}

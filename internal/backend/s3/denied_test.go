@@ -1,11 +1,13 @@
 package s3_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 
 	"github.com/slipstream-io/slipstream/internal/backend"
@@ -53,5 +55,42 @@ func TestRemoteRefusalIsDenied(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// An upload the remote no longer knows (aborted under the PUT by a
+// lifecycle rule or another client: 404 NoSuchUpload) fails the PUT as a
+// backend failure, which clients retry, never as "object not found"; the
+// upload is still aborted.
+func TestLostUploadIsBackendError(t *testing.T) {
+	var aborts atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/xml")
+		q := r.URL.Query()
+		switch {
+		case r.Method == http.MethodPost && q.Has("uploads"):
+			io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?><InitiateMultipartUploadResult><Bucket>remote</Bucket><Key>k</Key><UploadId>u1</UploadId></InitiateMultipartUploadResult>`)
+		case r.Method == http.MethodDelete && q.Has("uploadId"):
+			aborts.Add(1)
+			w.WriteHeader(http.StatusNoContent)
+		default:
+			w.WriteHeader(http.StatusNotFound)
+			io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>NoSuchUpload</Code><Message>gone</Message></Error>`)
+		}
+	}))
+	defer srv.Close()
+	b, err := s3backend.New(context.Background(), backend.Spec{Kind: "s3", Endpoint: srv.URL, Bucket: "remote",
+		PathStyle: true, AccessKey: "k", SecretKey: "s", PartSize: object.MinPartSize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := bytes.NewReader(make([]byte, object.MinPartSize+1))
+	_, err = b.Put(context.Background(), "k", body, -1, backend.PutAttrs{})
+	if !errors.Is(err, object.ErrBackend) || errors.Is(err, object.ErrNotFound) {
+		t.Errorf("Put whose upload vanished: %v; want object.ErrBackend, not object.ErrNotFound", err)
+	}
+	if aborts.Load() == 0 {
+		t.Error("the upload was not aborted")
 	}
 }

@@ -1,12 +1,20 @@
 package s3_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"strings"
 	"testing"
+	"testing/iotest"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/slipstream-io/slipstream/internal/backend"
+	"github.com/slipstream-io/slipstream/internal/backend/backendtest"
 	s3backend "github.com/slipstream-io/slipstream/internal/backend/s3"
 	"github.com/slipstream-io/slipstream/internal/backend/s3/s3test"
 	"github.com/slipstream-io/slipstream/internal/object"
@@ -66,5 +74,39 @@ func TestPutSizeZeroWithBodyIsTooLarge(t *testing.T) {
 	}
 	if _, err := b.Stat(ctx, "z"); err == nil {
 		t.Error("an object was stored")
+	}
+}
+
+// A body of unknown size that fails with io.ErrUnexpectedEOF (an HTTP body
+// cut short, a peer's reader missing bytes) is a failed read, not the end
+// of the object: Put fails, stores nothing and leaves no multipart upload,
+// whether what arrived fits in one part or spans several.
+func TestPutUnknownSizeCutShort(t *testing.T) {
+	srv := s3test.Start(t)
+	srv.CreateBucket(t, "cut")
+	spec := srv.Spec("cut", "")
+	spec.PartSize = 5 << 20
+	b, err := s3backend.New(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, n := range []int{1000, 5 << 20, 7 << 20} {
+		key := fmt.Sprintf("cut-%d", n)
+		body := io.MultiReader(bytes.NewReader(backendtest.Body(int64(n), n)), iotest.ErrReader(io.ErrUnexpectedEOF))
+		a, err := b.Put(ctx, key, body, -1, backend.PutAttrs{})
+		if !errors.Is(err, io.ErrUnexpectedEOF) {
+			t.Errorf("Put of %d bytes then io.ErrUnexpectedEOF: attrs %+v, err %v; want io.ErrUnexpectedEOF", n, a, err)
+		}
+		if _, err := b.Stat(ctx, key); !errors.Is(err, backend.ErrNotFound) {
+			t.Errorf("%d bytes cut short: an object was stored (stat: %v)", n, err)
+		}
+	}
+	ups, err := b.Client().ListMultipartUploads(ctx, &s3.ListMultipartUploadsInput{Bucket: aws.String("cut")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ups.Uploads) != 0 {
+		t.Errorf("%d multipart uploads left behind", len(ups.Uploads))
 	}
 }

@@ -141,6 +141,10 @@ func (b *Backend) mapErr(op, key string, err error) error {
 		switch ae.ErrorCode() {
 		case "NoSuchKey", "NotFound":
 			return fmt.Errorf("%w: %s", backend.ErrNotFound, key)
+		case "NoSuchBucket", "NoSuchUpload":
+			// A 404 for the bucket or for an upload (aborted under a
+			// PUT) says nothing of the object: the remote failed.
+			return fmt.Errorf("s3 backend: %s %s/%s: %w: %w", op, b.bucket, b.prefix+key, object.ErrBackend, err)
 		case "InvalidRange":
 			return fmt.Errorf("%w: %s", backend.ErrInvalidRange, key)
 		case "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken", "AllAccessDisabled":
@@ -151,9 +155,7 @@ func (b *Backend) mapErr(op, key string, err error) error {
 	if errors.As(err, &re) {
 		switch re.HTTPStatusCode() {
 		case http.StatusNotFound:
-			if ae == nil || ae.ErrorCode() != "NoSuchBucket" {
-				return fmt.Errorf("%w: %s", backend.ErrNotFound, key)
-			}
+			return fmt.Errorf("%w: %s", backend.ErrNotFound, key)
 		case http.StatusRequestedRangeNotSatisfiable:
 			return fmt.Errorf("%w: %s", backend.ErrInvalidRange, key)
 		case http.StatusForbidden: // a HEAD's 403 has no error code
@@ -318,9 +320,9 @@ func (b *Backend) Put(ctx context.Context, key string, r io.Reader, size int64, 
 	}
 	bufp := b.bufs.Get().(*[]byte)
 	first := *bufp
-	n, err := io.ReadFull(r, first)
+	n, err := fill(r, first)
 	switch {
-	case err == io.EOF || err == io.ErrUnexpectedEOF:
+	case err == io.EOF:
 		defer b.bufs.Put(bufp)
 		if size >= 0 && int64(n) < size {
 			return backend.Attrs{}, fmt.Errorf("s3 backend: put %s: %w", key, object.ErrIncompleteBody)
@@ -344,6 +346,21 @@ func (b *Backend) Put(ctx context.Context, key string, r io.Reader, size int64, 
 		return b.putSingle(ctx, key, first, pa)
 	}
 	return b.putMultipart(ctx, key, bufp, r, size, pa)
+}
+
+// fill reads r into buf until buf is full or r fails; io.EOF (only) is
+// the end of r. Unlike io.ReadFull it keeps an io.ErrUnexpectedEOF of r
+// itself (a body cut short) apart from a body that ends mid-part.
+func fill(r io.Reader, buf []byte) (int, error) {
+	n := 0
+	for n < len(buf) {
+		m, err := r.Read(buf[n:])
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }
 
 // emptyBody checks that r (nil: no body) delivers no byte: an empty object
@@ -485,12 +502,12 @@ func (b *Backend) putMultipart(ctx context.Context, key string, firstp *[]byte, 
 		}
 		bufp = b.bufs.Get().(*[]byte)
 		var err error
-		n, err = io.ReadFull(r, *bufp)
-		if err == io.EOF {
+		n, err = fill(r, *bufp)
+		if err == io.EOF && n == 0 {
 			b.bufs.Put(bufp)
 			break
 		}
-		if err != nil && err != io.ErrUnexpectedEOF {
+		if err != nil && err != io.EOF {
 			b.bufs.Put(bufp)
 			readErr = fmt.Errorf("s3 backend: put %s: read body: %w", key, err)
 			break
