@@ -512,11 +512,15 @@ func (v *Volume) mutate(ctx context.Context, chunk int64, op func(ctx context.Co
 	if ctx.Err() != nil {
 		// Not acknowledged, but the mirrors may now differ: those that
 		// did not finish it are marked (without waiting for the marks to
-		// be saved), so that a resync makes them agree again.
+		// be saved), so that a resync makes them agree again. They are
+		// failed too: the call may still land there (a remote node
+		// applies what it was sent), and the resync waits out the
+		// replica timeout before it copies over it.
 		newly := false
 		for i, m := range owners {
 			if ok > 0 && errs[i] != nil && errs[i] != skipped {
 				newly = v.stale.mark(m.id, chunk) || newly
+				v.fail(m, errs[i])
 			}
 		}
 		if newly {

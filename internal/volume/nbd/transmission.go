@@ -14,7 +14,7 @@ import (
 )
 
 // conn is one connection in the transmission phase. A reader goroutine
-// parses requests and starts a handler per request (bounded by sem); the
+// parses requests and starts a handler per request (bounded by slots); the
 // handlers queue their replies, and whichever handler finds the writer idle
 // writes out everything queued with one writev. The bytes of replies not
 // written yet are bounded (reserve), and each write has a deadline, so a
@@ -30,6 +30,7 @@ type conn struct {
 	alloc      bool // base:allocation negotiated: BLOCK_STATUS allowed
 	work       chan work
 	workers    int
+	slots      chan struct{} // one per request dispatched and not handled yet
 	wg         sync.WaitGroup
 
 	out    combine.Queue[reply] // flushed by writeReplies
@@ -78,9 +79,10 @@ type work struct {
 	payload *[]byte
 }
 
-// dispatch hands w to an idle worker, starting a new one while fewer than
-// MaxInFlight exist; otherwise it waits for a worker. Workers live as long
-// as the connection, so their stacks stay grown.
+// dispatch hands w, which holds a slot, to an idle worker, starting a new
+// one while fewer than MaxInFlight exist; otherwise it waits for a worker
+// (one that gave back its slot and is about to take work). Workers live as
+// long as the connection, so their stacks stay grown.
 func (c *conn) dispatch(ctx context.Context, w work) {
 	select {
 	case c.work <- w:
@@ -100,6 +102,7 @@ func (c *conn) worker(ctx context.Context, w work) {
 	defer c.wg.Done()
 	for {
 		c.handle(ctx, w.req, w.payload)
+		<-c.slots
 		var ok bool
 		if w, ok = <-c.work; !ok {
 			return
@@ -119,6 +122,7 @@ type reply struct {
 
 func (c *conn) serve(ctx context.Context) error {
 	c.work = make(chan work)
+	c.slots = make(chan struct{}, c.s.cfg.MaxInFlight)
 	defer func() {
 		close(c.work)
 		c.wg.Wait()
@@ -133,15 +137,26 @@ func (c *conn) serve(ctx context.Context) error {
 			// The stream cannot be resynchronised after a bad magic.
 			return err
 		}
+		if req.Type == CmdDisc {
+			return nil
+		}
+		if req.Type == CmdWrite && req.Length > c.s.cfg.MaxRequest {
+			if _, err := io.CopyN(io.Discard, c.br, int64(req.Length)); err != nil {
+				return err
+			}
+			c.sendError(req, EINVAL)
+			continue
+		}
+		// The request takes a slot before its payload takes room: a
+		// payload held while every worker is busy would wait for one of
+		// them, while their replies wait for the room it holds.
+		select {
+		case c.slots <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 		var payload *[]byte
 		if req.Type == CmdWrite {
-			if req.Length > c.s.cfg.MaxRequest {
-				if _, err := io.CopyN(io.Discard, c.br, int64(req.Length)); err != nil {
-					return err
-				}
-				c.sendError(req, EINVAL)
-				continue
-			}
 			// Write payloads held in memory count against the same budget
 			// as unsent replies: a slow device stops the reading of
 			// requests instead of growing the connection's memory.
@@ -150,11 +165,9 @@ func (c *conn) serve(ctx context.Context) error {
 			if _, err := io.ReadFull(c.br, *payload); err != nil {
 				c.s.pool.put(payload)
 				c.release(int64(req.Length), false)
+				<-c.slots
 				return err
 			}
-		}
-		if req.Type == CmdDisc {
-			return nil
 		}
 		c.dispatch(ctx, work{req, payload})
 	}
