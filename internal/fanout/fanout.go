@@ -58,7 +58,7 @@ func copyChunks(ctx context.Context, r io.Reader, streams []*stream) error {
 			return err
 		}
 		c := pool.Get().(*chunk)
-		n, rerr := fill(r, c.buf[:cap(c.buf)])
+		n, rerr := Fill(r, c.buf[:cap(c.buf)])
 		if n > 0 {
 			c.buf = c.buf[:n]
 			c.refs.Store(int32(len(streams)))
@@ -78,10 +78,10 @@ func copyChunks(ctx context.Context, r io.Reader, streams []*stream) error {
 	}
 }
 
-// fill reads r into buf until buf is full or r fails; io.EOF (only) is
+// Fill reads r into buf until buf is full or r fails; io.EOF (only) is
 // the end of r. Unlike io.ReadFull it keeps an io.ErrUnexpectedEOF of r
-// itself (a body cut short) apart from a stream that ends mid-chunk.
-func fill(r io.Reader, buf []byte) (int, error) {
+// itself (a body cut short) apart from a stream that ends mid-buffer.
+func Fill(r io.Reader, buf []byte) (int, error) {
 	n := 0
 	for n < len(buf) {
 		m, err := r.Read(buf[n:])

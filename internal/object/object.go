@@ -201,3 +201,20 @@ const MinPartSize = 5 << 20
 
 // MaxPartNumber is the largest part number S3 allows.
 const MaxPartNumber = 10000
+
+// EmptyBody checks that r (nil: no body) delivers no byte: a body declared
+// empty is not read by whoever sends it, so a longer one is ErrTooLarge.
+func EmptyBody(r io.Reader) error {
+	if r == nil {
+		return nil
+	}
+	var one [1]byte
+	n, err := io.ReadFull(r, one[:])
+	switch {
+	case n > 0:
+		return ErrTooLarge
+	case err != nil && err != io.EOF:
+		return fmt.Errorf("read body: %w", err)
+	}
+	return nil
+}

@@ -103,7 +103,7 @@ func (r *remote) do(ctx context.Context, method, path string, q url.Values, hdr 
 		req.ContentLength = size
 		if size == 0 {
 			// Nothing is sent: make sure there was nothing to send.
-			if err := emptyBody(body); err != nil {
+			if err := object.EmptyBody(body); err != nil {
 				return nil, err
 			}
 			req.Body = http.NoBody
@@ -242,7 +242,7 @@ func (e *exactReader) Read(p []byte) (int, error) {
 		}
 	}
 	if !e.ended {
-		if err := emptyBody(e.r); err != nil {
+		if err := object.EmptyBody(e.r); err != nil {
 			e.err = err
 			return 0, err
 		}
@@ -252,19 +252,6 @@ func (e *exactReader) Read(p []byte) (int, error) {
 		return n, nil
 	}
 	return 0, io.EOF
-}
-
-// emptyBody checks that r delivers no byte (object.ErrTooLarge if it does).
-func emptyBody(r io.Reader) error {
-	var one [1]byte
-	n, err := io.ReadFull(r, one[:])
-	switch {
-	case n > 0:
-		return object.ErrTooLarge
-	case err != nil && err != io.EOF:
-		return fmt.Errorf("read body: %w", err)
-	}
-	return nil
 }
 
 // footer reads as the encoded digest, asked for once the data before it

@@ -29,6 +29,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/slipstream-io/slipstream/internal/backend"
+	"github.com/slipstream-io/slipstream/internal/fanout"
 	"github.com/slipstream-io/slipstream/internal/object"
 )
 
@@ -306,7 +307,7 @@ func (b *Backend) Get(ctx context.Context, key string, rng *object.Range) (io.Re
 // be read twice); larger or unknown-size objects go up as a multipart upload.
 func (b *Backend) Put(ctx context.Context, key string, r io.Reader, size int64, pa backend.PutAttrs) (backend.Attrs, error) {
 	if size == 0 {
-		if err := emptyBody(r); err != nil {
+		if err := object.EmptyBody(r); err != nil {
 			return backend.Attrs{}, fmt.Errorf("s3 backend: put %s: %w", key, err)
 		}
 	}
@@ -320,7 +321,7 @@ func (b *Backend) Put(ctx context.Context, key string, r io.Reader, size int64, 
 	}
 	bufp := b.bufs.Get().(*[]byte)
 	first := *bufp
-	n, err := fill(r, first)
+	n, err := fanout.Fill(r, first)
 	switch {
 	case err == io.EOF:
 		defer b.bufs.Put(bufp)
@@ -346,38 +347,6 @@ func (b *Backend) Put(ctx context.Context, key string, r io.Reader, size int64, 
 		return b.putSingle(ctx, key, first, pa)
 	}
 	return b.putMultipart(ctx, key, bufp, r, size, pa)
-}
-
-// fill reads r into buf until buf is full or r fails; io.EOF (only) is
-// the end of r. Unlike io.ReadFull it keeps an io.ErrUnexpectedEOF of r
-// itself (a body cut short) apart from a body that ends mid-part.
-func fill(r io.Reader, buf []byte) (int, error) {
-	n := 0
-	for n < len(buf) {
-		m, err := r.Read(buf[n:])
-		n += m
-		if err != nil {
-			return n, err
-		}
-	}
-	return n, nil
-}
-
-// emptyBody checks that r (nil: no body) delivers no byte: an empty object
-// is sent without reading its body, so a longer one is object.ErrTooLarge.
-func emptyBody(r io.Reader) error {
-	if r == nil {
-		return nil
-	}
-	var one [1]byte
-	n, err := io.ReadFull(r, one[:])
-	switch {
-	case n > 0:
-		return object.ErrTooLarge
-	case err != nil && err != io.EOF:
-		return fmt.Errorf("read body: %w", err)
-	}
-	return nil
 }
 
 func (b *Backend) putStream(ctx context.Context, key string, r io.Reader, size int64, pa backend.PutAttrs) (backend.Attrs, error) {
@@ -502,7 +471,7 @@ func (b *Backend) putMultipart(ctx context.Context, key string, firstp *[]byte, 
 		}
 		bufp = b.bufs.Get().(*[]byte)
 		var err error
-		n, err = fill(r, *bufp)
+		n, err = fanout.Fill(r, *bufp)
 		if err == io.EOF && n == 0 {
 			b.bufs.Put(bufp)
 			break
