@@ -33,6 +33,7 @@ HDR
 	notes bench-core-notes.md
 	section "Fast tier: cold and warm epochs vs reading the backend directly" bench-tier-read.md
 	section "Write paths: write-back copies=1 vs copies=2 (WB+0 vs WB+1) vs write-through" bench-tier-write.md
+	section "Write paths with the drives in memory (no shared disk)" bench-tier-write-mem.md
 	notes bench-tier-write-notes.md
 	section "Eviction: S3-FIFO vs LRU under scans" bench-evict.md
 	section "Store: work files spread over directories (file creation on ext4 without a journal)" bench-store.md

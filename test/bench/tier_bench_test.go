@@ -137,12 +137,29 @@ func TestColdWarmVsDirect(t *testing.T) {
 // node processes spent per MiB (until the write-back backlog was empty).
 func TestWritePaths(t *testing.T) {
 	var md strings.Builder
-	writePaths(t, "127.52", &md)
+	writePaths(t, "127.52", "", &md)
 	writeDoc(t, "bench-tier-write.md", fmt.Sprintf("<!-- written by test/bench TestWritePaths on %s -->\n"+
 		"PUT for up to %s per run, 3 rounds with the paths interleaved, median run shown; 3-node local cluster on loopback "+
 		"with its drives on the machine's one disk, remote versitygw without a rate limit; all on one %d-core machine. "+
 		"\"node CPU\" is the CPU time of the three node processes per MiB acknowledged, destaging included.\n\n%s",
 		time.Now().UTC().Format("2006-01-02 15:04 MST"), writeRunTime, runtime.NumCPU(), md.String()))
+}
+
+// TestWritePathsInMemory runs the write paths again with every drive (and
+// the remote) on tmpfs: a second copy then shares no disk with the first,
+// as on separate hosts, while the CPU is still shared. The gap between
+// this table's copies=2 / copies=1 and the one on disk is what the one
+// shared disk costs the second copy.
+func TestWritePathsInMemory(t *testing.T) {
+	if _, err := os.Stat("/dev/shm"); err != nil {
+		t.Fatalf("no /dev/shm: %v", err)
+	}
+	var md strings.Builder
+	writePaths(t, "127.53", "/dev/shm", &md)
+	writeDoc(t, "bench-tier-write-mem.md", fmt.Sprintf("<!-- written by test/bench TestWritePathsInMemory on %s -->\n"+
+		"The same runs with every node's drives and the remote on tmpfs (/dev/shm): no copy waits for a disk, "+
+		"the %d cores are still shared by the client, the three nodes and the remote.\n\n%s",
+		time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), md.String()))
 }
 
 const writeRunTime = 4 * time.Second
@@ -151,8 +168,8 @@ type writeRun struct {
 	mibps, p50, p99, cpuPerMiB float64
 }
 
-func writePaths(t *testing.T, net string, md *strings.Builder) {
-	c, rem, bin := benchEnvIn(t, net, 0, 0, "")
+func writePaths(t *testing.T, net, root string, md *strings.Builder) {
+	c, rem, bin := benchEnvIn(t, net, 0, 0, root)
 	defer c.Stop()
 	ctx := context.Background()
 	tierBucket(t, bin, c, rem, "wbone", "writeback", "--copies", "1")
