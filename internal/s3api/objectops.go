@@ -223,6 +223,23 @@ func partHeaders(hdr http.Header, info object.Info, count int) {
 	}
 }
 
+// writePartHead writes the status and headers of an answer about the part
+// [off, off+length) of the object, one of count: 206 with its range, or
+// 200 for an empty part. A body, if any, is the caller's to send.
+func writePartHead(w http.ResponseWriter, rq *request, info object.Info, off, length int64, count int) {
+	hdr := w.Header()
+	setObjectHeaders(hdr, info)
+	applyOverrides(hdr, rq.q)
+	partHeaders(hdr, info, count)
+	hdr.Set("Content-Length", strconv.FormatInt(length, 10))
+	if length == 0 {
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	hdr.Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", off, off+length-1, info.Size))
+	w.WriteHeader(http.StatusPartialContent)
+}
+
 // getPart answers GET ?partNumber=n: 206 with the part's bytes.
 func (h *handler) getPart(w http.ResponseWriter, rq *request, n int, conds conditions) error {
 	for try := 1; ; try++ {
@@ -242,11 +259,7 @@ func (h *handler) getPart(w http.ResponseWriter, rq *request, n int, conds condi
 				}
 				return err
 			}
-			setObjectHeaders(w.Header(), info)
-			applyOverrides(w.Header(), rq.q)
-			partHeaders(w.Header(), info, count)
-			w.Header().Set("Content-Length", "0")
-			w.WriteHeader(http.StatusOK)
+			writePartHead(w, rq, info, off, 0, count)
 			return nil
 		}
 		rd, err := h.objs.GetObject(rq.Context(), rq.bucket, rq.key, object.GetOptions{Range: &object.Range{Offset: off, Length: length}})
@@ -390,20 +403,11 @@ func (h *handler) headObject(w http.ResponseWriter, rq *request) error {
 	if err != nil {
 		return err
 	}
-	hdr := w.Header()
 	if part > 0 {
-		setObjectHeaders(hdr, info)
-		applyOverrides(hdr, rq.q)
-		partHeaders(hdr, info, count)
-		hdr.Set("Content-Length", strconv.FormatInt(pLength, 10))
-		if pLength == 0 {
-			w.WriteHeader(http.StatusOK)
-			return nil
-		}
-		hdr.Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", pOff, pOff+pLength-1, info.Size))
-		w.WriteHeader(http.StatusPartialContent)
+		writePartHead(w, rq, info, pOff, pLength, count)
 		return nil
 	}
+	hdr := w.Header()
 	rng, err := readRange(rq)
 	off, n := int64(0), info.Size
 	if info.Size == 0 || !ifRangeHolds(rq.Header.Get("If-Range"), info) {

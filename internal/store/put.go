@@ -75,10 +75,11 @@ type work struct {
 // inodes, with room left in bytes, when it holds many small copies) first
 // has copies evicted on mp, as a write that finds it full does.
 func (s *Store) newWork(ctx context.Context, mp *mountpath, direct bool) (*work, error) {
-	f, err := s.createWork(mp.workDir(), direct)
-	if err != nil && isNoSpace(err) && s.evictCopies(ctx, mp, 1) > 0 {
+	var f workFile
+	err := s.evictingOnce(ctx, mp, func() (err error) {
 		f, err = s.createWork(mp.workDir(), direct)
-	}
+		return err
+	})
 	if err != nil {
 		if isNoSpace(err) {
 			return nil, noSpace(mp, err)
@@ -213,10 +214,7 @@ func (w *work) ingest(ctx context.Context, r io.Reader, limit int64, wantMD5 boo
 // If the filesystem has no room for the xattr (a block of its own, or, on
 // tmpfs, inode space) it evicts on the mountpath and tries once more.
 func (w *work) seal(ctx context.Context, name string, meta []byte) error {
-	err := unix.Fsetxattr(int(w.f.Fd()), name, meta, 0)
-	if err != nil && isNoSpace(err) && w.s.evictCopies(ctx, w.mp, 1) > 0 {
-		err = unix.Fsetxattr(int(w.f.Fd()), name, meta, 0)
-	}
+	err := w.s.evictingOnce(ctx, w.mp, func() error { return unix.Fsetxattr(int(w.f.Fd()), name, meta, 0) })
 	if err != nil {
 		if isNoSpace(err) {
 			return noSpace(w.mp, err)

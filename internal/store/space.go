@@ -227,6 +227,17 @@ func (s *Store) evictCopies(ctx context.Context, mp *mountpath, n int) int64 {
 	return s.evictUntil(ctx, mp, func(_ int64, evicted int) bool { return evicted >= n })
 }
 
+// evictingOnce runs fn, which creates something on mp (a file, an
+// xattr); if the filesystem has no room for it (out of bytes or inodes),
+// it evicts one copy on mp and, if that freed anything, runs fn again.
+func (s *Store) evictingOnce(ctx context.Context, mp *mountpath, fn func() error) error {
+	err := fn()
+	if err != nil && isNoSpace(err) && s.evictCopies(ctx, mp, 1) > 0 {
+		err = fn()
+	}
+	return err
+}
+
 // evictToLow evicts on mp until it is under the low watermark, measured
 // afresh after every victim so that writes racing with eviction count.
 func (s *Store) evictToLow(ctx context.Context, mp *mountpath) int64 {
