@@ -34,21 +34,11 @@ func TestFailedDriveTakesNoWrites(t *testing.T) {
 	for _, k := range keys[:2] {
 		put(t, s, "bkt", k, []byte("before "+k))
 	}
-	// The kernel refuses to remount while a file is open for writing; the
-	// store's lock file is the only one (ext4 remounting itself after an
-	// error does not ask).
-	for _, mp := range s.mps {
-		if mp.path == broken {
-			mp.lock.Close()
-		}
-	}
 	// A work file the failure cut short stays behind.
 	if err := os.WriteFile(filepath.Join(broken, "tmp", "w03", "work-1234"), []byte("partial"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := unix.Mount("", broken, "", unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
-		t.Fatalf("remount read-only: %v", err)
-	}
+	failDrive(t, s, broken)
 	_, err := s.Put(ctx, "bkt", keys[2], bytes.NewReader([]byte("x")), PutOptions{PutOptions: object.PutOptions{Size: 1}})
 	if !errors.Is(err, unix.EROFS) {
 		t.Fatalf("write to the broken mountpath: %v, want EROFS", err)
@@ -86,6 +76,23 @@ func TestFailedDriveTakesNoWrites(t *testing.T) {
 
 // tmpfsMountpath mounts a small tmpfs at p, a mountpath whose drive the
 // test can make read-only, and unmounts it when the test ends.
+// failDrive makes the tmpfs mountpath broken of s read-only, as ext4 does
+// itself after an I/O error. The kernel refuses to remount while a file
+// is open for writing; the store's lock file is the only one (ext4
+// remounting itself after an error does not ask), so it is closed first.
+func failDrive(t *testing.T, s *Store, broken string) {
+	t.Helper()
+	for _, mp := range s.mps {
+		if mp.path == broken {
+			mp.lock.Close()
+			mp.lock = nil
+		}
+	}
+	if err := unix.Mount("", broken, "", unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+		t.Fatalf("remount read-only: %v", err)
+	}
+}
+
 func tmpfsMountpath(t *testing.T, p string) string {
 	t.Helper()
 	return tmpfsMountpathWith(t, p, "size=16m")
@@ -134,15 +141,7 @@ func TestDeleteOnFailedDriveLasts(t *testing.T) {
 	for _, k := range keys[:3] {
 		put(t, s, "bkt", k, []byte("before "+k))
 	}
-	for _, mp := range s.mps {
-		if mp.path == broken {
-			mp.lock.Close() // see TestFailedDriveTakesNoWrites
-			mp.lock = nil
-		}
-	}
-	if err := unix.Mount("", broken, "", unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
-		t.Fatalf("remount read-only: %v", err)
-	}
+	failDrive(t, s, broken)
 	if _, err := s.Put(ctx, "bkt", probe, bytes.NewReader([]byte("x")), PutOptions{PutOptions: object.PutOptions{Size: 1}}); !errors.Is(err, unix.EROFS) {
 		t.Fatalf("write to the read-only drive: %v, want EROFS", err) // the store finds out
 	}
@@ -262,15 +261,7 @@ func TestUploadCompletesAfterItsDriveFailed(t *testing.T) {
 	}
 	part := randBytes(7, 1000)
 	pi := putPart(t, s, "bkt", key, id, 1, part)
-	for _, mp := range s.mps {
-		if mp.path == broken {
-			mp.lock.Close() // see TestFailedDriveTakesNoWrites
-			mp.lock = nil
-		}
-	}
-	if err := unix.Mount("", broken, "", unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
-		t.Fatalf("remount read-only: %v", err)
-	}
+	failDrive(t, s, broken)
 	parts := []object.CompletePart{{PartNumber: 1, ETag: pi.ETag}}
 	info, err := s.CompleteUpload(ctx, "bkt", key, id, parts)
 	if err != nil {

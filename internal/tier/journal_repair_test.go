@@ -18,6 +18,20 @@ import (
 	"github.com/slipstream-io/slipstream/internal/store"
 )
 
+// destageTo adds the writeback bucket "wback" over be to tr and waits
+// until its backlog has been destaged there.
+func destageTo(t *testing.T, tr *Tier, be backend.Backend) {
+	t.Helper()
+	if err := tr.AddBucket("wback", Bucket{Mode: ModeWriteback, Backend: be}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := tr.WaitDestaged(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // openStore opens a store over dir/mp1, closed when the test ends.
 func openStore(t *testing.T, dir string) *store.Store {
 	t.Helper()
@@ -191,14 +205,7 @@ func TestJournalDamageKeepsWritesBehindIt(t *testing.T) {
 	if s := tr.d.seq(); s <= seq {
 		t.Errorf("sequence number %d handed out, not past %d journaled behind the damage", s, uint64(seq))
 	}
-	if err := tr.AddBucket("wback", Bucket{Mode: ModeWriteback, Backend: be}); err != nil {
-		t.Fatal(err)
-	}
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := tr.WaitDestaged(wctx); err != nil {
-		t.Fatal(err)
-	}
+	destageTo(t, tr, be)
 	if _, err := be.Stat(ctx, "k"); !errors.Is(err, object.ErrNotFound) {
 		t.Errorf("the delete journaled behind the damaged record was not destaged: %v", err)
 	}
@@ -241,14 +248,7 @@ func TestDamagedPutRecordIsRecovered(t *testing.T) {
 	if bl := tr.Backlog(); bl.Objects != 1 || bl.JournalCutRegions != 1 {
 		t.Errorf("backlog %+v, want the recovered put and 1 damaged region", bl)
 	}
-	if err := tr.AddBucket("wback", Bucket{Mode: ModeWriteback, Backend: be}); err != nil {
-		t.Fatal(err)
-	}
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := tr.WaitDestaged(wctx); err != nil {
-		t.Fatal(err)
-	}
+	destageTo(t, tr, be)
 	rc, _, err := be.Get(ctx, "lost", nil)
 	if err != nil {
 		t.Fatalf("the object whose put record was damaged never reached the backend: %v", err)
