@@ -100,7 +100,7 @@ func (s *Store) recordDead(d deadCopy) error {
 			continue
 		}
 		dir := filepath.Join(mp.root, deadDir)
-		err := mkdirSynced(dir, mp.root)
+		err := mp.dirs.mkdir(dir, mp.root)
 		if err == nil {
 			err = writeFileAtomic(filepath.Join(dir, d.name()), d)
 		}

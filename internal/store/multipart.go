@@ -109,7 +109,7 @@ func (s *Store) CreateUpload(ctx context.Context, bucket, key string, opts Uploa
 	mp := s.mountpathFor(bucket, key)
 	bdir := filepath.Join(mp.mpuDir, bucket)
 	dir := filepath.Join(bdir, id)
-	if err := mkdirSynced(bdir, mp.mpuDir); err != nil {
+	if err := mp.dirs.mkdir(bdir, mp.mpuDir); err != nil {
 		if isNoSpace(err) {
 			return "", noSpace(mp, err)
 		}
@@ -589,7 +589,9 @@ func (s *Store) DeleteBucket(ctx context.Context, bucket string) error {
 	s.mu.Unlock()
 	for _, mp := range s.mps {
 		for _, d := range []string{filepath.Join(mp.objDir, bucket), filepath.Join(mp.mpuDir, bucket)} {
-			if err := removeEmptyTree(d); err != nil {
+			err := removeEmptyTree(d)
+			mp.dirs.forget(d)
+			if err != nil {
 				return fmt.Errorf("store: delete bucket %s: %w", bucket, err)
 			}
 		}

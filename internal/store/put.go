@@ -57,6 +57,13 @@ type PutOptions struct {
 	// as object.Info.Checksum): a body that differs is refused with
 	// ErrCorrupt before it is committed.
 	Checksum string
+	// BeforeCommit, if set, is called once the body is stored and checked
+	// and before it is committed (made visible). An error aborts the Put,
+	// which stores nothing. It may set the copy's BackendETag,
+	// BackendVersion and ValidatedAt; other changes are ignored. A
+	// write-through waits in it for the backend, so that no reader sees a
+	// version the backend may yet refuse.
+	BeforeCommit func(ctx context.Context, info *object.Info) error
 }
 
 // work is a file being written under a mountpath's tmp/ directory. Until
@@ -328,6 +335,13 @@ func (s *Store) Put(ctx context.Context, bucket, key string, r io.Reader, opts P
 		return object.Info{}, fmt.Errorf("%w: %s/%s: the body has %s, want %s", ErrCorrupt, bucket, key, info.Checksum, opts.Checksum)
 	}
 	info.AccessTime = info.ModTime
+	if opts.BeforeCommit != nil {
+		got := cloneInfo(info)
+		if err := opts.BeforeCommit(ctx, &got); err != nil {
+			return object.Info{}, err
+		}
+		info.BackendETag, info.BackendVersion, info.ValidatedAt = got.BackendETag, got.BackendVersion, got.ValidatedAt
+	}
 	if err := s.commit(ctx, w, info, commitCheck(opts)); err != nil {
 		if errors.Is(err, object.ErrPrecondition) || errors.Is(err, ErrChanged) {
 			return object.Info{}, err
@@ -389,7 +403,7 @@ func (s *Store) commit(ctx context.Context, w *work, info object.Info, check fun
 	}
 	mp := w.mp
 	dir, file := mp.objectPath(info.Bucket, info.Key)
-	if err := mkdirSynced(dir, mp.objDir); err != nil {
+	if err := mp.dirs.mkdir(dir, mp.objDir); err != nil {
 		if isNoSpace(err) {
 			return noSpace(mp, err)
 		}
@@ -408,6 +422,9 @@ func (s *Store) commit(ctx context.Context, w *work, info object.Info, check fun
 	}
 	if err := os.Rename(w.path, file); err != nil {
 		l.Unlock()
+		if errors.Is(err, os.ErrNotExist) {
+			mp.dirs.forget(dir) // removed with its bucket meanwhile
+		}
 		if isNoSpace(err) {
 			return noSpace(mp, err)
 		}

@@ -81,6 +81,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -299,6 +300,7 @@ type mountpath struct {
 	workDirs               []string      // under tmpDir, where work files are created in turn
 	nextWork               atomic.Uint32 // the next work directory
 	lock                   *os.File
+	dirs                   *durableDirs // the directories known durable
 
 	polMu sync.Mutex
 	pol   evict.Policy
@@ -319,6 +321,7 @@ func openMountpath(idx int, path, policy string, workDirs int) (*mountpath, erro
 		tmpDir: filepath.Join(root, "tmp"),
 		objDir: filepath.Join(root, "obj"),
 		mpuDir: filepath.Join(root, "mpu"),
+		dirs:   newDurableDirs(),
 	}
 	mp.workDirs = workDirNames(mp.tmpDir, workDirs)
 	pol, err := evict.New(policy)
@@ -331,7 +334,7 @@ func openMountpath(idx int, path, policy string, workDirs int) (*mountpath, erro
 		if _, err := os.Stat(d); err == nil {
 			continue
 		}
-		if err := mkdirSynced(d, "/"); err != nil {
+		if err := mp.dirs.mkdir(d, "/"); err != nil {
 			return nil, fmt.Errorf("store: mountpath %s: %w", path, err)
 		}
 	}
@@ -487,22 +490,60 @@ func validate(bucket, key string) error {
 	return object.ValidateKey(key)
 }
 
-// mkdirSynced makes dir (and its parents up to stop) if missing, fsyncing
-// the parent of every directory it creates so the new entries are durable.
-func mkdirSynced(dir, stop string) error {
+// durableDirs makes directories and remembers which ones it knows to be
+// durable: their entry fsynced in their parent, and so on up to the stop
+// directory the caller gives. A directory some other goroutine just made
+// may not be durable yet (its creator has not fsynced the parent), so one
+// that already exists is not trusted until it has been synced here once.
+type durableDirs struct {
+	known sync.Map // dir -> struct{}
+	sync  func(dir string) error
+}
+
+func newDurableDirs() *durableDirs { return &durableDirs{sync: syncDir} }
+
+// mkdir makes dir (and its parents up to stop, which must exist durably)
+// if missing, and returns once dir's entry and its parents' are durable.
+func (d *durableDirs) mkdir(dir, stop string) error {
+	if dir == stop {
+		return nil
+	}
+	if _, ok := d.known.Load(dir); ok {
+		return nil
+	}
+	parent := filepath.Dir(dir)
 	err := os.Mkdir(dir, 0o755)
 	switch {
-	case err == nil:
-		return syncDir(filepath.Dir(dir))
-	case errors.Is(err, os.ErrExist):
-		return nil
-	case errors.Is(err, os.ErrNotExist) && dir != stop && filepath.Dir(dir) != dir:
-		if err := mkdirSynced(filepath.Dir(dir), stop); err != nil {
+	case errors.Is(err, os.ErrNotExist) && parent != dir:
+		if err := d.mkdir(parent, stop); err != nil {
 			return err
 		}
-		return mkdirSynced(dir, stop)
+		return d.mkdir(dir, stop)
+	case errors.Is(err, os.ErrExist) && parent != dir:
+		// Made by someone else, perhaps a moment ago: make sure of the
+		// parents too, then sync dir's own entry.
+		if err := d.mkdir(parent, stop); err != nil {
+			return err
+		}
+	case err != nil:
+		return err
 	}
-	return err
+	if err := d.sync(parent); err != nil {
+		return err
+	}
+	d.known.Store(dir, struct{}{})
+	return nil
+}
+
+// forget drops what is known of dir and the directories under it, which
+// are being removed.
+func (d *durableDirs) forget(dir string) {
+	d.known.Range(func(k, _ any) bool {
+		if p := k.(string); p == dir || strings.HasPrefix(p, dir+string(filepath.Separator)) {
+			d.known.Delete(k)
+		}
+		return true
+	})
 }
 
 func syncDir(dir string) error {

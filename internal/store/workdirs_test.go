@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -104,4 +105,63 @@ func TestWorkDirSpread(t *testing.T) {
 	fmt.Printf("| 1 | %.0f | %.0f |\n", float64(one.cpuPerPut)/1e3, float64(one.wallPerPut)/1e3)
 	fmt.Printf("| %d | %.0f | %.0f |\n", defaultWorkDirs, float64(many.cpuPerPut)/1e3, float64(many.wallPerPut)/1e3)
 	fmt.Printf("\nCPU per PUT, %d directories / one: %.2f\n", defaultWorkDirs, float64(many.cpuPerPut)/float64(one.cpuPerPut))
+}
+
+// TestDurableDirs: a directory that already exists, perhaps made a moment
+// ago by a writer that has not fsynced its parent yet, is synced into its
+// parent (and its parents into theirs) before mkdir returns; after that,
+// and for directories it made itself, it syncs nothing again.
+func TestDurableDirs(t *testing.T) {
+	stop := t.TempDir()
+	a := filepath.Join(stop, "a")
+	ab := filepath.Join(a, "b")
+	ac := filepath.Join(a, "c")
+	tests := []struct {
+		name     string
+		premade  []string // made by "someone else" before the call
+		dir      string
+		wantSync []string // parents synced, in order
+	}{
+		{"made by another writer", []string{ab}, ab, []string{stop, a}},
+		{"known since", nil, ab, nil},
+		{"new beside a known one", nil, ac, []string{a}},
+		{"the stop itself", nil, stop, nil},
+		{"new two levels down", nil, filepath.Join(stop, "x", "y"), []string{stop, filepath.Join(stop, "x")}},
+	}
+	var synced []string
+	d := newDurableDirs()
+	d.sync = func(dir string) error {
+		synced = append(synced, dir)
+		return syncDir(dir)
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, p := range tc.premade {
+				if err := os.MkdirAll(p, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			synced = nil
+			if err := d.mkdir(tc.dir, stop); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(synced, tc.wantSync) {
+				t.Fatalf("synced %q, want %q", synced, tc.wantSync)
+			}
+			if fi, err := os.Stat(tc.dir); err != nil || !fi.IsDir() {
+				t.Fatalf("%s: %v", tc.dir, err)
+			}
+		})
+	}
+	t.Run("sync fails", func(t *testing.T) {
+		d := newDurableDirs()
+		d.sync = func(string) error { return errors.New("EIO") }
+		if err := d.mkdir(filepath.Join(stop, "z"), stop); err == nil {
+			t.Fatal("mkdir succeeded although its parent could not be synced")
+		}
+		d.sync = syncDir
+		if err := d.mkdir(filepath.Join(stop, "z"), stop); err != nil {
+			t.Fatal(err)
+		}
+	})
 }

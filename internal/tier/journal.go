@@ -266,6 +266,7 @@ type journal struct {
 	mu      sync.Mutex
 	f       journalFile
 	broken  error // a failed write could not be undone: appends are refused
+	behind  bool  // state applied without its record written: rewrite soon
 	size    int64
 	live    int64 // size right after the last compaction
 	buf     []byte
@@ -511,14 +512,35 @@ var errJournalClosed = errors.New("tier: journal closed")
 // that fails late. Concurrent appends share fsyncs (group commit): one
 // fsync covers every record written before it started.
 func (j *journal) append(sync bool, apply func(), recs ...Record) error {
+	return j.add(sync, false, apply, recs)
+}
+
+// appendAnyway is append for state that holds whether or not its record
+// can be written, such as a write-back PUT's dirty copy, already committed:
+// if the write fails (or the journal refuses it), apply still runs and the
+// journal is marked behind, so that the next rewrite, which the destager
+// makes soon, puts the record in the file. The error is still returned.
+func (j *journal) appendAnyway(sync bool, apply func(), recs ...Record) error {
+	return j.add(sync, true, apply, recs)
+}
+
+func (j *journal) add(sync, anyway bool, apply func(), recs []Record) error {
 	j.mu.Lock()
-	if j.f == nil {
+	fail := func(err error) error {
+		if anyway {
+			j.behind = true
+			if apply != nil {
+				apply()
+			}
+		}
 		j.mu.Unlock()
-		return errJournalClosed
+		return err
+	}
+	if j.f == nil {
+		return fail(errJournalClosed)
 	}
 	if j.broken != nil {
-		j.mu.Unlock()
-		return j.broken
+		return fail(j.broken)
 	}
 	j.buf = j.buf[:0]
 	for _, r := range recs {
@@ -533,8 +555,7 @@ func (j *journal) append(sync bool, apply func(), recs ...Record) error {
 		if uerr := j.undo(n); uerr != nil {
 			j.broken = fmt.Errorf("tier: journal unusable after a failed write (%w): %w", err, uerr)
 		}
-		j.mu.Unlock()
-		return err
+		return fail(err)
 	}
 	j.size += int64(n)
 	j.written++
@@ -636,7 +657,7 @@ func (j *journal) rewrite(snapshot func() []Record) error {
 		j.f.Close()
 	}
 	j.f = f
-	j.broken = nil // the new file is whole
+	j.broken, j.behind = nil, false // the new file is whole and holds the state
 	j.size = int64(len(buf))
 	j.live = j.size
 	j.synced = j.written // the new file holds them all, fsynced
@@ -650,15 +671,16 @@ func (j *journal) rewrite(snapshot func() []Record) error {
 func (j *journal) needsCompaction(limit int64) bool {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	return j.broken != nil || j.size >= limit && j.size >= 2*j.live
+	return j.broken != nil || j.behind || j.size >= limit && j.size >= 2*j.live
 }
 
-// isBroken reports whether a failed write left the journal refusing
-// appends until it is rewritten.
-func (j *journal) isBroken() bool {
+// needsRewrite reports whether a failed write left the journal refusing
+// appends, or without records of state already applied, until it is
+// rewritten.
+func (j *journal) needsRewrite() bool {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	return j.broken != nil
+	return j.broken != nil || j.behind
 }
 
 func (j *journal) bytes() int64 {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -259,5 +260,48 @@ func TestDamagedPutRecordIsRecovered(t *testing.T) {
 	}
 	if info, err := st.Stat(ctx, "wback", "lost"); err != nil || info.Dirty {
 		t.Errorf("local copy after destage: %+v, %v; want it clean", info, err)
+	}
+}
+
+// TestFailedJournalAppendStillDestages: a write-back PUT whose journal
+// record cannot be written (ENOSPC) answers the error, but its dirty copy
+// is committed and served, so it is destaged all the same, and the
+// journal is rewritten to hold the state it missed.
+func TestFailedJournalAppendStillDestages(t *testing.T) {
+	tr, st := wbTier(t)
+	ctx := context.Background()
+	b, err := tr.bucket("wback")
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := tr.d.j
+	j.mu.Lock()
+	j.f = &shortFile{File: j.f.(*os.File), short: true}
+	j.mu.Unlock()
+	body := []byte("served although its record failed")
+	if _, err := tr.Put(ctx, "wback", "k", bytes.NewReader(body), object.PutOptions{Size: int64(len(body))}); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("PUT with a failing journal: %v", err)
+	}
+	if info, err := st.Stat(ctx, "wback", "k"); err != nil || !info.Dirty {
+		t.Fatalf("local copy %+v, %v: want the dirty copy", info, err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := tr.WaitDestaged(wctx); err != nil {
+		t.Fatal(err)
+	}
+	rc, _, err := b.Backend.Get(ctx, "k", nil)
+	if err != nil {
+		t.Fatalf("the copy readers saw never reached the backend: %v", err)
+	}
+	got, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil || !bytes.Equal(got, body) {
+		t.Fatalf("backend has %q, %v", got, err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); j.needsRewrite(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the journal was not rewritten after it missed a record")
+		}
 	}
 }

@@ -124,7 +124,7 @@ func (d *destager) redeliver(ctx context.Context, interval time.Duration) {
 			return
 		case <-tick.C:
 		}
-		if d.j.isBroken() {
+		if d.j.needsRewrite() {
 			d.maybeCompact()
 		}
 		d.mu.Lock()

@@ -67,35 +67,41 @@ func (t *Tier) putThrough(ctx context.Context, b Bucket, bucket, key string, r i
 		return object.Info{}, err
 	}
 	defer end()
+	// The local copy is committed only once the backend has the body, with
+	// the backend's version: until then readers see the previous version,
+	// and a backend failure leaves nothing to take back.
 	var a backend.Attrs
 	var info object.Info
+	var errPut error
+	stored := make(chan struct{}) // closed when the backend's Put returned, with errPut
+	lopts := store.PutOptions{PutOptions: opts, BeforeCommit: func(ctx context.Context, i *object.Info) error {
+		select {
+		case <-stored:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if errPut != nil {
+			return errBackendFailed
+		}
+		i.BackendETag, i.BackendVersion, i.ValidatedAt = a.ETag, a.Version, time.Now()
+		return nil
+	}}
 	errB, errL := tee(ctx, r,
 		func(r io.Reader) (err error) {
 			a, err = b.Backend.Put(ctx, key, r, opts.Size, backend.PutAttrs{ContentType: opts.ContentType, UserMeta: opts.UserMeta, Headers: opts.Headers})
+			errPut = err
+			close(stored)
 			return err
 		},
 		func(r io.Reader) (err error) {
-			info, err = t.local.Put(ctx, bucket, key, r, store.PutOptions{PutOptions: opts})
+			info, err = t.local.Put(ctx, bucket, key, r, lopts)
 			return err
 		})
 	if errB != nil {
-		// The backend does not have it: no local copy may claim it does.
-		if errL == nil {
-			if err := t.local.Delete(context.WithoutCancel(ctx), bucket, key); err != nil {
-				t.log.Warn("tier: could not drop local copy after a failed write-through", "bucket", bucket, "key", key, "err", err)
-			}
-		}
 		if errors.Is(errB, fanout.ErrConsumerDone) && errL != nil {
 			return object.Info{}, errL
 		}
 		return object.Info{}, errB
-	}
-	if errL == nil {
-		now := time.Now()
-		info, errL = t.local.UpdateMeta(ctx, bucket, key, func(i *object.Info) error {
-			i.BackendETag, i.BackendVersion, i.ValidatedAt = a.ETag, a.Version, now
-			return nil
-		})
 	}
 	if errL != nil {
 		// The backend has the new version; a stale local copy must go.
@@ -108,6 +114,10 @@ func (t *Tier) putThrough(ctx context.Context, b Bucket, bucket, key string, r i
 	}
 	return info, nil
 }
+
+// errBackendFailed aborts a write-through's local copy when the backend
+// did not take the body; the PUT answers the backend's own error.
+var errBackendFailed = errors.New("tier: the backend did not store the body")
 
 // ReserveDirty waits, as a write-back PUT of size bytes does, until the
 // dirty bytes of bucket leave room for size more (object.ErrSlowDown after
@@ -181,9 +191,11 @@ func (t *Tier) putBack(ctx context.Context, b Bucket, bucket, key string, r io.R
 		return object.Info{}, errL
 	}
 	o := &op{kind: KindPut, seq: seq, time: now, bucket: bucket, key: key, size: info.Size, etag: info.ETag, holders: holders}
-	// The local copy is durable and dirty: journal it even if the replicas
-	// failed, so that it reaches the backend.
-	if err := d.j.append(true, func() { d.enqueue(o) }, o.record()); err != nil {
+	// The local copy is durable, dirty and served: journal it even if the
+	// replicas failed, and destage it even if the journal fails, so that
+	// what readers saw reaches the backend (the PUT still answers the
+	// error, as a write that fails late may have taken effect).
+	if err := d.j.appendAnyway(true, func() { d.enqueue(o) }, o.record()); err != nil {
 		return object.Info{}, err
 	}
 	if errR != nil {
@@ -572,7 +584,7 @@ func (t *Tier) Adopt(ctx context.Context, bucket, key string) (object.Info, erro
 			ModTime: info.ModTime, Copies: b.Copies - 1, Body: r})
 		r.Close()
 	}
-	if err := d.j.append(true, func() { d.enqueue(o) }, o.record()); err != nil {
+	if err := d.j.appendAnyway(true, func() { d.enqueue(o) }, o.record()); err != nil { // as in putBack
 		return object.Info{}, err
 	}
 	if errR != nil {

@@ -75,6 +75,58 @@ func TestWriteThrough(t *testing.T) {
 	})
 }
 
+// TestWriteThroughShowsNothingBeforeTheBackend: while the backend has not
+// yet taken a write-through's body, readers get the previous version, and
+// when the backend then fails, the previous version is what stays (local
+// and remote agree on it).
+func TestWriteThroughShowsNothingBeforeTheBackend(t *testing.T) {
+	kinds(t, func(t *testing.T, kind string) {
+		e := newEnv(t, kind)
+		tr := e.newTier(t, tier.Config{}, cacheBucket)
+		ctx := context.Background()
+		v1, v2 := []byte("version one"), bytes.Repeat([]byte("2"), 300<<10)
+		if _, err := tr.Put(ctx, "data", "wt/k", bytesReader(v1), putOpts(len(v1))); err != nil {
+			t.Fatal(err)
+		}
+		gate := make(chan struct{})
+		e.be.set(func(c *ctl) { c.gate = gate })
+		puts := e.be.puts.Load()
+		done := make(chan error, 1)
+		go func() {
+			_, err := tr.Put(ctx, "data", "wt/k", bytesReader(v2), putOpts(len(v2)))
+			done <- err
+		}()
+		for deadline := time.Now().Add(5 * time.Second); e.be.puts.Load() == puts; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the backend PUT never started")
+			}
+		}
+		// The local copy of v2 is written well within this second; it
+		// must not be shown.
+		for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+			r, err := tr.Get(ctx, "data", "wt/k", nil)
+			if got := readAll(t, r, err); !bytes.Equal(got, v1) {
+				t.Fatalf("GET during the write-through: %d bytes, want the previous version", len(got))
+			}
+		}
+		e.be.set(func(c *ctl) { c.failPuts = true; c.gate = nil })
+		close(gate)
+		if err := <-done; !errors.Is(err, errInjected) {
+			t.Fatalf("write-through with a failing backend: %v", err)
+		}
+		e.be.set(func(c *ctl) { c.failPuts = false })
+		local, err := e.local.Stat(ctx, "data", "wt/k")
+		if err != nil || local.Size != int64(len(v1)) {
+			t.Fatalf("local copy after the failed write-through: %+v, %v", local, err)
+		}
+		gets := e.be.fullGets.Load()
+		r, err := tr.Get(ctx, "data", "wt/k", nil)
+		if got := readAll(t, r, err); !bytes.Equal(got, v1) || e.be.fullGets.Load() != gets {
+			t.Fatalf("after the failed write-through: %d bytes (backend GETs %d), want the warm previous version", len(got), e.be.fullGets.Load()-gets)
+		}
+	})
+}
+
 var wbBucket = map[string]tier.Bucket{"wback": {Mode: tier.ModeWriteback}}
 
 func TestWriteBackDestageOrder(t *testing.T) {
