@@ -696,8 +696,8 @@ func (c *Cluster) Sync(ctx context.Context) error {
 // predecessors committed (and acknowledged) only once it commits an entry
 // of its own term, and applies them after that. So the first call in a term
 // waits for a raft barrier (every entry before it applied); later calls in
-// the term answer at once, since the leader applies every change it
-// acknowledges before acknowledging it.
+// the term answer after one heartbeat round, since the leader applies
+// every change it acknowledges before acknowledging it.
 func (c *Cluster) syncedVersion(ctx context.Context) (uint64, error) {
 	// The term is read first: a barrier that completes in a later term
 	// (leadership lost and won again) then counts for no term.
@@ -718,7 +718,18 @@ func (c *Cluster) syncedVersion(ctx context.Context) (uint64, error) {
 			c.syncTerm.Store(term)
 		}
 	}
-	return c.Map().Version, nil
+	v := c.Map().Version
+	// A leader cut off from the others keeps believing it leads for up
+	// to its lease, while a new leader may already acknowledge changes
+	// it lacks: the version counts only once a quorum has confirmed this
+	// node still leads, after it was read (a raft read index).
+	if err := c.raft.VerifyLeader().Error(); err != nil {
+		if errors.Is(err, raft.ErrRaftShutdown) {
+			return 0, ErrClosed
+		}
+		return 0, fmt.Errorf("%w: %w", ErrNotLeader, err)
+	}
+	return v, nil
 }
 
 // retry runs f until it returns nil or an error that a new leader cannot

@@ -1,6 +1,8 @@
 package cluster_test
 
 import (
+	"io"
+	"net/http"
 	"testing"
 	"time"
 
@@ -78,5 +80,50 @@ func TestSyncAfterLeaderChange(t *testing.T) {
 	if _, ok := f.Cluster().Map().Bucket("late"); !ok {
 		t.Errorf("Sync on %s returned before its map held a bucket whose creation was acknowledged before the call: "+
 			"the new leader %s answered with a version that lacks its predecessor's entries", f.ID, lead.ID)
+	}
+}
+
+// TestSyncNeedsAQuorum: a leader answers ?sync (the version a follower's
+// Sync waits for) only once a quorum confirms that it still leads. A leader
+// cut off from the others goes on believing it leads for up to its lease,
+// while on the other side a new leader may already acknowledge changes it
+// lacks; it cannot tell that from followers that died, as here, where its
+// lease is long enough for the question to be asked well within it.
+func TestSyncNeedsAQuorum(t *testing.T) {
+	tc := clustertest.Start(t, clustertest.Options{N: 3, Raft: cluster.RaftTimeouts{
+		Heartbeat: 2 * time.Second, Election: 2 * time.Second, LeaderLease: 2 * time.Second, Commit: 20 * time.Millisecond,
+	}})
+	ctx := testCtx(t, 60*time.Second)
+	lead, err := tc.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lead.Cluster().Sync(ctx); err != nil { // the term's barrier
+		t.Fatal(err)
+	}
+	health := func() (int, string) {
+		resp, err := http.Get(lead.URL + cluster.PathHealth + "?sync")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := health(); code != http.StatusOK {
+		t.Fatalf("?sync on a leader with its quorum: %d %s", code, body)
+	}
+	for _, n := range tc.Nodes() {
+		if n != lead {
+			tc.Stop(n)
+		}
+	}
+	if !lead.Cluster().IsLeader() {
+		t.Skip("the leader stepped down before it was asked; nothing to check")
+	}
+	start := time.Now()
+	code, body := health()
+	if code == http.StatusOK {
+		t.Fatalf("?sync on a leader that lost its quorum answered a version after %v: %s", time.Since(start).Round(time.Millisecond), body)
 	}
 }
