@@ -23,13 +23,13 @@ func HoldApply(c *Cluster) (release func()) {
 }
 
 // SyncVoters runs the suffrage step of the leader's health round with
-// every member of c's map alive.
+// every member of c's map alive and following c.
 func SyncVoters(ctx context.Context, c *Cluster) {
 	alive := map[string]bool{}
 	for id := range c.Map().Nodes {
 		alive[id] = true
 	}
-	c.syncVoters(ctx, alive)
+	c.syncVoters(ctx, alive, alive)
 }
 
 // PutNodeRecord writes n as node id's record in the map through c, which

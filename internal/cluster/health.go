@@ -54,23 +54,24 @@ func (c *Cluster) healthRound(silent map[string]time.Time) {
 	timeout := min(max(c.cfg.HeartbeatInterval, 100*time.Millisecond), c.cfg.DownAfter)
 	ctx, cancel := context.WithTimeout(c.ctx, timeout)
 	var (
-		mu  sync.Mutex
-		ok  = map[string]bool{}
-		wg  sync.WaitGroup
-		ids = m.NodeIDs()
+		mu      sync.Mutex
+		ok      = map[string]bool{}
+		follows = map[string]bool{} // answered naming this node its raft leader
+		wg      sync.WaitGroup
+		ids     = m.NodeIDs()
 	)
 	for _, id := range ids {
 		if id == c.self.ID {
 			mu.Lock()
-			ok[id] = true
+			ok[id], follows[id] = true, true
 			mu.Unlock()
 			continue
 		}
 		n := m.Nodes[id]
 		wg.Go(func() {
-			alive := c.probe(ctx, n)
+			alive, leader := c.probe(ctx, n)
 			mu.Lock()
-			ok[id] = alive
+			ok[id], follows[id] = alive, alive && (leader == c.self.ID || c.cfg.HealthPath != PathHealth)
 			mu.Unlock()
 		})
 	}
@@ -101,7 +102,7 @@ func (c *Cluster) healthRound(silent map[string]time.Time) {
 			c.setState(actx, id, StateUp, StateDown)
 		}
 	}
-	c.syncVoters(actx, ok)
+	c.syncVoters(actx, ok, follows)
 }
 
 // setState moves node id from state from (as the round saw it) to s; if
@@ -115,33 +116,38 @@ func (c *Cluster) setState(ctx context.Context, id string, from, s NodeState) {
 }
 
 // probe reports whether the node answers GET HealthPath with 200 on any of
-// its intra addresses (on the cluster's own health path, with its ID). The
-// addresses are tried at once, so one dead interface does not use up the
-// probe's time.
-func (c *Cluster) probe(ctx context.Context, n NodeInfo) bool {
+// its intra addresses (on the cluster's own health path, with its ID), and
+// which raft leader it names there ("" if none or another health path).
+// The addresses are tried at once, so one dead interface does not use up
+// the probe's time.
+func (c *Cluster) probe(ctx context.Context, n NodeInfo) (alive bool, leader string) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	type answer struct {
+		ok     bool
+		leader string
+	}
 	urls := n.IntraURLs()
-	answers := make(chan bool, len(urls))
+	answers := make(chan answer, len(urls))
 	for _, base := range urls {
 		go func() {
 			req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+c.cfg.HealthPath, nil)
 			if err != nil {
-				answers <- false
+				answers <- answer{}
 				return
 			}
 			resp, err := c.hc.Do(req)
 			if err != nil {
-				answers <- false
+				answers <- answer{}
 				return
 			}
 			defer resp.Body.Close()
 			if resp.StatusCode != http.StatusOK {
-				answers <- false
+				answers <- answer{}
 				return
 			}
 			if c.cfg.HealthPath != PathHealth {
-				answers <- true
+				answers <- answer{ok: true}
 				return
 			}
 			// The answer must come from the node itself, not from another
@@ -149,23 +155,26 @@ func (c *Cluster) probe(ctx context.Context, n NodeInfo) bool {
 			// recycled address).
 			var h Health
 			err = json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&h)
-			answers <- err == nil && h.ID == n.ID
+			answers <- answer{ok: err == nil && h.ID == n.ID, leader: h.Leader}
 		}()
 	}
 	for range urls {
-		if <-answers {
-			return true
+		if a := <-answers; a.ok {
+			return true, a.leader
 		}
 	}
-	return false
+	return false, ""
 }
 
 // syncVoters keeps Config.Voters live voters when it can: it promotes live
 // non-voters while voters are missing, and in place of voters that are down
-// (which it demotes to non-voters). It records each member's suffrage in the
-// map, and only that: the rest of the record may have changed since the map
-// it decided on (an operator's state change, one not applied here yet).
-func (c *Cluster) syncVoters(ctx context.Context, alive map[string]bool) {
+// (which it demotes to non-voters). A non-voter is live for this when it
+// answers the health probe and names this node as its raft leader there,
+// which it learns only from this leader's raft messages: its raft address
+// works. It records each member's suffrage in the map, and only that: the
+// rest of the record may have changed since the map it decided on (an
+// operator's state change, one not applied here yet).
+func (c *Cluster) syncVoters(ctx context.Context, alive, follows map[string]bool) {
 	c.memberMu.Lock()
 	defer c.memberMu.Unlock()
 	cf := c.raft.GetConfiguration()
@@ -184,7 +193,7 @@ func (c *Cluster) syncVoters(ctx context.Context, alive map[string]bool) {
 			if known && n.State == StateDown && !alive[id] && id != c.self.ID {
 				downVoters = append(downVoters, s)
 			}
-		case alive[id] && known && n.State == StateUp:
+		case follows[id] && known && n.State == StateUp:
 			candidates = append(candidates, s)
 		}
 	}

@@ -13,9 +13,10 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// admit adds or updates a member; it runs on the leader. A new node becomes
-// a voter while there are fewer than Config.Voters voters, else a non-voter.
-// A known node that comes back with another raft address keeps its suffrage.
+// admit adds or updates a member; it runs on the leader. A new node joins
+// as a non-voter, which the health loop promotes while there are fewer than
+// Config.Voters voters. A known node that comes back with another raft
+// address keeps its suffrage.
 func (c *Cluster) admit(ctx context.Context, info NodeInfo) (*Map, error) {
 	c.memberMu.Lock()
 	defer c.memberMu.Unlock()
@@ -43,11 +44,7 @@ func (c *Cluster) admit(ctx context.Context, info NodeInfo) (*Map, error) {
 	}
 	id, addr := raft.ServerID(info.ID), raft.ServerAddress(info.RaftAddr)
 	var found *raft.Server
-	voters := 0
 	for _, s := range cf.Configuration().Servers {
-		if s.Suffrage == raft.Voter {
-			voters++
-		}
 		switch {
 		case s.ID == id:
 			s := s
@@ -65,9 +62,6 @@ func (c *Cluster) admit(ctx context.Context, info NodeInfo) (*Map, error) {
 				return nil, err
 			}
 			c.log.Warn("stale member on a reused raft address removed", "node", s.ID, "addr", addr)
-			if s.Suffrage == raft.Voter {
-				voters--
-			}
 		}
 	}
 	voter := false
@@ -80,10 +74,14 @@ func (c *Cluster) admit(ctx context.Context, info NodeInfo) (*Map, error) {
 		err = c.raft.AddVoter(id, addr, 0, timeout).Error()
 	case found != nil:
 		err = c.raft.AddNonvoter(id, addr, 0, timeout).Error()
-	case voters < c.cfg.Voters:
-		voter = true
-		err = c.raft.AddVoter(id, addr, 0, timeout).Error()
 	default:
+		// A new member starts as a non-voter, even while voters are
+		// missing: the health loop promotes it once it answers and hears
+		// this leader over raft. Made a voter at once, a member whose raft
+		// address does not lead to it (a wrong advertised address that
+		// something else answers) or that dies right away would count
+		// towards a quorum it can never be part of; with one or two
+		// voters, the cluster would stop.
 		err = c.raft.AddNonvoter(id, addr, 0, timeout).Error()
 	}
 	if err != nil {
@@ -134,7 +132,7 @@ func (c *Cluster) checkNotLive(ctx context.Context, info NodeInfo) error {
 	old.IntraAddrs = gone
 	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	if c.probe(pctx, old) {
+	if alive, _ := c.probe(pctx, old); alive {
 		return fmt.Errorf("%w: node %s is live at %v: another node has its ID", ErrInvalid, info.ID, gone)
 	}
 	return nil

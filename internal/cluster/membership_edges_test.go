@@ -3,11 +3,14 @@ package cluster_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -334,5 +337,56 @@ func TestSyncChecksWhoAnswers(t *testing.T) {
 		if _, ok := f.Cluster().Map().Bucket("acked"); !ok {
 			t.Errorf("Sync on %s returned without a bucket whose creation %s acknowledged: it took the version of another node answering on the leader's address", f.ID, leader.ID)
 		}
+	}
+}
+
+// TestJoinWithDeadRaftAddressKeepsQuorum: a node whose advertised raft
+// address leads somewhere else (here a listener that accepts connections
+// and never answers) joins a one-voter cluster. It answers its health
+// probes, so it looks alive, but it never hears the leader over raft: it
+// must not become a voter, which would give the cluster two voters of
+// which one can never vote, and stop it.
+func TestJoinWithDeadRaftAddressKeepsQuorum(t *testing.T) {
+	tc := clustertest.Start(t, clustertest.Options{N: 1})
+	ctx := testCtx(t, 30*time.Second)
+	leader, err := tc.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close()
+	go func() {
+		for {
+			c, err := sink.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // held open, never answered
+		}
+	}()
+	// The joiner's intra address answers health as the joiner, naming no
+	// leader: its raft never hears from the cluster.
+	ghost := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = json.NewEncoder(w).Encode(cluster.Health{ID: "ghost", RaftState: "Follower"})
+	}))
+	defer ghost.Close()
+	join := `{"id":"ghost","raftAddr":"` + sink.Addr().String() + `","intraAddrs":["` + strings.TrimPrefix(ghost.URL, "http://") + `"]}`
+	jctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(jctx, http.MethodPost, leader.URL+cluster.PathJoin, strings.NewReader(join))
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		resp.Body.Close()
+	}
+	time.Sleep(time.Second) // ten health rounds
+	if st := leader.Cluster().Status(); slices.Contains(st.Voters, "ghost") {
+		t.Fatalf("a member whose raft address is dead became a voter: %+v", st)
+	}
+	bctx, bcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer bcancel()
+	if err := leader.Cluster().CreateBucket(bctx, cluster.BucketProps{Name: "after-ghost"}); err != nil {
+		t.Fatalf("the cluster no longer commits changes: %v", err)
 	}
 }

@@ -15,13 +15,14 @@ import (
 // recording the suffrage changes the suffrage only.
 func TestSuffrageRecordKeepsOperatorState(t *testing.T) {
 	// No health rounds: the test runs the suffrage step itself.
-	tc := clustertest.Start(t, clustertest.Options{N: 3, HeartbeatInterval: time.Hour})
+	tc := clustertest.Start(t, clustertest.Options{N: 3, HeartbeatInterval: time.Hour, NoPromotion: true})
 	ctx := testCtx(t, 30*time.Second)
 	leader, err := tc.Leader(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	lc := leader.Cluster()
+	cluster.SyncVoters(ctx, lc) // the members joined as non-voters
 	x := follower(t, tc)
 
 	// The map's record of x disagrees with the raft configuration (x is a

@@ -313,7 +313,8 @@ func (c *Cluster) logPath(i int) string {
 // WaitReady waits until every running node answers its health check and
 // the cluster map seen by node 1 (or the first running node) lists want
 // nodes up (a node restarted quickly can still be up in the map before it
-// listens again).
+// listens again) and as many voters as the nodes ask for, up to want (new
+// members join as non-voters and are promoted by the leader moments later).
 func (c *Cluster) WaitReady(ctx context.Context, want int) error {
 	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
 	defer cancel()
@@ -330,11 +331,11 @@ func (c *Cluster) WaitReady(ctx context.Context, want int) error {
 			if c.PID(i) == 0 {
 				continue
 			}
-			up, err := c.upCount(ctx, i)
-			if err == nil && up >= want {
+			up, voters, err := c.upCount(ctx, i)
+			if err == nil && up >= want && voters >= min(want, c.Configs[i].Voters) {
 				return nil
 			}
-			last = fmt.Sprintf("node%d sees %d up (%v)", i+1, up, err)
+			last = fmt.Sprintf("node%d sees %d up, %d voters (%v)", i+1, up, voters, err)
 			break
 		}
 		select {
@@ -345,18 +346,25 @@ func (c *Cluster) WaitReady(ctx context.Context, want int) error {
 	}
 }
 
-func (c *Cluster) upCount(ctx context.Context, i int) (int, error) {
+// upCount returns how many nodes are up and how many are voters in node
+// i's map.
+func (c *Cluster) upCount(ctx context.Context, i int) (up, voters int, err error) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.IntraURL(i)+"/cluster/map", nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer resp.Body.Close()
 	var m cluster.Map
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 4<<20)).Decode(&m); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return len(m.UpNodeIDs()), nil
+	for _, n := range m.Nodes {
+		if n.Voter {
+			voters++
+		}
+	}
+	return len(m.UpNodeIDs()), voters, nil
 }
 
 // FreeBasePort finds a base port such that every port the cluster needs is

@@ -50,6 +50,10 @@ type Options struct {
 	// node starts serving (the cluster handler is already under "/cluster/").
 	// It runs again on every restart.
 	Mount func(n *Node, mux *http.ServeMux)
+	// NoPromotion: Start does not wait for the leader's health loop to
+	// promote the new members to voters (a test that runs no health
+	// rounds promotes them itself, with cluster.SyncVoters).
+	NoPromotion bool
 	// StartTimeout bounds Start and Restart (default 30s).
 	StartTimeout time.Duration
 	// Announce, if set, may change what a node announces about itself
@@ -127,12 +131,34 @@ func Start(t testing.TB, opts Options) *Cluster {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opts.StartTimeout)
 	defer cancel()
+	voters := opts.Voters
+	if voters <= 0 {
+		voters = cluster.DefaultVoters
+	}
+	voters = min(voters, opts.N)
+	if opts.NoPromotion {
+		voters = 1
+	}
 	for _, n := range tc.Nodes() {
-		if err := tc.WaitMap(ctx, n, func(m *cluster.Map) bool { return len(m.UpNodeIDs()) == opts.N }); err != nil {
-			t.Fatalf("clustertest: %s never saw %d nodes up: %v", n.ID, opts.N, err)
+		// New members join as non-voters; the leader promotes them once
+		// they follow it.
+		formed := func(m *cluster.Map) bool { return len(m.UpNodeIDs()) == opts.N && VoterCount(m) >= voters }
+		if err := tc.WaitMap(ctx, n, formed); err != nil {
+			t.Fatalf("clustertest: %s never saw %d nodes up and %d voters: %v", n.ID, opts.N, voters, err)
 		}
 	}
 	return tc
+}
+
+// VoterCount is the number of voters m records.
+func VoterCount(m *cluster.Map) int {
+	n := 0
+	for _, ni := range m.Nodes {
+		if ni.Voter {
+			n++
+		}
+	}
+	return n
 }
 
 // Nodes returns all nodes, running or not.
