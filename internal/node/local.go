@@ -250,9 +250,10 @@ func (l *localService) AbortUpload(ctx context.Context, bucket, key, uploadID st
 	return l.store.AbortUpload(ctx, bucket, key, uploadID)
 }
 
-// CompleteUpload assembles the object. For a tiered bucket the tier then
-// adopts it like a PUT (write-through to the backend, or journaled and
-// replicated for write-back) before the client is answered.
+// CompleteUpload assembles the object. A cache bucket's completion is
+// written through to the backend before it is committed; a writeback
+// bucket's is then adopted by the tier like a PUT (journaled and
+// replicated) before the client is answered.
 func (l *localService) CompleteUpload(ctx context.Context, bucket, key, uploadID string, parts []object.CompletePart) (object.Info, error) {
 	b, err := l.bucket(ctx, bucket)
 	if err != nil {
@@ -271,8 +272,15 @@ func (l *localService) CompleteUpload(ctx context.Context, bucket, key, uploadID
 		}
 		defer release()
 	}
+	if b.Mode == cluster.ModeCache {
+		return withTier(ctx, l, func() (object.Info, error) {
+			return l.tier.CompleteThrough(ctx, bucket, key, func(o store.CompleteOptions) (object.Info, error) {
+				return l.store.CompleteUploadWith(ctx, bucket, key, uploadID, parts, o)
+			})
+		})
+	}
 	info, err := l.store.CompleteUpload(ctx, bucket, key, uploadID, parts)
-	if err != nil || !tiered(b) {
+	if err != nil || b.Mode != cluster.ModeWriteback {
 		return info, err
 	}
 	return withTier(ctx, l, func() (object.Info, error) { return l.tier.Adopt(ctx, bucket, key) })

@@ -351,6 +351,22 @@ func (s *Store) AbortUpload(ctx context.Context, bucket, key, uploadID string) e
 // object (copy_file_range between files), commits it like a Put and removes
 // the upload. On error the upload stays as it was, so the client can retry.
 func (s *Store) CompleteUpload(ctx context.Context, bucket, key, uploadID string, parts []object.CompletePart) (object.Info, error) {
+	return s.CompleteUploadWith(ctx, bucket, key, uploadID, parts, CompleteOptions{})
+}
+
+// CompleteOptions shape a multipart completion.
+type CompleteOptions struct {
+	// BeforeCommit, if set, is called once the object is assembled, with
+	// a reader of its bytes, and before it is committed (made visible).
+	// An error fails the completion and keeps the upload, which the
+	// client may complete again. As with PutOptions.BeforeCommit, it may
+	// set the copy's BackendETag, BackendVersion and ValidatedAt: a cache
+	// bucket's completion writes the object through to the backend here.
+	BeforeCommit func(ctx context.Context, info *object.Info, body io.Reader) error
+}
+
+// CompleteUploadWith is CompleteUpload with options.
+func (s *Store) CompleteUploadWith(ctx context.Context, bucket, key, uploadID string, parts []object.CompletePart, opts CompleteOptions) (object.Info, error) {
 	u, err := s.getUpload(bucket, key, uploadID)
 	if err != nil {
 		return object.Info{}, err
@@ -441,6 +457,17 @@ func (s *Store) CompleteUpload(ctx context.Context, bucket, key, uploadID string
 		Parts:       object.PartRuns(sizes),
 		ModTime:     now, AccessTime: now,
 		Pinned: u.meta.Pinned, Dirty: u.meta.Dirty,
+	}
+	if opts.BeforeCommit != nil {
+		ra, ok := w.f.(io.ReaderAt)
+		if !ok {
+			return object.Info{}, fmt.Errorf("store: work file %s cannot be read back", w.path)
+		}
+		got := cloneInfo(info)
+		if err := opts.BeforeCommit(ctx, &got, io.NewSectionReader(ra, 0, total)); err != nil {
+			return object.Info{}, err
+		}
+		takeBackendFields(&info, got)
 	}
 	if err := s.commit(ctx, w, info, nil); err != nil {
 		return object.Info{}, s.checkDrive(mp, err)

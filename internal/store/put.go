@@ -340,7 +340,7 @@ func (s *Store) Put(ctx context.Context, bucket, key string, r io.Reader, opts P
 		if err := opts.BeforeCommit(ctx, &got); err != nil {
 			return object.Info{}, err
 		}
-		info.BackendETag, info.BackendVersion, info.ValidatedAt = got.BackendETag, got.BackendVersion, got.ValidatedAt
+		takeBackendFields(&info, got)
 	}
 	if err := s.commit(ctx, w, info, commitCheck(opts)); err != nil {
 		if errors.Is(err, object.ErrPrecondition) || errors.Is(err, ErrChanged) {
@@ -349,6 +349,11 @@ func (s *Store) Put(ctx context.Context, bucket, key string, r io.Reader, opts P
 		return object.Info{}, s.checkDrive(mp, err)
 	}
 	return cloneInfo(info), nil
+}
+
+// takeBackendFields copies into info what a BeforeCommit hook may set.
+func takeBackendFields(info *object.Info, from object.Info) {
+	info.BackendETag, info.BackendVersion, info.ValidatedAt = from.BackendETag, from.BackendVersion, from.ValidatedAt
 }
 
 // commitCheck returns what Put's options require of the stored version

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"os"
 	"testing"
 	"time"
 
@@ -155,13 +154,12 @@ func TestValidateAlwaysChecksCopyFilledMeanwhile(t *testing.T) {
 	}
 }
 
-// A multipart completion commits the object to the store before the tier
-// adopts it (and, for a cache bucket, writes it through). A GET in between
-// that validates the copy (validate=always or an expired ttl) must not take
-// it for a stale copy of the backend's version: neither replace it with the
-// backend's older version (Adopt would then upload that) nor drop it
-// because the backend does not hold the key yet (Adopt would then fail).
-func TestValidationKeepsCopyAwaitingAdopt(t *testing.T) {
+// A cache copy that records no backend version (committed by another path
+// than a fill or a write-through) is not a copy of a backend version: a GET
+// that validates it (validate=always or an expired ttl) must neither
+// replace it with the backend's older version nor drop it because the
+// backend does not hold the key.
+func TestValidationKeepsCopyWithoutBackendVersion(t *testing.T) {
 	for _, remote := range []bool{true, false} {
 		t.Run(map[bool]string{true: "older remote", false: "new key"}[remote], func(t *testing.T) {
 			e := newEnv(t, "fs")
@@ -178,74 +176,24 @@ func TestValidationKeepsCopyAwaitingAdopt(t *testing.T) {
 			if err := tr.AddBucket("data", tier.Bucket{Mode: tier.ModeCache, Backend: e.be, Validate: tier.Validate{Policy: tier.ValidateAlways}}); err != nil {
 				t.Fatal(err)
 			}
-			mp := []byte("assembled-from-parts")
+			mp := []byte("committed-by-another-path")
 			if _, err := e.local.Put(ctx, "data", "k", bytesReader(mp), storePut(len(mp))); err != nil {
 				t.Fatal(err)
 			}
-			if r, err := tr.Get(ctx, "data", "k", nil); err == nil {
-				b, _ := io.ReadAll(r)
-				r.Close()
-				t.Logf("GET before Adopt: %q", b)
-			} else {
-				t.Logf("GET before Adopt: %v", err)
+			r, err := tr.Get(ctx, "data", "k", nil)
+			if got := readAll(t, r, err); !bytes.Equal(got, mp) {
+				t.Errorf("GET: %q, want the local copy %q", got, mp)
 			}
 			select { // a refetch's commit, if the GET started one
 			case err := <-pd.done:
-				t.Logf("fill commit: %v", err)
+				t.Errorf("the GET refetched the key (commit: %v)", err)
 			case <-time.After(200 * time.Millisecond):
 			}
-			if _, err := tr.Adopt(ctx, "data", "k"); err != nil {
-				t.Fatalf("Adopt: %v", err)
-			}
-			got, err := os.ReadFile(e.remoteFile("k"))
-			if err != nil || string(got) != string(mp) {
-				t.Fatalf("backend holds %q (%v) after Adopt, want the completed upload %q", got, err, mp)
+			r, err = e.local.Get(ctx, "data", "k", nil)
+			if got := readAll(t, r, err); !bytes.Equal(got, mp) {
+				t.Fatalf("local copy after the GET: %q, want %q", got, mp)
 			}
 		})
 	}
 }
 
-// A multipart completion into a cache bucket is written through by Adopt
-// from the local copy. A copy evicted while that upload runs (it is clean
-// until Adopt records the backend's version) does not fail the
-// completion: the upload reads on from the open file, the backend holds
-// the object, and the client is answered with it.
-func TestAdoptSurvivesEvictionDuringWriteThrough(t *testing.T) {
-	e := newEnv(t, "fs")
-	ctx := context.Background()
-	gate := make(chan struct{})
-	c := e.be
-	c.set(func(c *ctl) { c.gate = gate })
-	tr := e.newTier(t, tier.Config{}, map[string]tier.Bucket{"data": {Mode: tier.ModeCache, Backend: c}})
-	mp := bytes.Repeat([]byte("assembled-from-parts "), 5000)
-	if _, err := e.local.Put(ctx, "data", "k", bytesReader(mp), storePut(len(mp))); err != nil {
-		t.Fatal(err)
-	}
-	type result struct {
-		info object.Info
-		err  error
-	}
-	done := make(chan result, 1)
-	go func() {
-		info, err := tr.Adopt(ctx, "data", "k")
-		done <- result{info, err}
-	}()
-	eventually(t, "Adopt's upload to start", func() bool { return c.puts.Load() == 1 })
-	if err := e.local.EvictObject(ctx, "data", "k"); err != nil {
-		t.Fatal(err)
-	}
-	close(gate)
-	var r result
-	select {
-	case r = <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("Adopt did not return")
-	}
-	if r.err != nil || r.info.Size != int64(len(mp)) || r.info.ETag == "" {
-		t.Fatalf("Adopt with the copy evicted during the upload: %+v, %v; want the object", r.info, r.err)
-	}
-	got, err := os.ReadFile(e.remoteFile("k"))
-	if err != nil || !bytes.Equal(got, mp) {
-		t.Fatalf("backend holds %d bytes (%v), want the completed upload's %d", len(got), err, len(mp))
-	}
-}

@@ -521,18 +521,48 @@ func (t *Tier) adopt(ctx context.Context, owner string, ro *op) (bool, error) {
 	return true, nil
 }
 
+// CompleteThrough runs a multipart completion of a cache bucket as a
+// write-through: complete assembles the object and, through the hook it is
+// given, has the tier upload it to the backend before committing it, with
+// the backend's version. Until the backend has it, readers see the previous
+// version; if the backend fails, nothing is committed and the upload stays
+// for the client to complete again. Other modes: complete runs with no
+// hook (write-back completions are adopted afterwards, see Adopt).
+func (t *Tier) CompleteThrough(ctx context.Context, bucket, key string, complete func(store.CompleteOptions) (object.Info, error)) (object.Info, error) {
+	b, err := t.bucket(bucket)
+	if err != nil {
+		return object.Info{}, err
+	}
+	if b.Mode != ModeCache {
+		return complete(store.CompleteOptions{})
+	}
+	end, err := t.beginWrite(ctx, bucket, key)
+	if err != nil {
+		return object.Info{}, err
+	}
+	defer end()
+	return complete(store.CompleteOptions{BeforeCommit: func(ctx context.Context, i *object.Info, body io.Reader) error {
+		a, err := b.Backend.Put(ctx, key, body, i.Size, backend.PutAttrs{ContentType: i.ContentType, UserMeta: i.UserMeta, Headers: i.Headers})
+		if err != nil {
+			return err
+		}
+		i.BackendETag, i.BackendVersion, i.ValidatedAt = a.ETag, a.Version, time.Now()
+		return nil
+	}})
+}
+
 // Adopt makes an object that was committed to the local store by another
-// path than Put (a completed multipart upload) follow its bucket's mode:
-// for cache buckets it is written through to the backend before Adopt
-// returns; for writeback buckets it is marked dirty, copied to Copies-1
-// peers and journaled for destage. Call it right after the commit, before
-// acknowledging the client.
+// path than Put (a completed multipart upload) follow a writeback bucket's
+// mode: it is marked dirty, copied to Copies-1 peers and journaled for
+// destage. Call it right after the commit, before acknowledging the client.
+// Other modes: nothing to do (a cache bucket's completion is written
+// through before its commit, see CompleteThrough).
 func (t *Tier) Adopt(ctx context.Context, bucket, key string) (object.Info, error) {
 	b, err := t.bucket(bucket)
 	if err != nil {
 		return object.Info{}, err
 	}
-	if b.Mode == ModeLocal {
+	if b.Mode != ModeWriteback {
 		return t.local.Stat(ctx, bucket, key)
 	}
 	end, err := t.beginWrite(ctx, bucket, key)
@@ -540,33 +570,6 @@ func (t *Tier) Adopt(ctx context.Context, bucket, key string) (object.Info, erro
 		return object.Info{}, err
 	}
 	defer end()
-	if b.Mode == ModeCache {
-		r, err := t.local.Get(ctx, bucket, key, nil)
-		if err != nil {
-			return object.Info{}, err
-		}
-		info := r.Info()
-		a, err := b.Backend.Put(ctx, key, r, info.Size, backend.PutAttrs{ContentType: info.ContentType, UserMeta: info.UserMeta, Headers: info.Headers})
-		r.Close()
-		if err != nil {
-			// The backend does not have it: the local copy must not stay.
-			_ = t.local.Delete(context.WithoutCancel(ctx), bucket, key)
-			return object.Info{}, err
-		}
-		now := time.Now()
-		got, err := t.local.UpdateMeta(ctx, bucket, key, func(i *object.Info) error {
-			i.BackendETag, i.BackendVersion, i.ValidatedAt = a.ETag, a.Version, now
-			return nil
-		})
-		if errors.Is(err, object.ErrNotFound) {
-			// Evicted during the upload, which read on from the open
-			// file: the backend holds the object, the cache just lost
-			// its copy.
-			info.BackendETag, info.BackendVersion, info.ValidatedAt = a.ETag, a.Version, now
-			return info, nil
-		}
-		return got, err
-	}
 	d := t.d
 	info, err := t.local.UpdateMeta(ctx, bucket, key, func(i *object.Info) error { i.Dirty = true; return nil })
 	if err != nil {

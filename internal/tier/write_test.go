@@ -995,36 +995,94 @@ func TestJournalCompactionUnderLoad(t *testing.T) {
 	}
 }
 
+// TestAdoptMultipartResult: a write-back bucket's completed upload,
+// committed behind the tier's back, is adopted dirty and destaged.
 func TestAdoptMultipartResult(t *testing.T) {
 	e := newEnv(t, "fs")
-	tr := e.newTier(t, tier.Config{}, map[string]tier.Bucket{
-		"data":  {Mode: tier.ModeCache},
-		"wback": {Mode: tier.ModeWriteback},
-	})
+	tr := e.newTier(t, tier.Config{}, wbBucket)
 	ctx := context.Background()
-	for _, bucket := range []string{"data", "wback"} {
-		// An object committed behind the tier's back, as a multipart completion does.
-		if _, err := e.local.Put(ctx, bucket, "mp/"+bucket, bytesReader([]byte("assembled "+bucket)), storePut(10+len(bucket))); err != nil {
-			t.Fatal(err)
-		}
-		info, err := tr.Adopt(ctx, bucket, "mp/"+bucket)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if bucket == "data" && (info.Dirty || info.BackendETag == "") {
-			t.Errorf("write-through adopt: %+v", info)
-		}
-		if bucket == "wback" && !info.Dirty {
-			t.Errorf("write-back adopt: %+v", info)
-		}
+	body := []byte("assembled from parts")
+	if _, err := e.local.Put(ctx, "wback", "mp", bytesReader(body), storePut(len(body))); err != nil {
+		t.Fatal(err)
+	}
+	info, err := tr.Adopt(ctx, "wback", "mp")
+	if err != nil || !info.Dirty {
+		t.Fatalf("write-back adopt: %+v, %v", info, err)
 	}
 	if err := tr.WaitDestaged(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for _, bucket := range []string{"data", "wback"} {
-		got, err := os.ReadFile(e.remoteFile("mp/" + bucket))
-		if err != nil || string(got) != "assembled "+bucket {
-			t.Errorf("%s: backend has %q (%v)", bucket, got, err)
-		}
+	if got, err := os.ReadFile(e.remoteFile("mp")); err != nil || !bytes.Equal(got, body) {
+		t.Errorf("backend has %q (%v)", got, err)
 	}
+}
+
+// TestCompleteThrough: a cache bucket's multipart completion is written
+// through before it is committed. While the backend receives the object,
+// readers get the previous version; when the backend fails, the
+// completion fails, nothing changes, and the upload stays, so the client
+// completes it again once the backend is back.
+func TestCompleteThrough(t *testing.T) {
+	kinds(t, func(t *testing.T, kind string) {
+		e := newEnv(t, kind)
+		tr := e.newTier(t, tier.Config{}, cacheBucket)
+		ctx := context.Background()
+		v0 := []byte("version zero")
+		if _, err := tr.Put(ctx, "data", "mp", bytesReader(v0), putOpts(len(v0))); err != nil {
+			t.Fatal(err)
+		}
+		id, err := e.local.CreateUpload(ctx, "data", "mp", store.UploadOptions{PutOptions: putOpts(-1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := bytes.Repeat([]byte("part one "), 40000)
+		p, err := e.local.PutPart(ctx, "data", "mp", id, 1, bytesReader(body), putOpts(len(body)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		complete := func() (object.Info, error) {
+			return tr.CompleteThrough(ctx, "data", "mp", func(o store.CompleteOptions) (object.Info, error) {
+				return e.local.CompleteUploadWith(ctx, "data", "mp", id, []object.CompletePart{{PartNumber: 1, ETag: p.ETag}}, o)
+			})
+		}
+
+		gate := make(chan struct{})
+		e.be.set(func(c *ctl) { c.gate = gate })
+		puts := e.be.puts.Load()
+		done := make(chan error, 1)
+		go func() { _, err := complete(); done <- err }()
+		eventually(t, "the completion's upload to start", func() bool { return e.be.puts.Load() > puts })
+		for end := time.Now().Add(500 * time.Millisecond); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+			if info, err := e.local.Stat(ctx, "data", "mp"); err != nil || info.Size != int64(len(v0)) {
+				t.Fatalf("local copy during the completion's write-through: %+v, %v; want the previous version", info, err)
+			}
+		}
+		e.be.set(func(c *ctl) { c.failPuts = true; c.gate = nil })
+		close(gate)
+		if err := <-done; !errors.Is(err, errInjected) {
+			t.Fatalf("completion with a failing backend: %v", err)
+		}
+		if ups, err := e.local.ListUploads(ctx, "data", ""); err != nil || len(ups) != 1 {
+			t.Fatalf("uploads after the failed completion: %v, %v; want it kept", ups, err)
+		}
+		r, err := tr.Get(ctx, "data", "mp", nil)
+		if got := readAll(t, r, err); !bytes.Equal(got, v0) {
+			t.Fatalf("after the failed completion: %d bytes, want the previous version", len(got))
+		}
+
+		e.be.set(func(c *ctl) { c.failPuts = false })
+		info, err := complete()
+		if err != nil || info.BackendETag == "" || info.Dirty {
+			t.Fatalf("completion again: %+v, %v", info, err)
+		}
+		a, err := e.raw.Stat(ctx, "mp")
+		if err != nil || a.ETag != info.BackendETag || a.Size != int64(len(body)) {
+			t.Fatalf("backend %+v (%v), local %+v", a, err, info)
+		}
+		gets := e.be.fullGets.Load()
+		r, err = tr.Get(ctx, "data", "mp", nil)
+		if got := readAll(t, r, err); !bytes.Equal(got, body) || e.be.fullGets.Load() != gets {
+			t.Fatal("the completed object is not served warm")
+		}
+	})
 }
