@@ -196,4 +196,3 @@ func TestValidationKeepsCopyWithoutBackendVersion(t *testing.T) {
 		})
 	}
 }
-
