@@ -547,7 +547,8 @@ func (g *gateway) tombstone(ctx context.Context, m *cluster.Map, targets []strin
 }
 
 // CopyObject implements s3api.Objects by streaming the source through the
-// gateway into a new PUT of the destination.
+// gateway into a new PUT of the destination. opts.CheckSource sees the
+// Info of the reader the bytes come from.
 func (g *gateway) CopyObject(ctx context.Context, srcBucket, srcKey, dstBucket, dstKey string, opts object.CopyOptions) (object.Info, error) {
 	rd, err := g.GetObject(ctx, srcBucket, srcKey, object.GetOptions{})
 	if err != nil {
@@ -555,6 +556,11 @@ func (g *gateway) CopyObject(ctx context.Context, srcBucket, srcKey, dstBucket, 
 	}
 	defer rd.Close()
 	src := rd.Info()
+	if opts.CheckSource != nil {
+		if err := opts.CheckSource(src); err != nil {
+			return object.Info{}, err
+		}
+	}
 	po := src.PutOptions()
 	po.Parts = nil // a copy is one part, as in S3
 	if opts.ReplaceMeta {

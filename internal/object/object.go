@@ -151,6 +151,13 @@ type CopyOptions struct {
 	ContentType string
 	UserMeta    map[string]string
 	Headers     map[string]string // see StoredHeaders
+	// CheckSource, if set, is called with the Info of the source version
+	// the copy reads, before anything is written; if it returns an error
+	// (ErrPrecondition for an x-amz-copy-source-if-* that does not hold),
+	// the copy writes nothing and returns it. Checking the version that
+	// is copied, not one looked up before, makes the conditions hold for
+	// the bytes copied even if the source is replaced meanwhile.
+	CheckSource func(src Info) error `json:"-"`
 }
 
 // StoredHeaders are the standard headers, besides Content-Type, that S3

@@ -28,7 +28,13 @@ import (
 //     signature, checksum or SHA-256, truncated or malformed), a Read
 //     returns an error instead of the last bytes, so an implementation that
 //     stores only bodies read in full without error (even with io.CopyN)
-//     never stores a bad one. The handler reports the body's own error;
+//     never stores a bad one (a body of size 0, which io.CopyN does not
+//     read, is read and verified before the call). The handler reports
+//     the body's own error;
+//   - the metadata a client sets on PUT, CreateMultipartUpload or a copy
+//     that replaces it (key, ContentType, UserMeta, Headers) takes at most
+//     3000 bytes as JSON text (checkMetaSize), which leaves room for an
+//     implementation's own fields in the store's 3900-byte xattr;
 //   - ListOptions.StartAfter is compared bytewise and may be a common
 //     prefix followed by the byte 0xFF, meaning "after every key under that
 //     prefix" (continuing a listing past a rolled-up prefix); no valid key

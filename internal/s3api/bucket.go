@@ -81,6 +81,7 @@ type listParams struct {
 	prefix, delimiter string
 	maxKeys           int
 	urlEncode         bool
+	owner             bool // list each object's Owner
 }
 
 func readListParams(q url.Values) (listParams, error) {
@@ -92,14 +93,22 @@ func readListParams(q url.Values) (listParams, error) {
 		}
 		p.maxKeys = min(n, 1000)
 	}
+	var err error
+	p.urlEncode, err = readEncodingType(q)
+	return p, err
+}
+
+// readEncodingType reads the encoding-type of a listing: whether keys are
+// to be sent URL-encoded (encoding-type=url).
+func readEncodingType(q url.Values) (bool, error) {
 	switch et := q.Get("encoding-type"); et {
 	case "":
+		return false, nil
 	case "url":
-		p.urlEncode = true
+		return true, nil
 	default:
-		return p, fmt.Errorf("%w: invalid encoding-type %.20q", errInvalidArgument, et)
+		return false, fmt.Errorf("%w: invalid encoding-type %.20q", errInvalidArgument, et)
 	}
-	return p, nil
 }
 
 // startAfter turns a marker into ListOptions.StartAfter. When the marker
@@ -132,9 +141,14 @@ func (p listParams) enc(s string) string {
 }
 
 func (p listParams) elems(res object.ListResult) ([]objectElem, []prefixElem) {
+	var own *owner
+	if p.owner {
+		o := defaultOwner // every object's owner, the one ListBuckets names
+		own = &o
+	}
 	objs := make([]objectElem, 0, len(res.Objects))
 	for _, o := range res.Objects {
-		objs = append(objs, objectElem{Key: p.enc(o.Key), LastModified: isoTime(o.ModTime), ETag: quoteETag(o.ETag), Size: o.Size, StorageClass: "STANDARD"})
+		objs = append(objs, objectElem{Key: p.enc(o.Key), LastModified: isoTime(o.ModTime), ETag: quoteETag(o.ETag), Size: o.Size, StorageClass: "STANDARD", Owner: own})
 	}
 	var prefs []prefixElem
 	for _, cp := range res.CommonPrefixes {
@@ -149,6 +163,8 @@ func (h *handler) listObjectsV2(w http.ResponseWriter, rq *request) error {
 	if err != nil {
 		return err
 	}
+	// ListObjectsV2 lists owners only when asked to.
+	p.owner = strings.EqualFold(q.Get("fetch-owner"), "true")
 	after := q.Get("start-after")
 	token, hasToken := q.Get("continuation-token"), q.Has("continuation-token")
 	if hasToken {
@@ -184,6 +200,7 @@ func (h *handler) listObjectsV1(w http.ResponseWriter, rq *request) error {
 	if err != nil {
 		return err
 	}
+	p.owner = true // ListObjects (v1) always lists owners
 	marker := q.Get("marker")
 	after := ""
 	if marker != "" {

@@ -1,7 +1,7 @@
 package s3api_test
 
-// Where the API must behave as S3 does: unsigned headers, ranges, paging,
-// limits, names and subresources.
+// Where the API must behave as S3 does: unsigned headers, ranges,
+// conditions, paging, limits, names and subresources.
 
 import (
 	"encoding/xml"
@@ -14,7 +14,11 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 
+	"github.com/slipstream-io/slipstream/internal/object"
+	"github.com/slipstream-io/slipstream/internal/s3api"
+	"github.com/slipstream-io/slipstream/internal/s3api/s3mem"
 	"github.com/slipstream-io/slipstream/internal/s3api/sigv4"
 )
 
@@ -108,6 +112,28 @@ func TestInvalidRangeContentRange(t *testing.T) {
 	}
 }
 
+// "Range: bytes=-0" asks for the last 0 bytes, which no range of a
+// non-empty object satisfies: GET and HEAD answer 416 with Content-Range:
+// bytes */size, as for any other unsatisfiable range (RFC 9110 section
+// 15.5.17: a server that generates a 416 to a byte-range request SHOULD
+// send Content-Range with the current length). HEAD takes another path
+// than GET here (parseRange refuses "-0" before the object's size is
+// known) and used to leave the header out.
+func TestHeadSuffixZeroContentRange(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.mkBucket("rng0")
+	putString(t, e.client, "rng0", "five", "12345")
+	for _, method := range []string{"GET", "HEAD"} {
+		resp, body := e.do(e.rawRequest(method, "/rng0/five", "", nil, "", map[string]string{"Range": "bytes=-0"}))
+		if resp.StatusCode != http.StatusRequestedRangeNotSatisfiable {
+			t.Fatalf("%s bytes=-0: %d %s, want 416", method, resp.StatusCode, body)
+		}
+		if got := resp.Header.Get("Content-Range"); got != "bytes */5" {
+			t.Errorf("%s bytes=-0: 416 with Content-Range %q, want \"bytes */5\"", method, got)
+		}
+	}
+}
+
 // If-Range (RFC 9110 13.1.5): a Range is honoured only while the validator
 // (a strong ETag, or the Last-Modified date) still matches the object;
 // otherwise the whole object is served with 200, for GET and HEAD, even if
@@ -151,6 +177,76 @@ func TestIfRange(t *testing.T) {
 				t.Errorf("HEAD: %d length %d, want %d length %d", resp.StatusCode, resp.ContentLength, c.status, len(c.body))
 			}
 		})
+	}
+}
+
+// If-Match uses the strong comparison function (RFC 9110 section 13.1.1:
+// "An origin server MUST use the strong comparison function when comparing
+// entity tags for If-Match"), so a weak validator W/"x" never matches: GET
+// and HEAD answer 412, and so does a copy with x-amz-copy-source-if-match
+// (the same comparison, "Copies the object if its entity tag (ETag)
+// matches the specified tag", CopyObject API reference). If-None-Match
+// uses the weak comparison (section 13.1.2), so W/"x" matches "x" there:
+// 304.
+func TestIfMatchWeakETagFails(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.mkBucket("weak")
+	put := putString(t, e.client, "weak", "obj", "12345")
+	weak := "W/" + aws.ToString(put.ETag)
+	for _, method := range []string{"GET", "HEAD"} {
+		resp, _ := e.do(e.rawRequest(method, "/weak/obj", "", nil, "", map[string]string{"If-Match": weak}))
+		if resp.StatusCode != http.StatusPreconditionFailed {
+			t.Errorf("%s If-Match: %s: %d, want 412 (strong comparison)", method, weak, resp.StatusCode)
+		}
+		resp, _ = e.do(e.rawRequest(method, "/weak/obj", "", nil, "", map[string]string{"If-None-Match": weak}))
+		if resp.StatusCode != http.StatusNotModified {
+			t.Errorf("%s If-None-Match: %s: %d, want 304 (weak comparison)", method, weak, resp.StatusCode)
+		}
+	}
+	resp, body := e.do(e.rawRequest("PUT", "/weak/copy", "", nil, "", map[string]string{
+		"X-Amz-Copy-Source": "/weak/obj", "X-Amz-Copy-Source-If-Match": weak,
+	}))
+	if resp.StatusCode != http.StatusPreconditionFailed || e.store.Len("weak") != 1 {
+		t.Errorf("copy with x-amz-copy-source-if-match: %s: %d %s, %d objects; want 412 and no copy", weak, resp.StatusCode, errorCode(body), e.store.Len("weak"))
+	}
+}
+
+// racyCopy simulates another client's PUT of the copy source that lands
+// after the handler read the x-amz-copy-source-if-* conditions and before
+// the copy reads the source.
+type racyCopy struct{ *s3mem.Store }
+
+func (r racyCopy) CopyObject(c ctxT, sb, sk, db, dk string, opts object.CopyOptions) (object.Info, error) {
+	if _, err := r.Store.PutObject(c, sb, sk, strings.NewReader("version 2"), object.PutOptions{Size: 9}); err != nil {
+		return object.Info{}, err
+	}
+	return r.Store.CopyObject(c, sb, sk, db, dk, opts)
+}
+
+// CopyObject with x-amz-copy-source-if-match copies the source only if its
+// ETag matches ("Copies the object if its entity tag (ETag) matches the
+// specified tag", CopyObject API reference): clients use it for optimistic
+// concurrency, to copy exactly the version they checked. The conditions
+// are checked against the version the copy reads (object.CopyOptions
+// CheckSource), as UploadPartCopy checks the reader it copies from: a
+// check by a separate HEAD first would let a write in between be copied
+// and acknowledged. Here that write's version does not match: 412 and no
+// copy.
+func TestCopySourceIfMatchIsAtomic(t *testing.T) {
+	e := newEnv(t, envOpts{objects: func(s *s3mem.Store) s3api.Objects { return racyCopy{s} }})
+	e.mkBucket("cpy")
+	put := putString(t, e.client, "cpy", "src", "version 1")
+	resp, body := e.do(e.rawRequest("PUT", "/cpy/dst", "", nil, "", map[string]string{
+		"X-Amz-Copy-Source":          "/cpy/src",
+		"X-Amz-Copy-Source-If-Match": aws.ToString(put.ETag),
+	}))
+	if resp.StatusCode != http.StatusPreconditionFailed || errorCode(body) != "PreconditionFailed" {
+		t.Errorf("copy with x-amz-copy-source-if-match %s of a source replaced meanwhile: %d %s, want 412 PreconditionFailed",
+			aws.ToString(put.ETag), resp.StatusCode, errorCode(body))
+	}
+	if n := e.store.Len("cpy"); n != 1 {
+		got, out := getString(t, e.client, &s3.GetObjectInput{Bucket: aws.String("cpy"), Key: aws.String("dst")})
+		t.Errorf("the copy wrote %q (ETag %s), whose ETag is not the one the client named", got, aws.ToString(out.ETag))
 	}
 }
 
@@ -210,6 +306,121 @@ func TestListMultipartUploadsPagingWithDelimiter(t *testing.T) {
 		if strings.Count(p, ",")+1 > 1 {
 			t.Errorf("page %d holds %q: more entries than max-uploads=1", i, p)
 		}
+	}
+}
+
+// fixedUploads answers ListMultipartUploads with given uploads (in no
+// particular order, as the node gathers them from every node), the rest
+// from s3mem.
+type fixedUploads struct {
+	*s3mem.Store
+	ups []object.UploadInfo
+}
+
+func (f fixedUploads) ListMultipartUploads(_ ctxT, bucket, prefix string) ([]object.UploadInfo, error) {
+	var out []object.UploadInfo
+	for _, u := range f.ups {
+		if u.Bucket == bucket && strings.HasPrefix(u.Key, prefix) {
+			out = append(out, u)
+		}
+	}
+	return out, nil
+}
+
+// "Uploads are sorted in ascending order within each key by the upload
+// initiation time" (ListMultipartUploads API reference), not by upload ID,
+// which is random (s3mem) or names the owner node (the cluster): a client
+// that keeps the newest upload of a key and aborts the others (or resumes
+// the latest one) must find it last. Pages resume after the
+// upload-id-marker's place in that order; if that upload is gone, the
+// key's uploads are listed from the first, so that none is skipped.
+func TestListMultipartUploadsSameKeyByInitiation(t *testing.T) {
+	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	ups := []object.UploadInfo{
+		{Bucket: "mpo", Key: "k", UploadID: "b-second", Initiated: t0.Add(time.Minute)},
+		{Bucket: "mpo", Key: "k", UploadID: "z-first", Initiated: t0},
+		{Bucket: "mpo", Key: "k", UploadID: "a-third", Initiated: t0.Add(2 * time.Minute)},
+		{Bucket: "mpo", Key: "j", UploadID: "y-other", Initiated: t0.Add(time.Hour)},
+	}
+	e := newEnv(t, envOpts{objects: func(s *s3mem.Store) s3api.Objects { return fixedUploads{s, ups} }})
+	e.mkBucket("mpo")
+	list := func(query string) uploadsPage {
+		t.Helper()
+		resp, body := e.do(e.rawRequest("GET", "/mpo", "uploads="+query, nil, "", nil))
+		var res uploadsPage
+		if resp.StatusCode != 200 || xml.Unmarshal(body, &res) != nil {
+			t.Fatalf("?uploads=%s: %d %s", query, resp.StatusCode, body)
+		}
+		return res
+	}
+	ids := func(p uploadsPage) string {
+		var got []string
+		for _, u := range p.Uploads {
+			got = append(got, u.UploadId)
+		}
+		return strings.Join(got, ",")
+	}
+	if got := ids(list("")); got != "y-other,z-first,b-second,a-third" {
+		t.Errorf("uploads listed as %s, want by key, then by initiation time: y-other,z-first,b-second,a-third", got)
+	}
+	var paged []string
+	q := "&max-uploads=1"
+	for range 10 {
+		p := list(q)
+		paged = append(paged, ids(p))
+		if !p.IsTruncated {
+			break
+		}
+		q = "&max-uploads=1&key-marker=" + p.NextKeyMarker + "&upload-id-marker=" + p.NextUploadIdMarker
+	}
+	if got := strings.Join(paged, ","); got != "y-other,z-first,b-second,a-third" {
+		t.Errorf("paging one upload at a time: %s, want y-other,z-first,b-second,a-third", got)
+	}
+	if got := ids(list("&key-marker=k&upload-id-marker=aborted")); got != "z-first,b-second,a-third" {
+		t.Errorf("upload-id-marker of an upload no longer there: %s, want all of the key's uploads", got)
+	}
+}
+
+// ListMultipartUploads takes encoding-type=url: "If you specify the
+// encoding-type request parameter, Amazon S3 includes this element
+// [EncodingType] in the response, and returns encoded key name values in
+// the following response elements: Delimiter, KeyMarker, Prefix,
+// NextKeyMarker, Key" (ListMultipartUploads API reference), and the
+// common prefixes, as ListObjectsV2 does. A client that asked for encoded
+// keys and got them raw decodes "100%" or "a+b" into another key (or
+// fails), and then aborts or completes an upload that is not there.
+func TestListMultipartUploadsEncodingType(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.mkBucket("mpenc")
+	for _, k := range []string{"a b+c 100%", "a b/ü/1"} {
+		must[*s3.CreateMultipartUploadOutput](t)(e.client.CreateMultipartUpload(ctx(), &s3.CreateMultipartUploadInput{Bucket: aws.String("mpenc"), Key: aws.String(k)}))
+	}
+	type result struct {
+		EncodingType, Prefix, Delimiter, KeyMarker, NextKeyMarker string
+		Uploads                                                   []struct{ Key string } `xml:"Upload"`
+		CommonPrefixes                                            []struct{ Prefix string }
+	}
+	list := func(query string) (result, []byte) {
+		t.Helper()
+		resp, body := e.do(e.rawRequest("GET", "/mpenc", "uploads=&encoding-type=url&prefix=a%20b&delimiter=%2F"+query, nil, "", nil))
+		var res result
+		if resp.StatusCode != 200 || xml.Unmarshal(body, &res) != nil {
+			t.Fatalf("%s: %d %s", query, resp.StatusCode, body)
+		}
+		return res, body
+	}
+	res, body := list("&key-marker=a%20a")
+	if res.EncodingType != "url" || res.Prefix != "a%20b" || res.Delimiter != "/" || res.KeyMarker != "a%20a" ||
+		len(res.Uploads) != 1 || res.Uploads[0].Key != "a%20b%2Bc%20100%25" ||
+		len(res.CommonPrefixes) != 1 || res.CommonPrefixes[0].Prefix != "a%20b/" {
+		t.Errorf("encoding-type=url: got %+v, want EncodingType url, Prefix a%%20b, KeyMarker a%%20a, the key a%%20b%%2Bc%%20100%%25 and the prefix a%%20b/\n%s", res, body)
+	}
+	if res, body := list("&max-uploads=1"); res.NextKeyMarker != "a%20b%2Bc%20100%25" {
+		t.Errorf("encoding-type=url: NextKeyMarker %q, want a%%20b%%2Bc%%20100%%25\n%s", res.NextKeyMarker, body)
+	}
+	resp, body := e.do(e.rawRequest("GET", "/mpenc", "uploads=&encoding-type=base64", nil, "", nil))
+	if resp.StatusCode != 400 || errorCode(body) != "InvalidArgument" {
+		t.Errorf("encoding-type=base64: %d %s, want 400 InvalidArgument", resp.StatusCode, errorCode(body))
 	}
 }
 
@@ -372,6 +583,37 @@ func TestHeadEmptyObjectSuffixZero(t *testing.T) {
 	}
 	if status["GET"] != status["HEAD"] {
 		t.Fatalf("Range: bytes=-0 on an empty object: GET %d, HEAD %d", status["GET"], status["HEAD"])
+	}
+}
+
+// ListObjectsV2 returns each key's Owner when asked with fetch-owner=true
+// ("The owner field is not present in ListObjectsV2 by default. If you
+// want to return the owner field with each key in the result, then set
+// the FetchOwner field to true", ListObjectsV2 API reference), and
+// ListObjects (v1) always does (ListObjects API reference,
+// Contents/Owner). The owner is the one ListBuckets names.
+func TestListOwner(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.mkBucket("owners")
+	putString(t, e.client, "owners", "k", "v")
+	want := must[*s3.ListBucketsOutput](t)(e.client.ListBuckets(ctx(), &s3.ListBucketsInput{})).Owner
+	if want == nil || aws.ToString(want.ID) == "" {
+		t.Fatal("ListBuckets names no owner")
+	}
+	same := func(o *types.Owner) bool {
+		return o != nil && aws.ToString(o.ID) == aws.ToString(want.ID) && aws.ToString(o.DisplayName) == aws.ToString(want.DisplayName)
+	}
+	v2 := must[*s3.ListObjectsV2Output](t)(e.client.ListObjectsV2(ctx(), &s3.ListObjectsV2Input{Bucket: aws.String("owners"), FetchOwner: aws.Bool(true)}))
+	if len(v2.Contents) != 1 || !same(v2.Contents[0].Owner) {
+		t.Errorf("ListObjectsV2 fetch-owner=true: Contents %+v, want the Owner ListBuckets names", v2.Contents)
+	}
+	v2 = must[*s3.ListObjectsV2Output](t)(e.client.ListObjectsV2(ctx(), &s3.ListObjectsV2Input{Bucket: aws.String("owners")}))
+	if len(v2.Contents) != 1 || v2.Contents[0].Owner != nil {
+		t.Errorf("ListObjectsV2 without fetch-owner: Contents %+v, want no Owner", v2.Contents)
+	}
+	v1 := must[*s3.ListObjectsOutput](t)(e.client.ListObjects(ctx(), &s3.ListObjectsInput{Bucket: aws.String("owners")}))
+	if len(v1.Contents) != 1 || !same(v1.Contents[0].Owner) {
+		t.Errorf("ListObjects (v1): Contents %+v, want the Owner ListBuckets names", v1.Contents)
 	}
 }
 

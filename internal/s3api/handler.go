@@ -99,6 +99,17 @@ func (e *errRecorder) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// readEmptyBody reads a body declared empty (size 0) to its end before
+// the store is called, which then never stores a bad one: a store need
+// not read a body of size 0 (io.CopyN(w, body, 0) does not), and only a
+// read checks the body's checksum, SHA-256 or signature.
+func (rq *request) readEmptyBody(size int64) error {
+	if size != 0 {
+		return nil
+	}
+	return rq.bodyErr(object.EmptyBody(rq.body))
+}
+
 // bodyErr prefers the body's own error over err.
 func (rq *request) bodyErr(err error) error {
 	if rq.body != nil && rq.body.err != nil {

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -153,5 +154,54 @@ func TestAwsChunkedWithUnsignedPayloadRefused(t *testing.T) {
 	got, _ := getString(t, e.client, &s3.GetObjectInput{Bucket: aws.String("frame"), Key: aws.String("obj")})
 	if got != payload {
 		t.Fatalf("aws-chunked body with UNSIGNED-PAYLOAD: %d %s; stored %q (%d bytes), want the request refused (400 InvalidArgument, as S3) or %q", resp.StatusCode, body, got, len(got), payload)
+	}
+}
+
+// S3 limits only the user metadata (x-amz-meta-*) to 2 KB; system metadata
+// such as Content-Disposition counts against the 8 KB limit of the whole
+// PUT request header instead ("Within the PUT request header, the
+// user-defined metadata is limited to 2 KB in size", "The PUT request
+// header is limited to 8 KB in size", Amazon S3 User Guide, "Working with
+// object metadata"). A download name with non-ASCII characters (RFC 6266
+// filename* in UTF-8, 9 bytes per CJK character) easily passes 2 KB, and
+// such a PUT without any user metadata must be stored and its header
+// returned. Metadata the store cannot hold (one xattr per object) is
+// refused with MetadataTooLarge before anything is stored, on a PUT and on
+// a copy that replaces the metadata.
+func TestStoredHeadersNotCountedAsUserMetadata(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.mkBucket("sysmeta")
+	name := func(n int) string { return "attachment; filename*=UTF-8''" + strings.Repeat("%E6%97%A5", n) + ".pdf" }
+	cd := name(300) // 2733 bytes
+	resp, body := e.do(e.rawRequest("PUT", "/sysmeta/report.pdf", "", []byte("pdf bytes"), "", map[string]string{"Content-Disposition": cd}))
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("PUT with a %d-byte Content-Disposition and no user metadata: %d %s, want 200 (S3's 2 KB limit is on x-amz-meta-* only)",
+			len(cd), resp.StatusCode, errorCode(body))
+	}
+	h := must[*s3.HeadObjectOutput](t)(e.client.HeadObject(ctx(), &s3.HeadObjectInput{Bucket: aws.String("sysmeta"), Key: aws.String("report.pdf")}))
+	if aws.ToString(h.ContentDisposition) != cd {
+		t.Fatalf("Content-Disposition not kept: %q", aws.ToString(h.ContentDisposition))
+	}
+
+	big := name(400) // 3633 bytes: more than the store holds
+	for _, c := range []struct {
+		name string
+		hdr  map[string]string
+	}{
+		{"PUT", map[string]string{"Content-Disposition": big}},
+		{"PUT, user metadata within 2 KB", map[string]string{"Content-Disposition": cd, "X-Amz-Meta-Note": strings.Repeat("n", 1000)}},
+		{"copy with REPLACE", map[string]string{"Content-Disposition": big, "X-Amz-Copy-Source": "/sysmeta/report.pdf", "X-Amz-Metadata-Directive": "REPLACE"}},
+	} {
+		var data []byte
+		if c.hdr["X-Amz-Copy-Source"] == "" {
+			data = []byte("pdf bytes")
+		}
+		resp, body := e.do(e.rawRequest("PUT", "/sysmeta/big.pdf", "", data, "", c.hdr))
+		if resp.StatusCode != http.StatusBadRequest || errorCode(body) != "MetadataTooLarge" {
+			t.Errorf("%s with metadata the store cannot hold: %d %s, want 400 MetadataTooLarge", c.name, resp.StatusCode, errorCode(body))
+		}
+	}
+	if n := e.store.Len("sysmeta"); n != 1 {
+		t.Errorf("%d objects stored, want 1", n)
 	}
 }

@@ -62,6 +62,9 @@ func TestConditions(t *testing.T) {
 		{"if-match list", map[string]string{"If-Match": `"x", "abc"`}, "", nil},
 		{"if-match star", map[string]string{"If-Match": `*`}, "", nil},
 		{"if-match miss", map[string]string{"If-Match": `"x"`}, "", object.ErrPrecondition},
+		{"if-match weak", map[string]string{"If-Match": `W/"abc"`}, "", object.ErrPrecondition},
+		{"if-match weak and strong", map[string]string{"If-Match": `W/"abc", "abc"`}, "", nil},
+		{"if-none-match weak", map[string]string{"If-None-Match": `W/"abc"`}, "", object.ErrNotModified},
 		{"if-none-match hit", map[string]string{"If-None-Match": `"abc"`}, "", object.ErrNotModified},
 		{"if-none-match miss", map[string]string{"If-None-Match": `"x"`}, "", nil},
 		{"modified since before", map[string]string{"If-Modified-Since": before}, "", nil},
@@ -75,6 +78,8 @@ func TestConditions(t *testing.T) {
 		{"copy none-match", map[string]string{"X-Amz-Copy-Source-If-None-Match": `"abc"`}, "X-Amz-Copy-Source-", object.ErrPrecondition},
 		{"copy modified-since", map[string]string{"X-Amz-Copy-Source-If-Modified-Since": after}, "X-Amz-Copy-Source-", object.ErrPrecondition},
 		{"copy match", map[string]string{"X-Amz-Copy-Source-If-Match": `"abc"`}, "X-Amz-Copy-Source-", nil},
+		{"copy match weak", map[string]string{"X-Amz-Copy-Source-If-Match": `W/"abc"`}, "X-Amz-Copy-Source-", object.ErrPrecondition},
+		{"copy none-match weak", map[string]string{"X-Amz-Copy-Source-If-None-Match": `W/"abc"`}, "X-Amz-Copy-Source-", object.ErrPrecondition},
 	}
 	for _, tt := range tests {
 		h := http.Header{}

@@ -2,9 +2,11 @@ package s3api
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -44,6 +46,9 @@ func (h *handler) uploadPart(w http.ResponseWriter, rq *request) error {
 	}
 	opts, err := h.putOptions(rq, true)
 	if err != nil {
+		return err
+	}
+	if err := rq.readEmptyBody(opts.Size); err != nil {
 		return err
 	}
 	pi, err := h.objs.UploadPart(rq.Context(), rq.bucket, rq.key, id, part, rq.body, opts)
@@ -185,27 +190,35 @@ func (h *handler) listParts(w http.ResponseWriter, rq *request) error {
 	return writeXML(w, res)
 }
 
+// listMultipartUploads lists uploads by key, and the uploads of one key by
+// initiation time (then upload ID), as S3 does; upload-id-marker resumes
+// after that upload's place in this order.
 func (h *handler) listMultipartUploads(w http.ResponseWriter, rq *request) error {
 	q := rq.q
 	maxUploads, err := intParam(q, "max-uploads", 1000, 1000)
 	if err != nil {
 		return err
 	}
-	prefix, delim := q.Get("prefix"), q.Get("delimiter")
+	p := listParams{prefix: q.Get("prefix"), delimiter: q.Get("delimiter")}
+	if p.urlEncode, err = readEncodingType(q); err != nil {
+		return err
+	}
+	prefix, delim := p.prefix, p.delimiter
 	keyMarker, idMarker := q.Get("key-marker"), q.Get("upload-id-marker")
 	ups, err := h.objs.ListMultipartUploads(rq.Context(), rq.bucket, prefix)
 	if err != nil {
 		return err
 	}
-	sort.Slice(ups, func(i, j int) bool {
-		if ups[i].Key != ups[j].Key {
-			return ups[i].Key < ups[j].Key
-		}
-		return ups[i].UploadID < ups[j].UploadID
+	slices.SortFunc(ups, func(a, b object.UploadInfo) int {
+		return cmp.Or(strings.Compare(a.Key, b.Key), a.Initiated.Compare(b.Initiated), strings.Compare(a.UploadID, b.UploadID))
 	})
+	ups = ups[uploadsStart(ups, keyMarker, idMarker):]
 	res := listMultipartUploadsResult{
-		NS: s3NS, Bucket: rq.bucket, KeyMarker: keyMarker, UploadIDMarker: idMarker,
-		Prefix: prefix, Delimiter: delim, MaxUploads: maxUploads,
+		NS: s3NS, Bucket: rq.bucket, KeyMarker: p.enc(keyMarker), UploadIDMarker: idMarker,
+		Prefix: p.enc(prefix), Delimiter: p.enc(delim), MaxUploads: maxUploads,
+	}
+	if p.urlEncode {
+		res.EncodingType = "url"
 	}
 	// Uploads and common prefixes both count towards max-uploads; a page
 	// that ends on a prefix names it as the next key marker, and the keys
@@ -214,9 +227,6 @@ func (h *handler) listMultipartUploads(w http.ResponseWriter, rq *request) error
 	count := 0
 	for _, u := range ups {
 		if !strings.HasPrefix(u.Key, prefix) {
-			continue
-		}
-		if keyMarker != "" && (u.Key < keyMarker || u.Key == keyMarker && (idMarker == "" || u.UploadID <= idMarker)) {
 			continue
 		}
 		cp := ""
@@ -235,18 +245,41 @@ func (h *handler) listMultipartUploads(w http.ResponseWriter, rq *request) error
 		count++
 		if cp != "" {
 			seen[cp] = true
-			res.CommonPrefixes = append(res.CommonPrefixes, prefixElem{Prefix: cp})
-			res.NextKeyMarker, res.NextUploadIDMarker = cp, ""
+			res.CommonPrefixes = append(res.CommonPrefixes, prefixElem{Prefix: p.enc(cp)})
+			res.NextKeyMarker, res.NextUploadIDMarker = p.enc(cp), ""
 			continue
 		}
 		res.Uploads = append(res.Uploads, uploadElem{
-			Key: u.Key, UploadID: u.UploadID, Initiator: defaultOwner, Owner: defaultOwner,
+			Key: p.enc(u.Key), UploadID: u.UploadID, Initiator: defaultOwner, Owner: defaultOwner,
 			StorageClass: "STANDARD", Initiated: isoTime(u.Initiated),
 		})
-		res.NextKeyMarker, res.NextUploadIDMarker = u.Key, u.UploadID
+		res.NextKeyMarker, res.NextUploadIDMarker = p.enc(u.Key), u.UploadID
 	}
 	if !res.IsTruncated {
 		res.NextKeyMarker, res.NextUploadIDMarker = "", ""
 	}
 	return writeXML(w, res)
+}
+
+// uploadsStart returns where a listing of the sorted uploads resumes after
+// key-marker and upload-id-marker: after every upload of the key marker
+// (or of a common prefix it names), or, with an upload ID, after that
+// upload. If that upload is gone (completed or aborted since the last
+// page), the uploads of its key are listed from the first: some may be
+// listed again, but none is skipped, which a client that aborts the
+// uploads of each page as it goes relies on.
+func uploadsStart(ups []object.UploadInfo, keyMarker, idMarker string) int {
+	if keyMarker == "" {
+		return 0
+	}
+	first := sort.Search(len(ups), func(i int) bool { return ups[i].Key >= keyMarker })
+	if idMarker == "" {
+		return sort.Search(len(ups), func(i int) bool { return ups[i].Key > keyMarker })
+	}
+	for i := first; i < len(ups) && ups[i].Key == keyMarker; i++ {
+		if ups[i].UploadID == idMarker {
+			return i + 1
+		}
+	}
+	return first
 }

@@ -3,6 +3,7 @@ package s3api
 import (
 	"crypto/md5"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -18,10 +19,51 @@ import (
 // a whole multipart object).
 const maxPutSize = 5 << 30
 
-// maxUserMeta is S3's limit on the total size of x-amz-meta-* headers.
-const maxUserMeta = 2 << 10
+// Limits on the metadata a client gives an object (on PUT,
+// CreateMultipartUpload, and CopyObject with REPLACE); a request beyond
+// one is refused with MetadataTooLarge before its body is read.
+const (
+	// maxUserMeta is S3's limit on the user metadata: the names (without
+	// x-amz-meta-) and values of the x-amz-meta-* headers, in bytes.
+	// System metadata (Content-Type and the StoredHeaders) does not count
+	// (Amazon S3 User Guide, "Working with object metadata").
+	maxUserMeta = 2 << 10
+	// maxObjectMeta bounds all the metadata kept with an object that the
+	// client chose (key, Content-Type, user metadata and StoredHeaders),
+	// as metaSize counts it, so that the store can hold it: the store
+	// keeps an object's metadata as JSON in one xattr of at most 3900
+	// bytes (store.MaxMetaBytes), with fields of its own that take up to
+	// about 800 bytes (size, ETag, checksum, times, the part runs of a
+	// multipart upload, a backend's ETag and version). S3 bounds system
+	// metadata by the 8 KB of the whole request header only, which the
+	// store cannot hold.
+	maxObjectMeta = 3000
+)
 
-var errMetadataTooLarge = errors.New("s3api: user metadata larger than 2 KB")
+var errMetadataTooLarge = errors.New("s3api: metadata too large")
+
+// checkMetaSize refuses metadata beyond maxObjectMeta. It counts the key,
+// Content-Type and metadata as JSON text: every string quoted and escaped,
+// and two separators per map entry. It does not count less than the store
+// encodes (encoding/json escapes <, > and & here, the store does not).
+func checkMetaSize(key, contentType string, userMeta, headers map[string]string) error {
+	n := jsonLen(key) + jsonLen(contentType)
+	for _, m := range []map[string]string{userMeta, headers} {
+		for k, v := range m {
+			n += jsonLen(k) + jsonLen(v) + 2
+		}
+	}
+	if n > maxObjectMeta {
+		return fmt.Errorf("%w: key, Content-Type and metadata take %d bytes, the limit is %d", errMetadataTooLarge, n, maxObjectMeta)
+	}
+	return nil
+}
+
+// jsonLen returns the length of s as a JSON string.
+func jsonLen(s string) int {
+	b, _ := json.Marshal(s) // a string always encodes
+	return len(b)
+}
 
 // putOptions reads the size, Content-MD5, type and user metadata of a PUT.
 func (h *handler) putOptions(rq *request, needSize bool) (object.PutOptions, error) {
@@ -50,18 +92,18 @@ func (h *handler) putOptions(rq *request, needSize bool) (object.PutOptions, err
 	if opts.Headers, err = storedHeaders(rq.Header); err != nil {
 		return opts, err
 	}
-	return opts, object.ValidateMeta(opts.ContentType, meta)
+	if err := object.ValidateMeta(opts.ContentType, meta); err != nil {
+		return opts, err
+	}
+	return opts, checkMetaSize(rq.key, opts.ContentType, meta, opts.Headers)
 }
-
-// maxStoredHeaders bounds the total size of the StoredHeaders of a PUT.
-const maxStoredHeaders = 2 << 10
 
 // storedHeaders returns the object.StoredHeaders hdr carries, to be kept
 // with the object (Content-Encoding without the aws-chunked of a
-// streaming upload's framing).
+// streaming upload's framing). They are system metadata, outside S3's
+// 2 KB limit on user metadata; checkMetaSize bounds them with the rest.
 func storedHeaders(hdr http.Header) (map[string]string, error) {
 	var out map[string]string
-	total := 0
 	for _, k := range object.StoredHeaders {
 		v := hdr.Get(k)
 		if k == "Content-Encoding" {
@@ -80,14 +122,12 @@ func storedHeaders(hdr http.Header) (map[string]string, error) {
 			out = map[string]string{}
 		}
 		out[k] = v
-		total += len(k) + len(v)
-	}
-	if total > maxStoredHeaders {
-		return nil, errMetadataTooLarge
 	}
 	return out, object.ValidateMeta("", out)
 }
 
+// userMeta returns the x-amz-meta-* headers of hdr by their lower-case
+// names without the prefix, within S3's limit of maxUserMeta.
 func userMeta(hdr http.Header) (map[string]string, error) {
 	var meta map[string]string
 	total := 0
@@ -104,7 +144,7 @@ func userMeta(hdr http.Header) (map[string]string, error) {
 		total += len(name) + len(v)
 	}
 	if total > maxUserMeta {
-		return nil, errMetadataTooLarge
+		return nil, fmt.Errorf("%w: user metadata takes %d bytes, the limit is %d", errMetadataTooLarge, total, maxUserMeta)
 	}
 	return meta, nil
 }
@@ -112,6 +152,9 @@ func userMeta(hdr http.Header) (map[string]string, error) {
 func (h *handler) putObject(w http.ResponseWriter, rq *request) error {
 	opts, err := h.putOptions(rq, true)
 	if err != nil {
+		return err
+	}
+	if err := rq.readEmptyBody(opts.Size); err != nil {
 		return err
 	}
 	info, err := h.objs.PutObject(rq.Context(), rq.bucket, rq.key, rq.body, opts)
@@ -413,14 +456,12 @@ func (h *handler) headObject(w http.ResponseWriter, rq *request) error {
 	if info.Size == 0 || !ifRangeHolds(rq.Header.Get("If-Range"), info) {
 		rng, err = nil, nil // as for GET: an empty object, or a failed If-Range, is whole
 	}
-	if err != nil {
-		return err
+	if err == nil && rng != nil {
+		off, n, err = rng.Resolve(info.Size)
 	}
-	if rng != nil {
-		if off, n, err = rng.Resolve(info.Size); err != nil {
-			hdr.Set("Content-Range", fmt.Sprintf("bytes */%d", info.Size))
-			return err
-		}
+	if err != nil { // the 416 names the object's size, as GET's does
+		hdr.Set("Content-Range", fmt.Sprintf("bytes */%d", info.Size))
+		return err
 	}
 	setObjectHeaders(hdr, info)
 	applyOverrides(hdr, rq.q)
@@ -478,21 +519,18 @@ func (h *handler) copyObject(w http.ResponseWriter, rq *request) error {
 		if err := object.ValidateMeta(opts.ContentType, opts.UserMeta); err != nil {
 			return err
 		}
+		if err := checkMetaSize(rq.key, opts.ContentType, opts.UserMeta, opts.Headers); err != nil {
+			return err
+		}
 	default:
 		return fmt.Errorf("%w: unknown metadata directive %.20q", errInvalidArgument, d)
 	}
 	if sb == rq.bucket && sk == rq.key && !opts.ReplaceMeta {
 		return fmt.Errorf("%w: this copy request is illegal because it is trying to copy an object to itself without changing the object's metadata", errInvalidRequest)
 	}
-	if conds := readConditions(rq.Header, "X-Amz-Copy-Source-"); !conds.empty() {
-		info, err := h.objs.HeadObject(rq.Context(), sb, sk)
-		if err != nil {
-			return err
-		}
-		if err := conds.check(info); err != nil {
-			return err
-		}
-	}
+	// The copy checks the conditions against the version it reads: a
+	// separate HEAD first would let a write in between be copied.
+	opts.CheckSource = readConditions(rq.Header, "X-Amz-Copy-Source-").check
 	info, err := h.objs.CopyObject(rq.Context(), sb, sk, rq.bucket, rq.key, opts)
 	if err != nil {
 		return err

@@ -213,16 +213,12 @@ func ifRangeHolds(v string, info object.Info) bool {
 	return err == nil && info.ModTime.Truncate(time.Second).Equal(t)
 }
 
-func (c conditions) empty() bool {
-	return c.ifMatch == "" && c.ifNoneMatch == "" && c.ifModifiedSince.IsZero() && c.ifUnmodifiedSin.IsZero()
-}
-
 // check evaluates the conditions against info in the order of RFC 9110
 // section 13.2.2, returning object.ErrPrecondition or object.ErrNotModified.
 func (c conditions) check(info object.Info) error {
 	mod := info.ModTime.Truncate(time.Second)
 	if c.ifMatch != "" {
-		if !etagMatches(c.ifMatch, info.ETag) {
+		if !etagMatches(c.ifMatch, info.ETag, false) {
 			return object.ErrPrecondition
 		}
 	} else if !c.ifUnmodifiedSin.IsZero() && mod.After(c.ifUnmodifiedSin) {
@@ -233,7 +229,7 @@ func (c conditions) check(info object.Info) error {
 		notModified = object.ErrPrecondition
 	}
 	if c.ifNoneMatch != "" {
-		if etagMatches(c.ifNoneMatch, info.ETag) {
+		if etagMatches(c.ifNoneMatch, info.ETag, true) {
 			return notModified
 		}
 	} else if !c.ifModifiedSince.IsZero() && !mod.After(c.ifModifiedSince) {
@@ -242,10 +238,21 @@ func (c conditions) check(info object.Info) error {
 	return nil
 }
 
-func etagMatches(list, etag string) bool {
+// etagMatches reports whether the entity-tag list of an If-Match or
+// If-None-Match header is "*" or names etag (the object's, always strong).
+// The weak comparison (If-None-Match, RFC 9110 section 13.1.2) ignores a
+// W/ prefix; the strong one (If-Match, section 13.1.1) never matches a
+// weak tag.
+func etagMatches(list, etag string, weak bool) bool {
 	for _, e := range strings.Split(list, ",") {
 		e = strings.TrimSpace(e)
-		if e == "*" || trimETag(e) == etag {
+		if e == "*" {
+			return true
+		}
+		if strings.HasPrefix(e, "W/") && !weak {
+			continue
+		}
+		if trimETag(e) == etag {
 			return true
 		}
 	}

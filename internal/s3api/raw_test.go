@@ -444,6 +444,15 @@ func (o copyNObjects) PutObject(c ctxT, bucket, key string, body io.Reader, opts
 	return o.Store.PutObject(c, bucket, key, &buf, opts)
 }
 
+func (o copyNObjects) UploadPart(c ctxT, bucket, key, id string, n int, body io.Reader, opts object.PutOptions) (object.PartInfo, error) {
+	var buf bytes.Buffer
+	if _, err := io.CopyN(&buf, body, opts.Size); err != nil {
+		return object.PartInfo{}, fmt.Errorf("store: %w", err)
+	}
+	opts.Size = int64(buf.Len())
+	return o.Store.UploadPart(c, bucket, key, id, n, &buf, opts)
+}
+
 // TestSizeTrustingStoreStoresNoBadBody checks that a store reading exactly
 // the declared size still sees the body's error.
 func TestSizeTrustingStoreStoresNoBadBody(t *testing.T) {
@@ -489,5 +498,48 @@ func flipHex(b []byte, i int) {
 		b[i] = '1'
 	} else {
 		b[i] = '0'
+	}
+}
+
+// The handler promises implementations (api.go, Objects) that a body that
+// is not sound fails a Read, so that one that stores only bodies read in
+// full without error (even with io.CopyN) never stores a bad one. An empty
+// body is no exception: io.CopyN(w, body, 0) never calls Read, so the
+// handler reads it (and so verifies its x-amz-checksum-* or
+// x-amz-content-sha256) before calling the store. S3 answers 400
+// BadDigest or XAmzContentSHA256Mismatch and stores nothing (PutObject
+// and UploadPart API references, "Checking object integrity" in the
+// Amazon S3 User Guide).
+func TestEmptyBodyBadChecksumNotStored(t *testing.T) {
+	e := newEnv(t, envOpts{objects: func(s *s3mem.Store) s3api.Objects { return copyNObjects{s} }})
+	e.mkBucket("empty")
+	up := must[*s3.CreateMultipartUploadOutput](t)(e.client.CreateMultipartUpload(ctx(), &s3.CreateMultipartUploadInput{Bucket: aws.String("empty"), Key: aws.String("mp")}))
+	other := "2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881" // sha256("x")
+	cases := []struct {
+		name, path, query, payload string
+		hdr                        map[string]string
+		code                       string
+	}{
+		{"PUT, bad crc32", "/empty/a", "", sigv4.UnsignedPayload, map[string]string{"X-Amz-Checksum-Crc32": crc32b64([]byte("x"))}, "BadDigest"},
+		{"PUT, sha256 mismatch", "/empty/b", "", other, nil, "XAmzContentSHA256Mismatch"},
+		{"UploadPart, bad crc32", "/empty/mp", "partNumber=1&uploadId=" + aws.ToString(up.UploadId), sigv4.UnsignedPayload, map[string]string{"X-Amz-Checksum-Crc32": crc32b64([]byte("x"))}, "BadDigest"},
+		{"UploadPart, sha256 mismatch", "/empty/mp", "partNumber=2&uploadId=" + aws.ToString(up.UploadId), other, nil, "XAmzContentSHA256Mismatch"},
+	}
+	for _, c := range cases {
+		resp, body := e.do(e.rawRequest("PUT", c.path, c.query, []byte{}, c.payload, c.hdr))
+		if resp.StatusCode != http.StatusBadRequest || errorCode(body) != c.code {
+			t.Errorf("%s on an empty body: %d %s, want 400 %s", c.name, resp.StatusCode, errorCode(body), c.code)
+		}
+	}
+	if n := e.store.Len("empty"); n != 0 {
+		t.Errorf("%d empty objects with a mismatching checksum stored and acknowledged", n)
+	}
+	parts := must[*s3.ListPartsOutput](t)(e.client.ListParts(ctx(), &s3.ListPartsInput{Bucket: aws.String("empty"), Key: aws.String("mp"), UploadId: up.UploadId}))
+	if len(parts.Parts) != 0 {
+		t.Errorf("%d empty parts with a mismatching checksum stored and acknowledged", len(parts.Parts))
+	}
+	resp, body := e.do(e.rawRequest("PUT", "/empty/good", "", []byte{}, sigv4.UnsignedPayload, map[string]string{"X-Amz-Checksum-Crc32": crc32b64(nil)}))
+	if resp.StatusCode != http.StatusOK || e.store.Len("empty") != 1 {
+		t.Errorf("empty PUT with a good checksum: %d %s", resp.StatusCode, errorCode(body))
 	}
 }

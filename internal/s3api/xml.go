@@ -200,6 +200,7 @@ type listMultipartUploadsResult struct {
 	NextUploadIDMarker string       `xml:"NextUploadIdMarker"`
 	Prefix             string       `xml:"Prefix"`
 	Delimiter          string       `xml:"Delimiter,omitempty"`
+	EncodingType       string       `xml:"EncodingType,omitempty"`
 	MaxUploads         int          `xml:"MaxUploads"`
 	IsTruncated        bool         `xml:"IsTruncated"`
 	Uploads            []uploadElem `xml:"Upload"`

@@ -321,6 +321,11 @@ func (s *Store) CopyObject(ctx context.Context, srcBucket, srcKey, dstBucket, ds
 	if err != nil {
 		return object.Info{}, err
 	}
+	if opts.CheckSource != nil {
+		if err := opts.CheckSource(src.info); err != nil {
+			return object.Info{}, err
+		}
+	}
 	info := src.info
 	info.Bucket, info.Key, info.ModTime = dstBucket, dstKey, time.Now().UTC()
 	info.UserMeta, info.Headers = cloneMeta(info.UserMeta), cloneMeta(info.Headers)
