@@ -8,6 +8,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -18,6 +21,7 @@ import (
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
 
 	"github.com/slipstream-io/slipstream/internal/cluster"
@@ -668,4 +672,75 @@ func TestStoredHeaders(t *testing.T) {
 	put(direct, "remote", "cch/k")
 	check("a cold GET of a cache bucket", s3Client(c, c.Endpoint(2)), "cch", "k")
 	check("a warm GET of a cache bucket", s3Client(c, c.Endpoint(2)), "cch", "k")
+}
+
+// TestCacheMultipartCompletion: an object uploaded in parts into a cache
+// bucket (by the AWS CLI, which cuts files over 8 MiB into parts) is in
+// the remote when the completion is acknowledged. A completion that the
+// remote refuses fails, and nothing changes: the client completes the same
+// upload again once the remote takes writes, and gets the object.
+func TestCacheMultipartCompletion(t *testing.T) {
+	if _, err := exec.LookPath("aws"); err != nil {
+		t.Fatal("the AWS CLI is not installed; run scripts/setup.sh")
+	}
+	r, direct := startRemote(t, remotesim.Config{})
+	c := startCluster(t, localcluster.Spec{})
+	ctx := context.Background()
+	tieredBucket(t, c, r, "cached", "cache")
+
+	dir := t.TempDir()
+	src := filepath.Join(dir, "big.bin")
+	data := randomBytes(11, 20<<20+7)
+	if err := os.WriteFile(src, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cli := exec.Command("aws", "s3", "cp", "--no-progress", src, "s3://cached/big.bin")
+	cli.Env = awsEnv(c, 1)
+	if out, err := cli.CombinedOutput(); err != nil {
+		t.Fatalf("aws s3 cp: %v\n%s", err, out)
+	}
+	if got, err := getObject(ctx, direct, "remote", "cached/big.bin"); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("the remote after aws s3 cp: %d bytes, %v", len(got), err)
+	}
+
+	cl := s3Client(c, c.Endpoint(0))
+	up, err := cl.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: aws.String("cached"), Key: aws.String("retried")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := randomBytes(12, 5<<20+100<<10)
+	var parts []types.CompletedPart
+	for i, p := range [][]byte{body[:5<<20], body[5<<20:]} {
+		out, err := cl.UploadPart(ctx, &s3.UploadPartInput{Bucket: aws.String("cached"), Key: aws.String("retried"), UploadId: up.UploadId,
+			PartNumber: aws.Int32(int32(i + 1)), Body: bytes.NewReader(p), ContentLength: aws.Int64(int64(len(p)))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		parts = append(parts, types.CompletedPart{PartNumber: aws.Int32(int32(i + 1)), ETag: out.ETag})
+	}
+	complete := func() error {
+		_, err := cl.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{Bucket: aws.String("cached"), Key: aws.String("retried"),
+			UploadId: up.UploadId, MultipartUpload: &types.CompletedMultipartUpload{Parts: parts}})
+		return err
+	}
+	r.SetReadOnly(true)
+	if err := complete(); err == nil {
+		t.Fatal("the completion was acknowledged while the remote refused writes")
+	}
+	if _, err := getObject(ctx, cl, "cached", "retried"); err == nil {
+		t.Fatal("the object of a failed completion is served")
+	}
+	r.SetReadOnly(false)
+	if err := complete(); err != nil {
+		t.Fatalf("completing the same upload again: %v", err)
+	}
+	for _, s3c := range []*s3.Client{direct, cl} {
+		bucket, key := "cached", "retried"
+		if s3c == direct {
+			bucket, key = "remote", "cached/retried"
+		}
+		if got, err := getObject(ctx, s3c, bucket, key); err != nil || !bytes.Equal(got, body) {
+			t.Fatalf("%s/%s after the completion: %d bytes, %v", bucket, key, len(got), err)
+		}
+	}
 }
