@@ -805,7 +805,7 @@ func (g *gateway) CompleteMultipartUpload(ctx context.Context, bucket, key, uplo
 	b, _ := m.Bucket(bucket)
 	info, err := l.CompleteUpload(ctx, bucket, key, id, parts)
 	if errors.Is(err, object.ErrUploadNotFound) && b.Mode == cluster.ModeLocal && b.Copies > 1 {
-		if done, ok := g.completed(ctx, l, bucket, key, parts); ok {
+		if done, ok := completedAs(ctx, l, bucket, key, parts); ok {
 			info, err = done, nil
 		}
 	}
@@ -839,9 +839,11 @@ func (g *gateway) CompleteMultipartUpload(ctx context.Context, bucket, key, uplo
 	return info, nil
 }
 
-// completed returns the owner's object if it is what completing an upload
-// with parts made (its ETag is theirs): a retried completion.
-func (g *gateway) completed(ctx context.Context, owner peer.Local, bucket, key string, parts []object.CompletePart) (object.Info, bool) {
+// completedAs returns the owner's object if it is what completing an
+// upload with parts made (its ETag is theirs): a retried completion.
+func completedAs(ctx context.Context, owner interface {
+	Stat(ctx context.Context, bucket, key string) (object.Info, error)
+}, bucket, key string, parts []object.CompletePart) (object.Info, bool) {
 	etag, err := object.MultipartETag(parts)
 	if err != nil {
 		return object.Info{}, false

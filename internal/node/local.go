@@ -254,11 +254,32 @@ func (l *localService) AbortUpload(ctx context.Context, bucket, key, uploadID st
 // written through to the backend before it is committed; a writeback
 // bucket's is then adopted by the tier like a PUT (journaled and
 // replicated) before the client is answered.
+//
+// A completion retried after its upload is gone (the first attempt
+// committed the object, then failed to replicate it, or its answer was
+// lost) finds the object these parts made and answers with it, as S3 does;
+// a writeback bucket's is adopted again, so that the retry succeeds only
+// once the object has its replicas.
 func (l *localService) CompleteUpload(ctx context.Context, bucket, key, uploadID string, parts []object.CompletePart) (object.Info, error) {
 	b, err := l.bucket(ctx, bucket)
 	if err != nil {
 		return object.Info{}, err
 	}
+	info, err := l.completeUpload(ctx, b, bucket, key, uploadID, parts)
+	if !errors.Is(err, object.ErrUploadNotFound) || !tiered(b) {
+		return info, err
+	}
+	done, ok := completedAs(ctx, l.store, bucket, key, parts)
+	if !ok {
+		return info, err
+	}
+	if b.Mode == cluster.ModeWriteback {
+		return withTier(ctx, l, func() (object.Info, error) { return l.tier.Adopt(ctx, bucket, key) })
+	}
+	return done, nil // a cache bucket's copy is committed once the backend has it
+}
+
+func (l *localService) completeUpload(ctx context.Context, b cluster.BucketProps, bucket, key, uploadID string, parts []object.CompletePart) (object.Info, error) {
 	if b.Mode == cluster.ModeWriteback {
 		// The dirty-bytes cap holds for large objects too: a completion
 		// over it answers SlowDown with the upload intact, to be retried.

@@ -6,14 +6,18 @@ import (
 	"errors"
 	"io"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/slipstream-io/slipstream/internal/backend"
+	"github.com/slipstream-io/slipstream/internal/backend/fs"
 	"github.com/slipstream-io/slipstream/internal/cluster"
 	"github.com/slipstream-io/slipstream/internal/object"
 	"github.com/slipstream-io/slipstream/internal/peer"
 	"github.com/slipstream-io/slipstream/internal/store"
+	"github.com/slipstream-io/slipstream/internal/tier"
 )
 
 // TestLocalBucketCopiesArePinned: every way a copy of a local bucket's
@@ -157,5 +161,81 @@ func TestSlowKeepNewerCopyRefusedAfterDelete(t *testing.T) {
 	// Once no copy is in flight, recent deletes expire as before.
 	if _, ok := tombs.get("loc", "k"); ok {
 		t.Error("a recent delete outlived recentRetention with no copy in flight")
+	}
+}
+
+// flakyReplicator fails its first Replicate and stores nothing; later
+// ones read the body and name one holder.
+type flakyReplicator struct {
+	tier.Replicator // the other calls are not made here
+	calls           atomic.Int32
+}
+
+func (f *flakyReplicator) Replicate(ctx context.Context, req tier.ReplicaPut) ([]string, error) {
+	if f.calls.Add(1) == 1 {
+		return nil, errors.New("peer unreachable")
+	}
+	if _, err := io.Copy(io.Discard, req.Body); err != nil {
+		return nil, err
+	}
+	return []string{"peer"}, nil
+}
+
+// TestRetriedCompletionAfterReplicasFailed: a write-back bucket's
+// multipart completion commits the object, then fails to make its
+// replica; the client's retry of the same completion (S3 clients retry a
+// 503) finds the upload gone. It must not answer NoSuchUpload for an
+// object that is there: it replicates again and answers with the object.
+func TestRetriedCompletionAfterReplicasFailed(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := store.Open(ctx, store.Config{Mountpaths: []string{filepath.Join(dir, "mp")}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	be, err := fs.New(backend.Spec{Kind: "fs", Path: filepath.Join(dir, "remote")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := &flakyReplicator{}
+	tr, err := tier.New(ctx, tier.Config{NodeID: "n1", JournalDir: filepath.Join(dir, "journal"), SpoolDir: filepath.Join(dir, "spool"), Replicator: rep}, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tr.Close() })
+	if err := tr.AddBucket("wback", tier.Bucket{Mode: tier.ModeWriteback, Copies: 2, Backend: be}); err != nil {
+		t.Fatal(err)
+	}
+	m := cluster.NewMap()
+	m.Buckets["wback"] = cluster.BucketProps{Name: "wback", Copies: 2, Mode: cluster.ModeWriteback}
+	l := &localService{meta: fixedMap{m}, store: st, tier: tr}
+	body := bytes.Repeat([]byte("part "), 1000)
+	id, err := l.CreateUpload(ctx, "wback", "mp", object.PutOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pi, err := l.PutPart(ctx, "wback", "mp", id, 1, bytes.NewReader(body), object.PutOptions{Size: int64(len(body))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts := []object.CompletePart{{PartNumber: 1, ETag: pi.ETag}}
+	if _, err := l.CompleteUpload(ctx, "wback", "mp", id, parts); !errors.Is(err, object.ErrUnavailable) {
+		t.Fatalf("completion whose replica failed: %v, want ErrUnavailable", err)
+	}
+	info, err := l.CompleteUpload(ctx, "wback", "mp", id, parts)
+	if err != nil {
+		t.Fatalf("retried completion: %v", err)
+	}
+	want, _ := object.MultipartETag(parts)
+	if info.ETag != want || !info.Dirty || info.Size != int64(len(body)) {
+		t.Errorf("retried completion answered %+v; want the object, dirty, ETag %s", info, want)
+	}
+	if n := rep.calls.Load(); n != 2 {
+		t.Errorf("Replicate called %d times, want 2 (the retry replicates again)", n)
+	}
+	// A completion retried with other parts is still refused.
+	if _, err := l.CompleteUpload(ctx, "wback", "mp", id, []object.CompletePart{{PartNumber: 1, ETag: strings.Repeat("0", 32)}}); !errors.Is(err, object.ErrUploadNotFound) {
+		t.Errorf("completion of a gone upload with other parts: %v, want ErrUploadNotFound", err)
 	}
 }
