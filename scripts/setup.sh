@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Installs everything the tests, benchmarks and demo need on a fresh Debian
-# machine: Debian packages (fio, strace, qemu tools, libnbd tools, nbdkit, iproute2),
+# machine: Debian packages (fio, strace, qemu tools, libnbd tools, nbdkit, iproute2,
+# Node.js to test the live page's script),
 # the AWS CLI and boto3 from PyPI, and versitygw (a real S3 server used as the
 # remote backend in integration tests) and staticcheck, cached in $GOPATH/bin.
 # Safe to run again: each step is skipped when already done.
 set -euo pipefail
 
 need_apt=()
-for pair in fio:fio strace:strace qemu-img:qemu-utils nbdinfo:libnbd-bin nbdkit:nbdkit ip:iproute2 tc:iproute2 iperf3:iperf3; do
+for pair in fio:fio strace:strace qemu-img:qemu-utils nbdinfo:libnbd-bin nbdkit:nbdkit ip:iproute2 tc:iproute2 iperf3:iperf3 node:nodejs; do
 	cmd=${pair%%:*}; pkg=${pair#*:}
 	command -v "$cmd" >/dev/null 2>&1 || need_apt+=("$pkg")
 done

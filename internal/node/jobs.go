@@ -193,8 +193,8 @@ func (c *tierCollector) Collect(ch chan<- prometheus.Metric) {
 func (n *Node) statsCounters() map[string]float64 {
 	k := n.tier.Counters()
 	b := n.tier.Backlog()
-	return map[string]float64{
-		"warm_hits": float64(k.WarmHits), "cold_hits": float64(k.ColdHits),
-		"destage_backlog_objects": float64(b.Objects), "destage_backlog_bytes": float64(b.Bytes),
-	}
+	c := n.httpm.counters()
+	c["warm_hits"], c["cold_hits"] = float64(k.WarmHits), float64(k.ColdHits)
+	c["destage_backlog_objects"], c["destage_backlog_bytes"] = float64(b.Objects), float64(b.Bytes)
+	return c
 }

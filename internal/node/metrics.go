@@ -4,18 +4,32 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 // httpMetrics counts S3 requests by method and status and measures their
-// latency and bytes.
+// latency and bytes, for Prometheus and (as plain counters) for the stats
+// snapshot behind the live page.
 type httpMetrics struct {
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
 	bytesIn  prometheus.Counter
 	bytesOut prometheus.Counter
+
+	gets, puts, others, serverErrors, received, sent atomic.Int64
+}
+
+// counters returns the plain counters, named as the stats snapshot names
+// them.
+func (m *httpMetrics) counters() map[string]float64 {
+	return map[string]float64{
+		"s3_get_requests": float64(m.gets.Load()), "s3_put_requests": float64(m.puts.Load()),
+		"s3_other_requests": float64(m.others.Load()), "s3_server_errors": float64(m.serverErrors.Load()),
+		"s3_received_bytes": float64(m.received.Load()), "s3_sent_bytes": float64(m.sent.Load()),
+	}
 }
 
 func newHTTPMetrics(reg prometheus.Registerer) *httpMetrics {
@@ -48,8 +62,21 @@ func (m *httpMetrics) wrap(h http.Handler) http.Handler {
 		m.latency.WithLabelValues(r.Method).Observe(time.Since(start).Seconds())
 		if r.ContentLength > 0 {
 			m.bytesIn.Add(float64(r.ContentLength))
+			m.received.Add(r.ContentLength)
 		}
 		m.bytesOut.Add(float64(rw.n))
+		m.sent.Add(rw.n)
+		switch r.Method {
+		case http.MethodGet:
+			m.gets.Add(1)
+		case http.MethodPut:
+			m.puts.Add(1)
+		default:
+			m.others.Add(1)
+		}
+		if rw.code >= 500 {
+			m.serverErrors.Add(1)
+		}
 	})
 }
 

@@ -65,6 +65,7 @@ type Node struct {
 	bgCancel  context.CancelFunc
 	gw        *gateway
 	reg       *prometheus.Registry
+	httpm     *httpMetrics
 	servers   []*http.Server
 	wg        sync.WaitGroup
 
@@ -249,9 +250,10 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 		}
 		return map[string]any{"peerTransport": tr.Stats(), "listeners": ls}
 	}
-	httpm := newHTTPMetrics(n.reg)
+	n.httpm = newHTTPMetrics(n.reg)
 	metrics := promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{})
 	stats := sysstat.Handler(cfg.ID, cfg.Mountpaths, n.statsCounters)
+	live := sysstat.Page(StatsPath)
 	n.reg.MustRegister(newTierCollector(n.tier))
 	n.registerJobs()
 	vl, err := volume.NewLocal(volume.LocalConfig{Mountpaths: cfg.Mountpaths})
@@ -273,6 +275,7 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 	intra.HandleFunc("/health", n.health)
 	intra.Handle("/metrics", metrics)
 	intra.Handle(StatsPath, stats)
+	intra.Handle(sysstat.PagePath, live)
 	intra.Handle(AdminPrefix, requireSecret(cfg.Secret, n.adminHandler()))
 	intra.Handle("/volume/", n.vols.handler)
 	intra.Handle("/debug/pprof/", requireSecret(cfg.Secret, http.HandlerFunc(pprof.Index)))
@@ -283,7 +286,8 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 	public.HandleFunc(PublicHealthPath, n.health)
 	public.Handle(PublicMetricsPath, metrics)
 	public.Handle(StatsPath, stats)
-	public.Handle("/", httpm.wrap(s3h))
+	public.Handle(sysstat.PagePath, live)
+	public.Handle("/", n.httpm.wrap(s3h))
 
 	var tlsCfg *tls.Config
 	if cfg.TLS.Enabled() {

@@ -468,7 +468,9 @@ func nicSeries(r *loader.Result) []series {
 	return ss
 }
 
-// counterSeries returns the per-second rate of each node counter.
+// counterSeries returns the per-second rate of each node counter, except
+// the nodes' own S3 request and byte counters (s3_*): the load generator's
+// own figures chart those, per client request.
 func counterSeries(r *loader.Result) []series {
 	nr := nodeRates(r)
 	multi := len(nr) > 1
@@ -477,6 +479,9 @@ func counterSeries(r *loader.Result) []series {
 		byName := map[string]plotter.XYs{}
 		for _, p := range nr[node] {
 			for k, v := range p.rate.Counters {
+				if strings.HasPrefix(k, "s3_") {
+					continue
+				}
 				byName[k] = append(byName[k], plotter.XY{X: p.x, Y: v})
 			}
 		}

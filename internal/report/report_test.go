@@ -7,10 +7,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"gonum.org/v1/plot/plotter"
 
 	"github.com/slipstream-io/slipstream/internal/loader"
+	"github.com/slipstream-io/slipstream/internal/sysstat"
 )
 
 func readResults(t *testing.T, names ...string) []*loader.Result {
@@ -256,5 +258,24 @@ func TestPartialRunMarkedInReport(t *testing.T) {
 		if !strings.HasSuffix(row.Label, "(partial)") {
 			t.Errorf("row label %q does not mark the partial run", row.Label)
 		}
+	}
+}
+
+// TestCounterSeriesLeavesOutS3Counters: the node counters charted are the
+// tier's; the nodes' own S3 request and byte counters (which the live page
+// shows) would only repeat the load generator's figures on one axis.
+func TestCounterSeriesLeavesOutS3Counters(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	snap := func(s int, warm, gets float64) sysstat.Snapshot {
+		return sysstat.Snapshot{Node: "n1", Time: t0.Add(time.Duration(s) * time.Second),
+			Counters: map[string]float64{"warm_hits": warm, "s3_get_requests": gets}}
+	}
+	r := &loader.Result{Start: t0, Nodes: []loader.NodeStats{{Samples: []sysstat.Snapshot{snap(0, 0, 0), snap(1, 5, 9), snap(2, 12, 20)}}}}
+	var names []string
+	for _, s := range counterSeries(r) {
+		names = append(names, s.name)
+	}
+	if len(names) != 1 || names[0] != "warm_hits" {
+		t.Fatalf("counter series %v, want [warm_hits]", names)
 	}
 }

@@ -33,6 +33,7 @@ import (
 	"github.com/slipstream-io/slipstream/internal/node"
 	"github.com/slipstream-io/slipstream/internal/peer"
 	"github.com/slipstream-io/slipstream/internal/placement"
+	"github.com/slipstream-io/slipstream/internal/sysstat"
 )
 
 func randomBytes(seed int64, n int) []byte {
@@ -124,6 +125,27 @@ func TestAnyNodeServesAnyObject(t *testing.T) {
 		if k != fmt.Sprintf("obj/%03d", i) {
 			t.Fatalf("key %d is %s", i, k)
 		}
+	}
+	// Node 1 served n PUTs and n GETs: its stats, which its live page
+	// charts, count them, and it serves that page.
+	var snap sysstat.Snapshot
+	resp, err := http.Get(c.Endpoint(0) + sysstat.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = json.NewDecoder(resp.Body).Decode(&snap)
+	resp.Body.Close()
+	if err != nil || snap.Counters["s3_put_requests"] < n || snap.Counters["s3_get_requests"] < n || snap.Counters["s3_received_bytes"] < 1000*n {
+		t.Errorf("node 1's stats after %d PUTs and GETs: %v (%v)", n, snap.Counters, err)
+	}
+	resp, err = http.Get(c.Endpoint(0) + sysstat.PagePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !bytes.Contains(page, []byte(sysstat.Path)) {
+		t.Errorf("live page: %d, %d bytes", resp.StatusCode, len(page))
 	}
 }
 
