@@ -314,7 +314,9 @@ func (c *Cluster) logPath(i int) string {
 // the cluster map seen by node 1 (or the first running node) lists want
 // nodes up (a node restarted quickly can still be up in the map before it
 // listens again) and as many voters as the nodes ask for, up to want (new
-// members join as non-voters and are promoted by the leader moments later).
+// members join as non-voters and are promoted by the leader moments later),
+// and every running node names the leader (a node that just restarted
+// applies its latest map entries only once the leader reaches it).
 func (c *Cluster) WaitReady(ctx context.Context, want int) error {
 	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
 	defer cancel()
@@ -333,10 +335,17 @@ func (c *Cluster) WaitReady(ctx context.Context, want int) error {
 			}
 			up, voters, err := c.upCount(ctx, i)
 			if err == nil && up >= want && voters >= min(want, c.Configs[i].Voters) {
-				return nil
+				last = ""
+				if lost := c.leaderless(ctx); lost >= 0 {
+					last = fmt.Sprintf("node%d names no leader yet", lost+1)
+				}
+			} else {
+				last = fmt.Sprintf("node%d sees %d up, %d voters (%v)", i+1, up, voters, err)
 			}
-			last = fmt.Sprintf("node%d sees %d up, %d voters (%v)", i+1, up, voters, err)
 			break
+		}
+		if last == "" {
+			return nil
 		}
 		select {
 		case <-ctx.Done():
@@ -344,6 +353,28 @@ func (c *Cluster) WaitReady(ctx context.Context, want int) error {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// leaderless returns the first running node that names no raft leader in
+// its cluster health, or -1.
+func (c *Cluster) leaderless(ctx context.Context) int {
+	for i := range c.Configs {
+		if c.PID(i) == 0 {
+			continue
+		}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.IntraURL(i)+cluster.PathHealth, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return i
+		}
+		var h cluster.Health
+		err = json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&h)
+		resp.Body.Close()
+		if err != nil || h.Leader == "" {
+			return i
+		}
+	}
+	return -1
 }
 
 // upCount returns how many nodes are up and how many are voters in node

@@ -95,7 +95,15 @@ func (g *gateway) bucket(ctx context.Context, name string) (*cluster.Map, cluste
 	if b, ok := m.Bucket(name); ok {
 		return m, b, nil
 	}
-	if g.catchUp(ctx) {
+	if g.sync != nil {
+		if err := g.sync(ctx); err != nil {
+			// This node's map may be behind: a node that just started
+			// applies the entries after its raft snapshot only once a
+			// leader reaches it, and during an election no one can say.
+			// Not knowing the bucket proves nothing; clients retry a 503.
+			return m, cluster.BucketProps{}, fmt.Errorf("%w: bucket %s is not in this node's map, and the leader could not be asked whether it exists: %v",
+				object.ErrUnavailable, name, err)
+		}
 		m = g.meta.Map()
 		if b, ok := m.Bucket(name); ok {
 			return m, b, nil

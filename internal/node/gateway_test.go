@@ -328,3 +328,33 @@ func TestDeleteReachesDrainingNode(t *testing.T) {
 		}
 	}
 }
+
+// TestUnknownBucketWithoutLeader: a bucket this node's map lacks is "no
+// such bucket" only once the leader confirms it. A node that just
+// restarted has not applied its latest map entries until a leader reaches
+// it, and during an election no leader can be asked: then the answer is
+// unavailable (503, which clients retry), not a false NoSuchBucket.
+func TestUnknownBucketWithoutLeader(t *testing.T) {
+	m := cluster.NewMap()
+	m.Buckets["known"] = cluster.BucketProps{Name: "known", Copies: 1, Mode: cluster.ModeLocal}
+	tests := []struct {
+		name   string
+		bucket string
+		sync   func(context.Context) error
+		want   error
+	}{
+		{"known, no leader", "known", func(context.Context) error { return cluster.ErrNoLeader }, nil},
+		{"unknown, no leader", "late", func(context.Context) error { return cluster.ErrNoLeader }, object.ErrUnavailable},
+		{"unknown, the leader has no such bucket", "late", func(context.Context) error { return nil }, object.ErrBucketNotFound},
+		{"unknown, no cluster to ask", "late", nil, object.ErrBucketNotFound},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := &gateway{self: "n1", meta: fixedMeta{fixedMap{m}}, log: slog.New(slog.DiscardHandler), sync: tt.sync}
+			_, _, err := g.bucket(context.Background(), tt.bucket)
+			if tt.want == nil && err != nil || tt.want != nil && !errors.Is(err, tt.want) {
+				t.Fatalf("bucket %s: %v, want %v", tt.bucket, err, tt.want)
+			}
+		})
+	}
+}
