@@ -262,7 +262,7 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 	}
 	n.vols = &volumes{
 		self: cfg.ID, meta: cl, marks: cl, local: vl, handler: volume.NewHandler(vl), stateDir: filepath.Join(cfg.DataDir, "volumes"),
-		log: log, open: map[string]openVolume{}, clients: map[string]*volume.Client{},
+		log: log, open: map[string]openVolume{}, clients: map[string]*volume.Client{}, sync: leaderSync(cl),
 	}
 	n.registerVolumeAdmin()
 	n.wg.Add(1)

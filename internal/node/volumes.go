@@ -36,6 +36,9 @@ type volumes struct {
 	handler  *volume.Handler
 	stateDir string
 	log      *slog.Logger
+	// sync catches this node's map up with the leader's before a volume
+	// is opened (nil: no-op).
+	sync func(ctx context.Context) error
 
 	mu      sync.Mutex
 	open    map[string]openVolume // by name
@@ -80,7 +83,24 @@ func (vs *volumes) replica(m *cluster.Map, id string) volume.Replica {
 // resize grows the open one in place (connections opened before keep
 // their size), so that its stale maps and unsynced writes are never split
 // between two Volumes over one stale file.
+//
+// The map is first caught up with the leader's: a volume created through
+// another node a moment ago is found, and the volume's stale marks are all
+// there. A node that just restarted applies the map entries after its raft
+// snapshot only once a leader reaches it; a volume opened from that older
+// map could read this node's mirror of a chunk it missed writes to while
+// it was down. If the leader cannot be asked, the volume is not opened.
 func (vs *volumes) Lookup(ctx context.Context, name string) (nbd.Device, error) {
+	if vs.sync != nil {
+		if err := vs.sync(ctx); err != nil {
+			return nil, fmt.Errorf("volume %q: this node's map may be behind, and the leader could not be asked: %w", name, err)
+		}
+	}
+	return vs.lookup(name)
+}
+
+// lookup is Lookup from this node's map as it is.
+func (vs *volumes) lookup(name string) (nbd.Device, error) {
 	m := vs.meta.Map()
 	spec, ok := m.Volume(name)
 	if !ok && name == "" && len(m.Volumes) == 1 {
@@ -335,7 +355,8 @@ func (vs *volumes) noteStale(ctx context.Context, m *cluster.Map) {
 	}
 	vs.mu.Unlock()
 	for _, name := range reopen {
-		if _, err := vs.Lookup(ctx, name); err != nil {
+		// No catch-up: the map that marked the volume is applied here.
+		if _, err := vs.lookup(name); err != nil {
 			vs.log.Warn("opening a volume to resynchronise the mirrors it marked stale", "volume", name, "err", err)
 		}
 	}
