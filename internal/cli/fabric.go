@@ -186,8 +186,11 @@ func engineText(e fabric.EngineInfo) string {
 	}
 	if e.Fallback {
 		t += " FALLBACK"
-		if e.NotFatTree {
+		switch {
+		case e.NotFatTree:
 			t += ": ftree found no fat tree"
+		case len(e.Failed) > 0:
+			t += ": " + strings.Join(e.Failed, ",") + " failed"
 		}
 	}
 	return t
@@ -258,6 +261,14 @@ func fabricRoute(ctx context.Context, env Env, args []string) error {
 	if err != nil {
 		return err
 	}
+	if len(routes) == 0 {
+		// every endpoint of A is the endpoint B names: no fabric route
+		if f.json {
+			return writeJSON(env.Stdout, []fabric.Route{})
+		}
+		fmt.Fprintf(env.Stdout, "%s and %s are the same endpoint: the route is local (no fabric link)\n", pos[1], pos[2])
+		return nil
+	}
 	if !*oneway {
 		back, err := m.Routes(pos[2], pos[1], an)
 		if err != nil {
@@ -320,6 +331,12 @@ func fabricLoads(ctx context.Context, env Env, args []string) error {
 	pos, err := f.parseSource(args)
 	if err != nil {
 		return err
+	}
+	switch *kind {
+	case "", "switch", "up", "down":
+	default:
+		f.Usage()
+		return usagef("--kind %q: want switch, up or down", *kind)
 	}
 	start := time.Now()
 	m, err := loadFabric(ctx, pos[0])
@@ -494,7 +511,7 @@ func fabricSelect(ctx context.Context, env Env, args []string) error {
 
 func fabricDiff(ctx context.Context, env Env, args []string) error {
 	f := newFabricFlags(env, "diff", "OLD NEW")
-	top := f.Int("top", 20, "load changes to list (-1 = all)")
+	top := f.Int("top", 20, "load changes to list (0 = all)")
 	noLoads := f.Bool("no-loads", false, "skip the link load comparison")
 	pos, err := f.parse(args, 2)
 	if err != nil {
@@ -508,7 +525,7 @@ func fabricDiff(ctx context.Context, env Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	d, err := fabric.Compare(ctx, old, cur, fabric.DiffOptions{Loads: !*noLoads, TopLoads: *top})
+	d, err := fabric.Compare(ctx, old, cur, fabric.DiffOptions{Loads: !*noLoads, TopLoads: topLoads(*top)})
 	if err != nil {
 		return err
 	}
@@ -516,6 +533,15 @@ func fabricDiff(ctx context.Context, env Env, args []string) error {
 		return writeJSON(env.Stdout, d)
 	}
 	return printDiff(env.Stdout, d)
+}
+
+// topLoads maps a --top flag (0 or negative: all, as for fabric loads) to
+// fabric.DiffOptions.TopLoads (where 0 is the default of 50, negative all).
+func topLoads(top int) int {
+	if top <= 0 {
+		return -1
+	}
+	return top
 }
 
 func printDiff(w io.Writer, d *fabric.Diff) error {
@@ -557,7 +583,7 @@ func fabricWatch(ctx context.Context, env Env, args []string) error {
 	interval := f.Duration("interval", 2*time.Second, "how often to poll the dump files")
 	count := f.Int("count", 0, "stop after this many changes (0 = run until interrupted)")
 	timeout := f.Duration("timeout", 0, "stop after this long (0 = no limit)")
-	top := f.Int("top", 10, "load changes to list per change")
+	top := f.Int("top", 10, "load changes to list per change (0 = all)")
 	pos, err := f.parse(args, 1)
 	if err != nil {
 		return err
@@ -569,7 +595,7 @@ func fabricWatch(ctx context.Context, env Env, args []string) error {
 	}
 	changes := 0
 	enc := json.NewEncoder(env.Stdout)
-	return fabric.Watch(ctx, pos[0], fabric.WatchOptions{Interval: *interval, Diff: fabric.DiffOptions{Loads: true, TopLoads: *top}},
+	return fabric.Watch(ctx, pos[0], fabric.WatchOptions{Interval: *interval, Diff: fabric.DiffOptions{Loads: true, TopLoads: topLoads(*top)}},
 		func(ev fabric.WatchEvent) error {
 			if f.json {
 				type evOut struct {

@@ -203,3 +203,100 @@ func TestFabricSelectWarnsOfBrokenRoutes(t *testing.T) {
 		t.Errorf("--random 0 printed a random comparison:\n%s", out)
 	}
 }
+
+// TestFabricLoadsRejectsUnknownKind: --kind takes switch, up or down; any
+// other value is a usage error (exit 2), not an empty list of links.
+func TestFabricLoadsRejectsUnknownKind(t *testing.T) {
+	src := filepath.Join(fabricSamples, "ft2-h16/minhop/before")
+	for _, tc := range []struct {
+		kind string
+		code int
+	}{{"switch", 0}, {"up", 0}, {"down", 0}, {"bogus", 2}, {"Switch", 2}} {
+		_, errOut, code := runFabric(t, "loads", src, "--kind", tc.kind, "--json")
+		if code != tc.code {
+			t.Errorf("--kind %s: exit %d, want %d (%s)", tc.kind, code, tc.code, errOut)
+		}
+	}
+}
+
+// TestFabricDiffTopZeroListsAll: as for fabric loads, --top 0 lists every
+// load change (the help says so), not the library's default of 50; a
+// positive --top bounds the list.
+func TestFabricDiffTopZeroListsAll(t *testing.T) {
+	before := filepath.Join(fabricSamples, "ft3-k8-h128/ftree/before")
+	after := filepath.Join(fabricSamples, "ft3-k8-h128/ftree/after")
+	changes := func(top string) int {
+		t.Helper()
+		out, errOut, code := runFabric(t, "diff", before, after, "--json", "--top", top)
+		if code != 0 {
+			t.Fatalf("--top %s: exit %d: %s", top, code, errOut)
+		}
+		var v struct {
+			LoadChanges []json.RawMessage `json:"load_changes"`
+		}
+		if err := json.Unmarshal([]byte(out), &v); err != nil {
+			t.Fatal(err)
+		}
+		return len(v.LoadChanges)
+	}
+	all := changes("100000")
+	if all <= 50 {
+		t.Fatalf("sample has %d load changes, want more than 50 for this test", all)
+	}
+	if got := changes("0"); got != all {
+		t.Errorf("--top 0 listed %d load changes, want all %d", got, all)
+	}
+	if got := changes("7"); got != 7 {
+		t.Errorf("--top 7 listed %d load changes", got)
+	}
+}
+
+// TestFabricRouteSameEndpoint: a route from an endpoint to itself crosses
+// no fabric link; route says so (exit 0) instead of printing nothing.
+func TestFabricRouteSameEndpoint(t *testing.T) {
+	src := filepath.Join(fabricSamples, "ft2-h16/minhop/before")
+	out, errOut, code := runFabric(t, "route", src, "node0001", "node0001")
+	if code != 0 || !strings.Contains(out, "same endpoint") || !strings.Contains(out, "local") {
+		t.Errorf("route node0001 node0001: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	out, _, code = runFabric(t, "route", src, "node0001", "node0001", "--json")
+	if code != 0 || strings.TrimSpace(out) != "[]" {
+		t.Errorf("route --json node0001 node0001: exit %d, %q, want []", code, out)
+	}
+}
+
+// TestFabricRoutePortGUIDForms: a port GUID is accepted as
+// opensm-subnet.lst prints it (16 hex digits, no 0x; either case) and as
+// ibnetdiscover prints it (no leading zeros, no 0x), not only with 0x.
+func TestFabricRoutePortGUIDForms(t *testing.T) {
+	src := filepath.Join(fabricSamples, "ft2-h16/minhop/before")
+	want, errOut, code := runFabric(t, "route", src, "node0001", "stor004", "--oneway")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	// node0001's HCA port: PortGUID:0002c90400000011 in opensm-subnet.lst,
+	// (2c90400000011) in ibnetdiscover.out
+	for _, guid := range []string{"0x0002c90400000011", "0002C90400000011", "0002c90400000011", "2c90400000011"} {
+		out, errOut, code := runFabric(t, "route", src, guid, "stor004", "--oneway")
+		if code != 0 || out != want {
+			t.Errorf("route %s stor004: exit %d %s\n%s", guid, code, errOut, out)
+		}
+	}
+	if _, errOut, code := runFabric(t, "route", src, "2c90400000099", "stor004"); code != 1 || !strings.Contains(errOut, "2c90400000099") {
+		t.Errorf("unknown GUID: exit %d %q", code, errOut)
+	}
+}
+
+// TestFabricDiffFallbackFromOSMLog: with osm.log but no opensm.out (as on
+// many production SMs) diff still reports the ftree -> minhop fallback the
+// log shows, naming ftree as the engine that fell back.
+func TestFabricDiffFallbackFromOSMLog(t *testing.T) {
+	src := func(state string) string {
+		d := filepath.Join(fabricSamples, "ft3-k4-h16/ftree", state)
+		return strings.Join([]string{filepath.Join(d, "opensm-lfts.dump"), filepath.Join(d, "opensm-subnet.lst"), filepath.Join(d, "osm.log")}, ",")
+	}
+	out, errOut, code := runFabric(t, "diff", src("before"), src("after"))
+	if code != 0 || !strings.Contains(out, "FALLBACK") || !strings.Contains(out, "WARNING: OpenSM fell back from ftree to minhop") {
+		t.Errorf("exit %d %s\n%s", code, errOut, out)
+	}
+}

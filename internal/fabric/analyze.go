@@ -361,11 +361,12 @@ func (m *Model) AnalyzeWith(ctx context.Context, o AnalyzeOptions) (*Analysis, e
 				r.nout[src]++
 				in += wt
 				nin++
-				if len(r.top) < o.TopRoutes || wt > r.top[0].Weight {
+				if len(r.top) < o.TopRoutes || wt >= r.top[0].Weight {
 					rw := RouteWeight{Src: int32(src), Dst: d.ep, DLID: d.lid, Weight: wt, Links: int(links)}
-					if len(r.top) < o.TopRoutes {
+					switch {
+					case len(r.top) < o.TopRoutes:
 						heap.Push(&r.top, rw)
-					} else {
+					case rw.heavier(r.top[0]):
 						r.top[0] = rw
 						heap.Fix(&r.top, 0)
 					}
@@ -415,15 +416,7 @@ func (m *Model) AnalyzeWith(ctx context.Context, o AnalyzeOptions) (*Analysis, e
 	if a.HopCount != nil {
 		a.HopCount = a.HopCount[:maxHop+1]
 	}
-	sort.Slice(top, func(i, j int) bool {
-		if top[i].Weight != top[j].Weight {
-			return top[i].Weight > top[j].Weight
-		}
-		if top[i].Src != top[j].Src {
-			return top[i].Src < top[j].Src
-		}
-		return top[i].DLID < top[j].DLID
-	})
+	sort.Slice(top, func(i, j int) bool { return top[i].heavier(top[j]) })
 	if len(top) > o.TopRoutes {
 		top = top[:o.TopRoutes]
 	}
@@ -460,11 +453,27 @@ func parallel(ctx context.Context, workers, n int, fn func(w, lo, hi int) error)
 	return ctx.Err()
 }
 
-// rwHeap is a min-heap of route weights (the lightest of the kept on top).
+// heavier orders the heaviest routes: by weight, heaviest first, ties by
+// source endpoint, then by destination LID (a source and a destination LID
+// name one route, so the order is total). The per-worker heaps and the
+// final sort of Analysis.Heaviest both use it, so the list is the same for
+// any number of workers.
+func (r RouteWeight) heavier(o RouteWeight) bool {
+	if r.Weight != o.Weight {
+		return r.Weight > o.Weight
+	}
+	if r.Src != o.Src {
+		return r.Src < o.Src
+	}
+	return r.DLID < o.DLID
+}
+
+// rwHeap is a min-heap of route weights: on top the kept route that comes
+// last in the heavier order, the one a heavier route replaces.
 type rwHeap []RouteWeight
 
 func (h rwHeap) Len() int           { return len(h) }
-func (h rwHeap) Less(i, j int) bool { return h[i].Weight < h[j].Weight }
+func (h rwHeap) Less(i, j int) bool { return h[j].heavier(h[i]) }
 func (h rwHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
 func (h *rwHeap) Push(x any)        { *h = append(*h, x.(RouteWeight)) }
 func (h *rwHeap) Pop() any {

@@ -103,12 +103,21 @@ type Host struct {
 }
 
 // EngineInfo says which routing engine OpenSM was asked for and which one
-// really routed (ftree silently falls back to minhop on a broken fat tree).
+// really routed (ftree silently falls back to minhop on a broken fat tree),
+// as of the last SM start and the last sweep the logs show.
 type EngineInfo struct {
-	Requested  []string `json:"requested,omitempty"`
-	Used       string   `json:"used,omitempty"`
-	NotFatTree bool     `json:"not_fat_tree,omitempty"`
-	Fallback   bool     `json:"fallback"`
+	// Requested: the configured engines (opensm.out's "Activate" line);
+	// without opensm.out, the engines osm.log shows failing.
+	Requested []string `json:"requested,omitempty"`
+	// Used configured the switches in the last sweep.
+	Used string `json:"used,omitempty"`
+	// Failed lists the engines that failed in that sweep before Used
+	// configured the switches ("ftree: cannot build lid matrices").
+	Failed []string `json:"failed,omitempty"`
+	// NotFatTree: ftree rejected the topology in that sweep (ERR AB0D).
+	NotFatTree bool `json:"not_fat_tree,omitempty"`
+	// Fallback: Used was not requested, or another engine failed first.
+	Fallback bool `json:"fallback"`
 }
 
 // Model is a fabric: nodes, ports, cables, hosts and the switches' LFTs. It
@@ -227,7 +236,7 @@ func (m *Model) HostNames() []string {
 
 // resolveEndpoints turns a name into endpoints: a host name (all its
 // endpoints), an endpoint name (host/hca/port), a LID (decimal or 0x hex) or
-// a port GUID (0x + 16 hex digits).
+// a port GUID (see isGUID).
 func (m *Model) resolveEndpoints(name string) ([]int32, error) {
 	if h, ok := m.hostByName[name]; ok {
 		return m.Hosts[h].Endpoints, nil
@@ -244,8 +253,8 @@ func (m *Model) resolveEndpoints(name string) ([]int32, error) {
 		}
 		return nil, fmt.Errorf("%w: endpoint %q", ErrNotFound, name)
 	}
-	if strings.HasPrefix(name, "0x") && len(name) > 2+8 { // a GUID, not a LID
-		g, err := strconv.ParseUint(name[2:], 16, 64)
+	if digits, ok := isGUID(name); ok {
+		g, err := strconv.ParseUint(digits, 16, 64)
 		if err == nil {
 			if p, ok := m.portByGUID[g]; ok {
 				for i, ep := range m.Endpoints {
@@ -266,8 +275,30 @@ func (m *Model) resolveEndpoints(name string) ([]int32, error) {
 	return nil, fmt.Errorf("%w: host %q", ErrNotFound, name)
 }
 
-// parseLID reads a LID as decimal ("8", zero-padded "0008" as
-// opensm-subnet.lst prints it) or as hex with a 0x prefix ("0x8").
+// isGUID tells a GUID from a LID and returns its hex digits: more than 8
+// hex digits after 0x ("0x0002c90400000011"), or 6 to 16 hex digits
+// without a prefix, as opensm-subnet.lst ("PortGUID:0002c90400000011") and
+// ibnetdiscover ("(2c90400000011)") print them; a LID has at most 5
+// decimal digits or 4 hex digits.
+func isGUID(name string) (string, bool) {
+	digits, prefixed := strings.CutPrefix(strings.ToLower(name), "0x")
+	if prefixed {
+		return digits, len(digits) > 8
+	}
+	if len(digits) < 6 || len(digits) > 16 {
+		return "", false
+	}
+	for _, c := range digits {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return "", false
+		}
+	}
+	return digits, true
+}
+
+// parseLID reads a LID as decimal ("8", also zero-padded: "0008") or as
+// hex with a 0x prefix ("0x8"). (opensm-subnet.lst prints LIDs as four
+// hex digits without 0x: its "LID:0010" is LID 16, "0x0010" here.)
 func parseLID(s string) (uint64, error) {
 	if h, ok := strings.CutPrefix(strings.ToLower(s), "0x"); ok {
 		return strconv.ParseUint(h, 16, 16)

@@ -575,14 +575,18 @@ func TestLoadErrorsNameFileAndLine(t *testing.T) {
 }
 
 // TestLMC builds a tiny fabric by hand: one switch, two HCAs, LMC 1, so
-// every destination has two LIDs and each LID is a route.
+// every destination has two LIDs and each LID is a route. As OpenSM writes
+// opensm-subnet.lst, each cable is listed from both ends.
 func TestLMC(t *testing.T) {
 	dir := t.TempDir()
 	sw := "{ SW Ports:04 SystemGUID:0000000000000100 NodeGUID:0000000000000100 PortGUID:0000000000000100 VenID:000000 DevID:0000 Rev:000000A1 {leaf} LID:0001 PN:%02X }"
 	ca := "{ CA Ports:01 SystemGUID:%[1]s NodeGUID:%[1]s PortGUID:%[2]s VenID:00000000 DevID:0000 Rev:000000A1 {%[3]s mlx5_0} LID:%[4]s PN:01 }"
+	a1, b1 := sprintf(ca, "0000000000000010", "0000000000000011", "a1", "0002"), sprintf(ca, "0000000000000020", "0000000000000021", "b1", "0004")
 	subnet := strings.Join([]string{
-		sprintf(sw, 1) + " " + sprintf(ca, "0000000000000010", "0000000000000011", "a1", "0002") + " PHY=4x LOG=ACT SPD=2.5",
-		sprintf(sw, 2) + " " + sprintf(ca, "0000000000000020", "0000000000000021", "b1", "0004") + " PHY=4x LOG=ACT SPD=2.5",
+		sprintf(sw, 1) + " " + a1 + " PHY=4x LOG=ACT SPD=2.5",
+		a1 + " " + sprintf(sw, 1) + " PHY=4x LOG=ACT SPD=2.5",
+		sprintf(sw, 2) + " " + b1 + " PHY=4x LOG=ACT SPD=2.5",
+		b1 + " " + sprintf(sw, 2) + " PHY=4x LOG=ACT SPD=2.5",
 	}, "\n") + "\n"
 	lfts := "Unicast lids [0-5] of switch Lid 1 guid 0x0000000000000100 ('leaf'):\n0x0001 000\n0x0002 001\n0x0003 001\n0x0004 002\n0x0005 002\n5 lids dumped\n"
 	g2l := "0x0000000000000100 0x0001 0x0001\n0x0000000000000011 0x0002 0x0003\n0x0000000000000021 0x0004 0x0005\n"
@@ -607,6 +611,108 @@ func TestLMC(t *testing.T) {
 	// each HCA cable carries 2 routes each way
 	if rs[0].Weight != 4 {
 		t.Errorf("weight %d, want 4", rs[0].Weight)
+	}
+}
+
+// The lmc* files describe one switch ("leaf", LID 1, 4 ports) with two
+// single-port HCAs a1 (LIDs 2-3, LMC 1) and b1 (LIDs 4-5, LMC 1), as
+// OpenSM writes them: every LID of an LMC range is an LFT entry whose
+// comment names the port, and neighbors lists each cable from both ends.
+const (
+	lmcLFTs = "Unicast lids [0-5] of switch Lid 1 guid 0x0000000000000100 ('leaf'):\n" +
+		"0x0001 000 # Switch portguid 0x0000000000000100: 'leaf'\n" +
+		"0x0002 001 # Channel Adapter portguid 0x0000000000000011: 'a1 mlx5_0'\n" +
+		"0x0003 001 # Channel Adapter portguid 0x0000000000000011: 'a1 mlx5_0'\n" +
+		"0x0004 002 # Channel Adapter portguid 0x0000000000000021: 'b1 mlx5_0'\n" +
+		"0x0005 002 # Channel Adapter portguid 0x0000000000000021: 'b1 mlx5_0'\n" +
+		"6 lids dumped\n"
+	lmcGUID2LID  = "0x0000000000000100 0x0001 0x0001\n\n0x0000000000000011 0x0002 0x0003\n\n0x0000000000000021 0x0004 0x0005\n"
+	lmcNeighbors = "0x0000000000000011:1 0x0000000000000100:1\n\n0x0000000000000100:1 0x0000000000000011:1\n\n" +
+		"0x0000000000000021:1 0x0000000000000100:2\n\n0x0000000000000100:2 0x0000000000000021:1\n"
+)
+
+// TestNeighborsTopologyWithLMC: with neighbors as the topology, an HCA
+// port's LID comes from the LFT entry comments, and with LMC > 0 every LID
+// of the port's range names the same port GUID. The port gets the base of
+// its range (guid2lid's, or the lowest LID naming the port), every time:
+// not whichever LID a map iteration yields last (which shifted a1's range
+// onto b1's, a spurious "LID assigned to two ports", or onto LIDs outside
+// the range, and changed from run to run).
+func TestNeighborsTopologyWithLMC(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		files map[string]string
+	}{
+		{"guid2lid", map[string]string{FileNeighbors: lmcNeighbors, FileGUID2LID: lmcGUID2LID, FileLFTs: lmcLFTs}},
+		// without guid2lid the range is unknown (LMC 0): the base LID is
+		// still the port's, so routes to it work
+		{"LFT comments only", map[string]string{FileNeighbors: lmcNeighbors, FileLFTs: lmcLFTs}},
+	} {
+		routes := int64(4)
+		if tc.files[FileGUID2LID] == "" {
+			routes = 2
+		}
+		for i := 0; i < 30; i++ {
+			m, err := loadMem(tc.files)
+			if err != nil {
+				t.Fatalf("%s, run %d: load from neighbors with LMC 1: %v", tc.name, i, err)
+			}
+			lids := map[string]uint16{}
+			for _, e := range m.Endpoints {
+				lids[m.Hosts[e.Host].Name] = m.Ports[e.Port].LID
+			}
+			if lids["a1"] != 2 || lids["b1"] != 4 {
+				t.Fatalf("%s, run %d: base LIDs %v, want a1=2 b1=4 (ranges 2-3, 4-5)", tc.name, i, lids)
+			}
+			a, err := m.AnalyzeWith(context.Background(), AnalyzeOptions{Workers: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a.Routes != routes || a.Broken != 0 {
+				t.Fatalf("%s, run %d: %d routes %d broken, want %d and 0", tc.name, i, a.Routes, a.Broken, routes)
+			}
+		}
+	}
+}
+
+// TestHeaviestRoutesIndependentOfWorkers: Analysis.Heaviest (the heaviest
+// routes of fabric loads) is the same for any number of workers, although
+// many routes weigh the same (in ft2-h16/minhop/before 192 routes weigh
+// 78): the per-worker top-N heaps break ties by (source, destination LID)
+// exactly as the final sort does, instead of keeping the first routes of
+// each worker's range of destinations.
+func TestHeaviestRoutesIndependentOfWorkers(t *testing.T) {
+	for _, dir := range []string{"ft2-h16/minhop/before", "mr2-h16/ftree"} {
+		m := load(t, dir)
+		var ref string
+		for w := 1; w <= 4; w++ {
+			for _, top := range []int{0, 7} {
+				a, err := m.AnalyzeWith(context.Background(), AnalyzeOptions{Workers: w, TopRoutes: top})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i := 1; i < len(a.Heaviest); i++ {
+					if !a.Heaviest[i-1].heavier(a.Heaviest[i]) {
+						t.Fatalf("%s: Heaviest not in order at %d: %v", dir, i, a.Heaviest)
+					}
+				}
+				got := sprintf("%v", a.Heaviest)
+				if top == 7 {
+					// a shorter list is a prefix of the longer one
+					if !strings.HasPrefix(ref, strings.TrimSuffix(got, "]")) {
+						t.Errorf("%s: top 7 with %d workers %s is not a prefix of %s", dir, w, got, ref)
+					}
+					continue
+				}
+				if w == 1 {
+					ref = got
+					continue
+				}
+				if got != ref {
+					t.Errorf("%s: Heaviest with %d workers:\n  %s\nwith 1 worker:\n  %s", dir, w, got, ref)
+				}
+			}
+		}
 	}
 }
 
@@ -730,6 +836,27 @@ func TestRank(t *testing.T) {
 	}
 	if _, err := m.Rank(ctx, "ghost", reps); !errors.Is(err, ErrNotFound) {
 		t.Errorf("unknown client: %v", err)
+	}
+}
+
+// TestRankLocalReplicaFirst: a replica held by the client's own host
+// crosses no fabric link (routes between endpoints of one host are not
+// routes), so Rank puts it first, instead of scoring a fictitious route
+// from the HCA up to its leaf and back (as heavy as a replica on another
+// host of the same leaf).
+func TestRankLocalReplicaFirst(t *testing.T) {
+	m := load(t, "ft2-h16/minhop/before")
+	for _, reps := range [][]string{
+		{"node0002", "node0001"},
+		{"ghost", "stor004", "node0002", "node0001"},
+	} {
+		got, err := m.Rank(context.Background(), "node0001", reps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != len(reps) || got[0] != "node0001" {
+			t.Errorf("Rank(node0001, %v) = %v, want the local replica node0001 first", reps, got)
+		}
 	}
 }
 
@@ -857,7 +984,7 @@ func TestParseLFTsParallel(t *testing.T) {
 	}
 	for _, workers := range []int{2, 3, 7, 64} {
 		var par []*ibdump.LFT
-		ok, err := parseLFTsParallel(context.Background(), path, 0, workers, func(l *ibdump.LFT) error { par = append(par, l); return nil })
+		ok, err := parseLFTsParallel(context.Background(), path, 0, workers, 0, func(l *ibdump.LFT) error { par = append(par, l); return nil })
 		if err != nil || !ok {
 			t.Fatalf("workers %d: %v %v", workers, ok, err)
 		}
@@ -877,12 +1004,12 @@ func TestParseLFTsParallel(t *testing.T) {
 	bad := filepath.Join(dir, FileLFTs)
 	os.WriteFile(bad, b, 0o644)
 	called := false
-	ok, err := parseLFTsParallel(context.Background(), bad, 0, 4, func(*ibdump.LFT) error { called = true; return nil })
+	ok, err := parseLFTsParallel(context.Background(), bad, 0, 4, 0, func(*ibdump.LFT) error { called = true; return nil })
 	if ok || err != nil || called {
 		t.Errorf("damaged file: ok %v err %v called %v", ok, err, called)
 	}
 	// gzip and small files are left to the sequential parser
-	if ok, _ := parseLFTsParallel(context.Background(), path, 1<<40, 4, nil); ok {
+	if ok, _ := parseLFTsParallel(context.Background(), path, 1<<40, 4, 0, nil); ok {
 		t.Error("small file parsed in parallel")
 	}
 }

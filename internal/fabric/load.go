@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -198,10 +199,12 @@ func loadFiles(ctx context.Context, fs Files, open opener) (*Model, error) {
 		err = withFile(fs[FileSubnet], func(r io.Reader, name string) error {
 			return ibdump.ParseSubnetList(r, name, b.subnetLink)
 		})
+		b.bothEnds = true
 	case fs[FileIBNetDiscover] != "":
 		err = withFile(fs[FileIBNetDiscover], func(r io.Reader, name string) error {
 			return ibdump.ParseIBNetDiscover(r, name, b.ibndNode)
 		})
+		b.bothEnds = true
 	case fs[FileNeighbors] != "":
 		err = withFile(fs[FileNeighbors], func(r io.Reader, name string) error {
 			return ibdump.ParseNeighbors(r, name, b.neighbor)
@@ -217,6 +220,11 @@ func loadFiles(ctx context.Context, fs Files, open opener) (*Model, error) {
 		// an empty (truncated, not yet written) dump is no dump
 		return nil, fmt.Errorf("%w: %s describes no node", ErrNoDumps, b.topoPath)
 	}
+	if b.bothEnds {
+		if err := b.checkBothEnds(); err != nil {
+			return nil, err
+		}
+	}
 	if p := fs[FileGUID2LID]; p != "" {
 		if err := withFile(p, func(r io.Reader, name string) error {
 			return ibdump.ParseGUID2LID(r, name, b.guid2lid)
@@ -226,7 +234,10 @@ func loadFiles(ctx context.Context, fs Files, open opener) (*Model, error) {
 	}
 	lfts := make(map[uint64]*ibdump.LFT)
 	dests := make(map[uint16]ibdump.Dest)
-	h := ibdump.LFTHandler{Switch: func(l *ibdump.LFT) error {
+	// The LFTs are kept until the model is built: with the topology's
+	// LIDs known, their memory is bounded by the fabric, not by what the
+	// dump's headers or stray entries claim.
+	h := ibdump.LFTHandler{MaxLID: b.lidBound(), Switch: func(l *ibdump.LFT) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -241,7 +252,7 @@ func loadFiles(ctx context.Context, fs Files, open opener) (*Model, error) {
 	}
 	parsed := false
 	if h.Dest == nil && open == nil {
-		ok, err := parseLFTsParallel(ctx, lftPath, parallelParseMin, runtime.GOMAXPROCS(0), h.Switch)
+		ok, err := parseLFTsParallel(ctx, lftPath, parallelParseMin, runtime.GOMAXPROCS(0), h.MaxLID, h.Switch)
 		if err != nil {
 			return nil, err
 		}
@@ -262,6 +273,7 @@ func loadFiles(ctx context.Context, fs Files, open opener) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
+	var logs []ibdump.SMLog
 	for _, k := range []string{FileOpenSMOut, FileOSMLog} {
 		p := fs[k]
 		if p == "" {
@@ -269,35 +281,59 @@ func loadFiles(ctx context.Context, fs Files, open opener) (*Model, error) {
 		}
 		if err := withFile(p, func(r io.Reader, name string) error {
 			l, err := ibdump.ParseSMLog(r, name)
-			if err != nil {
-				return err
-			}
-			if len(l.Requested) > 0 {
-				m.Engine.Requested = l.Requested
-			}
-			if l.Engine != "" {
-				m.Engine.Used = l.Engine
-			}
-			m.Engine.NotFatTree = m.Engine.NotFatTree || l.NotFatTree
-			return nil
+			logs = append(logs, l)
+			return err
 		}); err != nil {
 			return nil, err
 		}
 	}
-	if m.Engine.Used != "" && len(m.Engine.Requested) > 0 {
-		m.Engine.Fallback = true
-		for _, e := range m.Engine.Requested {
-			if e == m.Engine.Used {
-				m.Engine.Fallback = false
-			}
-		}
-	}
+	m.Engine = engineFrom(logs)
 	for _, k := range knownFiles {
 		if p := fs[k]; p != "" {
 			m.Files = append(m.Files, p)
 		}
 	}
 	return m, nil
+}
+
+// engineFrom combines what opensm.out and osm.log (in that order) say about
+// routing. The requested engines come from the last file that names them
+// (opensm.out's "Activate" line); without one, the engines the log shows
+// failing were requested (OpenSM only tries the configured ones). The
+// engine used, the engines that failed before it and the fat-tree verdict
+// come from the last file that shows a sweep configuring the switches. A
+// fallback is an engine configuring the switches that was not requested,
+// or after another engine failed in the same sweep.
+func engineFrom(logs []ibdump.SMLog) EngineInfo {
+	var e EngineInfo
+	for _, l := range logs {
+		if len(l.Requested) > 0 {
+			e.Requested = l.Requested
+		}
+		switch {
+		case l.Engine != "":
+			e.Used, e.Failed, e.NotFatTree = l.Engine, l.Failed, l.NotFatTree
+		case e.Used == "":
+			for _, f := range l.Failed {
+				if !slices.Contains(e.Failed, f) {
+					e.Failed = append(e.Failed, f)
+				}
+			}
+			e.NotFatTree = e.NotFatTree || l.NotFatTree
+		}
+	}
+	if len(e.Requested) == 0 {
+		e.Requested = slices.Clone(e.Failed)
+	}
+	if e.Used != "" {
+		e.Fallback = len(e.Requested) > 0 && !slices.Contains(e.Requested, e.Used)
+		for _, f := range e.Failed {
+			if f != e.Used {
+				e.Fallback = true
+			}
+		}
+	}
+	return e
 }
 
 func withFile(path string, fn func(r io.Reader, name string) error) error {
@@ -327,6 +363,10 @@ type bport struct {
 	peerPort int
 	linked   bool
 	line     int // topology line first describing the port (0: none)
+	// from is the topology line describing the port's cable from this
+	// end (a subnet list line whose first end is the port, or the port's
+	// line in its node's ibnetdiscover record); 0: none
+	from int
 }
 
 type bnode struct {
@@ -346,6 +386,11 @@ type builder struct {
 	lmcByGUID     map[uint64]uint8
 	lidByGUID     map[uint64]uint16
 	fromNeighbors bool
+	// bothEnds: the topology format describes every cable from both ends
+	// (opensm-subnet.lst, ibnetdiscover), see checkBothEnds
+	bothEnds bool
+	// maxG2L is the highest LID of guid2lid
+	maxG2L uint16
 }
 
 func newBuilder() *builder {
@@ -433,6 +478,9 @@ func (b *builder) subnetLink(l ibdump.SubnetLink) error {
 		if p.line == 0 {
 			p.line = l.Line
 		}
+		if i == 0 && p.from == 0 {
+			p.from = l.Line
+		}
 		p.guid = e.PortGUID
 		if k == KindSwitch {
 			n.lid = e.LID
@@ -499,6 +547,9 @@ func (b *builder) ibndNode(n *ibdump.Node) error {
 		if bp.line == 0 {
 			bp.line = p.Line
 		}
+		if bp.from == 0 {
+			bp.from = p.Line
+		}
 		if k == KindSwitch {
 			bp.guid = n.GUID
 		} else {
@@ -522,6 +573,78 @@ func (b *builder) ibndNode(n *ibdump.Node) error {
 	return nil
 }
 
+// checkBothEnds checks that every cable of a topology that describes each
+// cable from both ends (opensm-subnet.lst, ibnetdiscover) was described
+// from both: a cable seen from one end only means the file is cut short
+// (OpenSM or ibnetdiscover still writing it, a full disk, a partial copy)
+// or edited, and loading it would silently give a smaller fabric or
+// broken routes. The error names the line of the one description (the
+// first such line in the file).
+func (b *builder) checkBothEnds() error {
+	// bad is the port no line describes from its end, peerNode the node
+	// at the described end
+	var bad *bport
+	var badNode, peerNode *bnode
+	for _, n := range b.nodes {
+		for _, p := range n.ports {
+			if !p.linked || p.from != 0 {
+				continue
+			}
+			pn := b.nodes[p.peerNode]
+			if pn == nil {
+				continue
+			}
+			q := pn.ports[p.peerPort]
+			if q == nil || q.from == 0 {
+				continue
+			}
+			if bad == nil || q.from < b.nodes[bad.peerNode].ports[bad.peerPort].from {
+				bad, badNode, peerNode = p, n, pn
+			}
+		}
+	}
+	if bad == nil {
+		return nil
+	}
+	q := peerNode.ports[bad.peerPort]
+	return fmt.Errorf("%w: %s: cable %s port %d <-> %s port %d is described only from this end, never from the other (the file describes every cable from both ends: truncated?)",
+		ErrTopology, b.at(q.from), nodeName(peerNode), bad.peerPort, nodeName(badNode), q.peerPort)
+}
+
+// nodeName names a builder node for an error message.
+func nodeName(n *bnode) string {
+	if n.desc != "" {
+		return fmt.Sprintf("%s (%s)", fmtGUID(n.guid), n.desc)
+	}
+	return fmtGUID(n.guid)
+}
+
+// lidBound is the highest LID the model can use, as far as the topology
+// and guid2lid tell before the LFTs are read, plus room for the largest
+// LMC range (a subnet list gives base LIDs only); 0 (no bound) when they
+// give no LID, or with neighbors as the topology (the LIDs of ports that
+// guid2lid does not name come from the LFT comments).
+func (b *builder) lidBound() uint16 {
+	if b.fromNeighbors {
+		return 0
+	}
+	top := int(b.maxG2L)
+	for _, n := range b.nodes {
+		if int(n.lid) > top {
+			top = int(n.lid)
+		}
+		for _, p := range n.ports {
+			if int(p.lid) > top {
+				top = int(p.lid)
+			}
+		}
+	}
+	if top == 0 {
+		return 0
+	}
+	return uint16(min(top+127, ibdump.MaxUnicastLID))
+}
+
 // neighbor: switch node GUIDs and CA port GUIDs; a CA port becomes a node
 // of its own (its GUID is the port GUID), described later from the LFTs.
 func (b *builder) neighbor(n ibdump.Neighbor) error {
@@ -538,16 +661,27 @@ func (b *builder) guid2lid(g ibdump.GUIDLID) error {
 	}
 	b.lmcByGUID[g.GUID] = lmc
 	b.lidByGUID[g.GUID] = g.Min
+	b.maxG2L = max(b.maxG2L, g.Max)
 	return nil
 }
 
 // applyDests types and names neighbors-only nodes from the LFTs: switches
 // are the nodes with an LFT, the others are CA ports described by the LFT
-// entry comments.
+// entry comments. With LMC > 0 every LID of a port's range carries the
+// port's GUID: the port's LID is the base of its range, guid2lid's when it
+// names the port, else the lowest LID described with the port's GUID.
 func (b *builder) applyDests(lfts map[uint64]*ibdump.LFT, dests map[uint16]ibdump.Dest) {
 	byGUID := make(map[uint64]ibdump.Dest, len(dests))
 	for _, d := range dests {
-		byGUID[d.PortGUID] = d
+		if o, ok := byGUID[d.PortGUID]; !ok || d.LID < o.LID {
+			byGUID[d.PortGUID] = d
+		}
+	}
+	for g, d := range byGUID {
+		if base, ok := b.lidByGUID[g]; ok && base != d.LID {
+			d.LID = base
+			byGUID[g] = d
+		}
 	}
 	for g, n := range b.nodes {
 		if l, ok := lfts[g]; ok {
@@ -660,15 +794,14 @@ func (b *builder) build(lfts map[uint64]*ibdump.LFT, lftPath string) (*Model, er
 	}
 	// LIDs
 	maxLID := 0
-	for _, pt := range m.Ports {
+	for i, pt := range m.Ports {
 		if pt.LID != 0 {
-			if top := int(pt.LID) + (1 << pt.LMC) - 1; top > maxLID {
-				maxLID = top
+			top := int(pt.LID) + (1 << pt.LMC) - 1
+			if top > ibdump.MaxUnicastLID {
+				return nil, fmt.Errorf("%w: LIDs %#x-%#x of %s: out of the unicast range (at most %#x)", ErrTopology, pt.LID, top, b.describe(m, int32(i)), ibdump.MaxUnicastLID)
 			}
+			maxLID = max(maxLID, top)
 		}
-	}
-	if maxLID > ibdump.MaxUnicastLID {
-		return nil, fmt.Errorf("%w: LID %#x out of the unicast range", ErrTopology, maxLID)
 	}
 	m.lidPort = make([]int32, maxLID+1)
 	m.lidEP = make([]int32, maxLID+1)
@@ -707,17 +840,19 @@ func (b *builder) build(lfts map[uint64]*ibdump.LFT, lftPath string) (*Model, er
 			m.Endpoints[e].Host = h
 		}
 	}
-	// LFTs
+	// LFTs (a table without entries has nil Ports)
 	m.lft = make([][]uint8, len(m.Switches))
+	have := make([]bool, len(m.Switches))
 	for g, l := range lfts {
 		ni, ok := m.nodeByGUID[g]
 		if !ok || m.Nodes[ni].Kind != KindSwitch {
 			return nil, fmt.Errorf("%w: %s:%d: switch %s (%s) is not in the topology", ErrTopology, lftPath, l.Line, fmtGUID(g), l.Desc)
 		}
 		m.lft[m.Nodes[ni].sw] = l.Ports
+		have[m.Nodes[ni].sw] = true
 	}
 	for s, ni := range m.Switches {
-		if m.lft[s] == nil {
+		if !have[s] {
 			return nil, fmt.Errorf("%w: %s has no LFT for switch %s (%s)", ErrTopology, lftPath, fmtGUID(m.Nodes[ni].GUID), m.Nodes[ni].Desc)
 		}
 	}
@@ -776,12 +911,13 @@ func (m *Model) finish() {
 const parallelParseMin = 32 << 20
 
 // parseLFTsParallel parses an uncompressed LFT dump of at least minSize
-// bytes in up to workers sections
+// bytes (tables bounded by maxLID as ibdump.LFTHandler.MaxLID) in up to
+// workers sections
 // that start at switch headers, calling fn from one goroutine in file
 // order. It returns false (and calls nothing) when the file is compressed
 // or small, or when a section fails: the caller then parses sequentially,
 // which reports the error with its true line number.
-func parseLFTsParallel(ctx context.Context, path string, minSize int64, workers int, fn func(*ibdump.LFT) error) (bool, error) {
+func parseLFTsParallel(ctx context.Context, path string, minSize int64, workers int, maxLID uint16, fn func(*ibdump.LFT) error) (bool, error) {
 	if strings.HasSuffix(path, ".gz") || workers < 2 {
 		return false, nil
 	}
@@ -821,7 +957,7 @@ func parseLFTsParallel(ctx context.Context, path string, minSize int64, workers 
 			defer wg.Done()
 			sec := &lineCounter{r: io.NewSectionReader(f, bounds[i], bounds[i+1]-bounds[i])}
 			defer func() { lines[i] = sec.n }()
-			errs[i] = ibdump.ParseLFTs(sec, path, ibdump.LFTHandler{Switch: func(l *ibdump.LFT) error {
+			errs[i] = ibdump.ParseLFTs(sec, path, ibdump.LFTHandler{MaxLID: maxLID, Switch: func(l *ibdump.LFT) error {
 				if err := ctx.Err(); err != nil {
 					return err
 				}

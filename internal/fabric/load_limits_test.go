@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"io/fs"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -31,6 +32,116 @@ func TestTruncatedLFTDumpIsAnError(t *testing.T) {
 	}
 	if !errors.Is(err, ErrSyntax) || !strings.Contains(err.Error(), FileLFTs+":") {
 		t.Errorf("err = %v, want a file:line syntax error", err)
+	}
+}
+
+// TestTruncatedTopologyIsAnError: opensm-subnet.lst and ibnetdiscover
+// output describe every cable from both ends (a subnet list line per
+// direction; a port line in each node's record). A file cut short (still
+// being written, a full disk, a partial copy) loaded silently before, as
+// a fabric with broken routes (cables whose lines were lost became dead
+// ports) or fewer hosts (CA records lost); now a cable described from one
+// end only is an ErrTopology naming the file and the line of the one
+// description. Whole files of every sample still load (see
+// TestEverySampleTopologyLoads).
+func TestTruncatedTopologyIsAnError(t *testing.T) {
+	for _, kind := range []string{FileSubnet, FileIBNetDiscover} {
+		lines := strings.SplitAfter(sampleText(t, kind), "\n")
+		// (cut after a few lines, no cable is left to be one-sided, but the
+		// load fails all the same: no node, or switches of the LFT dump
+		// missing from the topology)
+		for _, keep := range []int{1, 10, len(lines) / 2, len(lines) * 3 / 4, len(lines) - 3} {
+			cut := strings.Join(lines[:keep], "")
+			m, err := loadMem(map[string]string{kind: cut, FileLFTs: sampleText(t, FileLFTs)})
+			if err == nil {
+				a, _ := m.AnalyzeWith(context.Background(), AnalyzeOptions{Workers: 1})
+				t.Errorf("%s cut after line %d of %d loaded without error: %d hosts (16 in the full file), %d routes, %d broken",
+					kind, keep, len(lines), len(m.Hosts), a.Routes, a.Broken)
+				continue
+			}
+			if keep > 10 && (!errors.Is(err, ErrTopology) || !strings.Contains(err.Error(), kind+":") || !strings.Contains(err.Error(), "only from")) {
+				t.Errorf("%s cut after line %d: error %q is not an ErrTopology naming the file and line of a one-sided cable", kind, keep, err)
+			}
+		}
+	}
+	// one line less in the middle: the line of the other end is named
+	subnet := strings.SplitAfter(sampleText(t, FileSubnet), "\n")
+	// line 1: leaf001 port 1 -> node0001; which line describes it from node0001's end?
+	other := -1
+	for i, l := range subnet {
+		if strings.HasPrefix(l, "{ CA-SM Ports:01 SystemGUID:0002c90400000010") {
+			other = i + 1
+		}
+	}
+	if other < 0 {
+		t.Fatal("unexpected sample")
+	}
+	_, err := loadMem(map[string]string{FileSubnet: strings.Join(subnet[1:], ""), FileLFTs: sampleText(t, FileLFTs)})
+	if want := sprintf("%s:%d: ", FileSubnet, other-1); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("first line removed: err = %v, want one naming %s", err, want)
+	}
+}
+
+// TestEverySampleTopologyLoads: the real dumps (both topology formats,
+// plain and gzipped) describe every cable from both ends, so the check
+// for one-sided cables never rejects them.
+func TestEverySampleTopologyLoads(t *testing.T) {
+	var dirs []string
+	filepath.WalkDir(samples, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasPrefix(d.Name(), FileLFTs) {
+			dirs = append(dirs, filepath.Dir(p))
+		}
+		return err
+	})
+	if len(dirs) < 15 {
+		t.Fatalf("found %d sample directories", len(dirs))
+	}
+	for _, dir := range dirs {
+		if testing.Short() && strings.Contains(dir, "h2048") {
+			continue
+		}
+		all, err := FindFiles(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, topo := range []string{FileSubnet, FileIBNetDiscover} {
+			m, err := LoadFiles(context.Background(), Files{FileLFTs: all[FileLFTs], topo: all[topo]})
+			if err != nil {
+				t.Errorf("%s with %s: %v", dir, topo, err)
+				continue
+			}
+			if len(m.Hosts) == 0 {
+				t.Errorf("%s with %s: no hosts", dir, topo)
+			}
+		}
+	}
+}
+
+// TestLFTTablesBoundedByTopology: the LFTs are kept until the model is
+// built, so their memory must follow the fabric, not what a header or a
+// stray entry claims: a table whose header claims LIDs up to 0xBFFF and
+// that has an entry for 0xBFFF is stored only up to the topology's highest
+// LID (plus room for an LMC range), and the fabric loads as before.
+func TestLFTTablesBoundedByTopology(t *testing.T) {
+	lfts := strings.SplitAfter(sampleText(t, FileLFTs), "\n")
+	for i, l := range lfts {
+		if strings.HasPrefix(l, "Unicast lids [") {
+			lfts[i] = "Unicast lids [0-49151]" + l[strings.Index(l, "]")+1:]
+			lfts = append(lfts[:i+1], append([]string{"0xbfff 001\n"}, lfts[i+1:]...)...)
+			break
+		}
+	}
+	m, err := loadMem(map[string]string{FileSubnet: sampleText(t, FileSubnet), FileLFTs: strings.Join(lfts, "")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for s, tab := range m.lft {
+		if len(tab) > len(m.lidPort)+127 || cap(tab) > len(m.lidPort)+127 {
+			t.Errorf("switch %d: table of %d LIDs (capacity %d) for a fabric of %d LIDs", s, len(tab), cap(tab), len(m.lidPort))
+		}
+	}
+	if a := analyze(t, m); a.Routes != 240 || a.Broken != 0 {
+		t.Errorf("%d routes, %d broken", a.Routes, a.Broken)
 	}
 }
 
@@ -63,7 +174,7 @@ func TestParallelLFTParseLineNumbers(t *testing.T) {
 		t.Fatal(err)
 	}
 	var bad []string
-	ok, err := parseLFTsParallel(context.Background(), path, 0, 4, func(l *ibdump.LFT) error {
+	ok, err := parseLFTsParallel(context.Background(), path, 0, 4, 0, func(l *ibdump.LFT) error {
 		if lines[l.GUID] != l.Line {
 			bad = append(bad, sprintf("%s: line %d, really %d", fmtGUID(l.GUID), l.Line, lines[l.GUID]))
 		}

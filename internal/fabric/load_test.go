@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/slipstream-io/slipstream/internal/fabric/ibdump"
 )
 
 // sampleText reads a file of the ft2-h16/minhop/before sample.
@@ -25,8 +27,8 @@ func readSample(name string) (string, error) {
 }
 
 // TestLIDArgumentsAreDecimalOrHex: an endpoint named by LID is decimal,
-// also zero-padded as opensm-subnet.lst prints it ("0010" is LID 10, not
-// octal 8), or hex with a 0x prefix.
+// also zero-padded ("0010" is LID 10, not octal 8), or hex with a 0x
+// prefix.
 func TestLIDArgumentsAreDecimalOrHex(t *testing.T) {
 	m := load(t, "ft2-h16/minhop/before")
 	for _, lid := range []int{10, 19} {
@@ -142,5 +144,107 @@ func TestBuildRejectsMoreThan255Ports(t *testing.T) {
 		if _, err := b.build(nil, FileLFTs); !errors.Is(err, ErrTopology) {
 			t.Errorf("%d ports: err = %v, want ErrTopology", np, err)
 		}
+	}
+}
+
+// TestTopologyLIDOutOfRangeNamesFileAndLine: "malformed input is reported
+// as file:line: what is wrong", also a LID above the unicast range
+// (0xBFFF) in opensm-subnet.lst or ibnetdiscover output: the error names
+// the file and the line assigning the LID, not only the LID. A range that
+// an LMC pushes past 0xBFFF names the port and its line.
+func TestTopologyLIDOutOfRangeNamesFileAndLine(t *testing.T) {
+	for _, tc := range []struct {
+		kind, from, to string
+	}{
+		{FileSubnet, "{node0002 mlx5_0} LID:0009", "{node0002 mlx5_0} LID:C000"},
+		{FileSubnet, "{node0002 mlx5_0} LID:0009", "{node0002 mlx5_0} LID:10000"},
+		{FileIBNetDiscover, `# "leaf004" base port 0 lid 5 lmc 0`, `# "leaf004" base port 0 lid 49152 lmc 0`},
+		{FileIBNetDiscover, "lid 9 lmc 0", "lid 70000 lmc 0"},
+	} {
+		lines := strings.Split(sampleText(t, tc.kind), "\n")
+		line := -1
+		for i, l := range lines {
+			if strings.Contains(l, tc.from) {
+				lines[i] = strings.ReplaceAll(l, tc.from, tc.to)
+				if line < 0 {
+					line = i + 1
+				}
+			}
+		}
+		if line < 0 {
+			t.Fatalf("%s: no %q in the sample", tc.kind, tc.from)
+		}
+		_, err := loadMem(map[string]string{tc.kind: strings.Join(lines, "\n"), FileLFTs: sampleText(t, FileLFTs)})
+		if err == nil {
+			t.Errorf("%s: %q accepted", tc.kind, tc.to)
+			continue
+		}
+		if want := sprintf("%s:%d: ", tc.kind, line); !strings.Contains(err.Error(), want) || !errors.Is(err, ErrSyntax) {
+			t.Errorf("%s: error %q does not name %s (file:line of the LID) or is not ErrSyntax", tc.kind, err, want)
+		}
+	}
+	// base LID 0xBFFF (valid) with LMC 1 from guid2lid: 0xBFFF-0xC000
+	b := newBuilder()
+	b.topoPath = FileSubnet
+	n := b.node(0x10, KindCA, "h1 mlx5_0", 1)
+	p := n.port(1)
+	p.guid, p.lid, p.line = 0x11, ibdump.MaxUnicastLID, 7
+	b.lmcByGUID[0x11] = 1
+	if _, err := b.build(nil, FileLFTs); !errors.Is(err, ErrTopology) || !strings.Contains(err.Error(), FileSubnet+":7") {
+		t.Errorf("LIDs 0xbfff-0xc000: err = %v, want ErrTopology naming %s:7", err, FileSubnet)
+	}
+}
+
+// TestFallbackDetectedFromOSMLogAlone: the ftree -> minhop fallback is
+// what fabric diff/watch warn about. A production SM's dump directory
+// holds osm.log but often no opensm.out (no "Activate 'ftree'" line), and
+// osm.log alone shows ftree failing ("ucast_mgr_route: ftree: cannot
+// build lid matrices", ERR AB0D) before "minhop tables configured": that
+// is a fallback, with ftree as the requested engine, with or without
+// opensm.out. A sweep in which the requested engine routes is none.
+func TestFallbackDetectedFromOSMLogAlone(t *testing.T) {
+	for _, tc := range []struct {
+		dir   string
+		files []string
+		want  EngineInfo
+	}{
+		{"ft3-k4-h16/ftree/after", []string{FileOSMLog},
+			EngineInfo{Requested: []string{"ftree"}, Used: "minhop", Failed: []string{"ftree"}, NotFatTree: true, Fallback: true}},
+		{"ft3-k4-h16/ftree/after", []string{FileOSMLog, FileOpenSMOut},
+			EngineInfo{Requested: []string{"ftree"}, Used: "minhop", Failed: []string{"ftree"}, NotFatTree: true, Fallback: true}},
+		{"ft3-k4-h16/ftree/after", []string{FileOpenSMOut},
+			EngineInfo{Requested: []string{"ftree"}}},
+		{"ft3-k4-h16/ftree/before", []string{FileOSMLog},
+			EngineInfo{Used: "ftree"}},
+		{"ft3-k4-h16/ftree/before", []string{FileOSMLog, FileOpenSMOut},
+			EngineInfo{Requested: []string{"ftree"}, Used: "ftree"}},
+	} {
+		dir := filepath.Join(samples, tc.dir)
+		fs := Files{FileLFTs: filepath.Join(dir, FileLFTs), FileSubnet: filepath.Join(dir, FileSubnet)}
+		for _, k := range tc.files {
+			fs[k] = filepath.Join(dir, k)
+		}
+		m, err := LoadFiles(context.Background(), fs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := sprintf("%+v", m.Engine), sprintf("%+v", tc.want); got != want {
+			t.Errorf("%s with %v: engine %s, want %s", tc.dir, tc.files, got, want)
+		}
+	}
+	// minhop configured as ftree's fallback (routing_engine ftree,minhop):
+	// minhop was requested, but routing with it after ftree failed is still
+	// a fallback
+	osmLog, err := os.ReadFile(filepath.Join(samples, "ft3-k4-h16/ftree/after", FileOSMLog))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := loadMem(map[string]string{FileSubnet: sampleText(t, FileSubnet), FileLFTs: sampleText(t, FileLFTs),
+		FileOSMLog: string(osmLog), FileOpenSMOut: "OpenSM 3.3.23\nCommand Line Arguments:\n Activate 'ftree,minhop' routing engine(s)\n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := m.Engine; !e.Fallback || e.Used != "minhop" || strings.Join(e.Requested, ",") != "ftree,minhop" {
+		t.Errorf("ftree,minhop requested, ftree failed: engine %+v, want a fallback to minhop", e)
 	}
 }

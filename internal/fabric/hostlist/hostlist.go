@@ -19,14 +19,15 @@ const MaxHosts = 1 << 18
 
 // Compress writes names as a Slurm hostlist. Names that end in digits are
 // grouped by prefix and digit width; ranges keep zero padding. Order: by
-// prefix, then number; duplicates are dropped.
+// prefix (a name without a numeric suffix is its own prefix, so "a" comes
+// before "b[1-2]" and "node" before "node[1-2]"), then by digit width,
+// then by number; duplicates are dropped.
 func Compress(names []string) string {
 	type key struct {
 		prefix string
-		width  int
+		width  int // 0: a name without a numeric suffix (in prefix)
 	}
 	groups := map[key][]int{}
-	var plain []string
 	for _, n := range names {
 		i := len(n)
 		for i > 0 && n[i-1] >= '0' && n[i-1] <= '9' {
@@ -34,7 +35,7 @@ func Compress(names []string) string {
 		}
 		digits := n[i:]
 		if digits == "" || len(digits) > 9 || strings.ContainsAny(n[:i], "[],") {
-			plain = append(plain, n)
+			groups[key{n, 0}] = nil
 			continue
 		}
 		v, _ := strconv.Atoi(digits)
@@ -50,8 +51,12 @@ func Compress(names []string) string {
 		}
 		return keys[i].width < keys[j].width
 	})
-	var parts []string
+	parts := make([]string, 0, len(keys))
 	for _, k := range keys {
+		if k.width == 0 {
+			parts = append(parts, k.prefix)
+			continue
+		}
 		vs := groups[k]
 		sort.Ints(vs)
 		var rs []string
@@ -72,12 +77,6 @@ func Compress(names []string) string {
 			parts = append(parts, k.prefix+rs[0])
 		} else {
 			parts = append(parts, k.prefix+"["+strings.Join(rs, ",")+"]")
-		}
-	}
-	sort.Strings(plain)
-	for i, p := range plain {
-		if i == 0 || plain[i-1] != p {
-			parts = append(parts, p)
 		}
 	}
 	return strings.Join(parts, ",")

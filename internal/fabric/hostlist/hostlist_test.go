@@ -16,6 +16,9 @@ func TestCompress(t *testing.T) {
 		{[]string{"stor2", "node0001", "stor1", "node0002"}, "node[0001-0002],stor[1-2]"},
 		{[]string{"b", "a", "a"}, "a,b"},
 		{[]string{"n9", "n10", "n11"}, "n9,n[10-11]"},
+		// names without a numeric suffix sort by prefix with the groups
+		{[]string{"b1", "b2", "a"}, "a,b[1-2]"},
+		{[]string{"node2", "zeta", "node", "node1", "alpha"}, "alpha,node,node[1-2],zeta"},
 		{nil, ""},
 	} {
 		if got := Compress(tc.in); got != tc.want {

@@ -3,6 +3,7 @@ package ibdump
 import (
 	"compress/gzip"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -79,6 +80,17 @@ func TestParseErrorsNameFileAndLine(t *testing.T) {
 		{"subnet-no-brace", "SW Ports:06\n", func(r io.Reader, n string) error {
 			return ParseSubnetList(r, n, func(SubnetLink) error { return nil })
 		}, 1},
+		// LIDs above the unicast range (0xBFFF)
+		{"subnet-multicast-lid", "\n{ SW Ports:06 SystemGUID:01 NodeGUID:01 PortGUID:01 VenID:0 DevID:0 Rev:0 {s} LID:0002 PN:01 } " +
+			"{ CA Ports:01 SystemGUID:02 NodeGUID:02 PortGUID:03 VenID:0 DevID:0 Rev:0 {h} LID:C000 PN:01 }\n", func(r io.Reader, n string) error {
+			return ParseSubnetList(r, n, func(SubnetLink) error { return nil })
+		}, 2},
+		{"ibnd-switch-lid", "Switch\t6 \"S-01\"\t\t# \"s\" base port 0 lid 49152 lmc 0\n", func(r io.Reader, n string) error {
+			return ParseIBNetDiscover(r, n, func(*Node) error { return nil })
+		}, 1},
+		{"ibnd-ca-lid", "Ca\t1 \"H-02\"\t\t# \"h\"\n[1](3) \t\"S-01\"[1]\t\t# lid 65535 lmc 0 \"s\" lid 2 4xSDR\n", func(r io.Reader, n string) error {
+			return ParseIBNetDiscover(r, n, func(*Node) error { return nil })
+		}, 2},
 		{"guid2lid-range", "0x1 0x1 0x1\n\n0x2 0x5 0x3\n", func(r io.Reader, n string) error {
 			return ParseGUID2LID(r, n, func(GUIDLID) error { return nil })
 		}, 3},
@@ -206,30 +218,59 @@ func TestParseSmallFiles(t *testing.T) {
 	}
 }
 
+// smLogLines are osm.log lines of one SM start and its sweeps (the log
+// prefix shortened).
+const (
+	smStart    = "Nov 21 23:50:58 640897 [B3823740] 0x80 -> OpenSM 3.3.23\n"
+	smNotFT    = "Nov 21 23:50:58 673957 [B081C6C0] 0x01 -> fabric_validate_topology: ERR AB0D: Fabric topology hasn't been identified as FatTree\n"
+	smFTFailed = "Nov 21 23:50:58 673963 [B081C6C0] 0x01 -> ucast_mgr_route: ftree: cannot build lid matrices\n"
+	smMinhop   = "Nov 21 23:50:58 674043 [B081C6C0] 0x02 -> osm_ucast_mgr_process: minhop tables configured on all switches\n"
+	smFtree    = "Nov 21 23:51:58 674043 [B081C6C0] 0x02 -> osm_ucast_mgr_process: ftree tables configured on all switches\n"
+	smOut      = "-------------------------------------------------\nOpenSM 3.3.23\nCommand Line Arguments:\n Activate '%s' routing engine(s)\n" +
+		"-------------------------------------------------\nOpenSM 3.3.23\n"
+)
+
+// TestParseSMLog: the requested engines come from the last SM start, the
+// engine used, the engines that failed before it and the fat-tree verdict
+// from the last sweep that configured the switches (a later successful
+// ftree sweep clears an earlier fallback); an unfinished sweep counts only
+// when no sweep finished.
 func TestParseSMLog(t *testing.T) {
 	for _, tc := range []struct {
-		dir        string
-		file       string
+		name       string // a sample file (dir/file) or a test case
+		text       string
 		requested  string
 		used       string
+		failed     string
 		notFatTree bool
 	}{
-		{"ft3-k4-h16/ftree/after", "osm.log", "", "minhop", true},
-		{"ft3-k4-h16/ftree/after", "opensm.out", "ftree", "", false},
-		{"ft3-k4-h16/ftree/before", "osm.log", "", "ftree", false},
-		{"ft2-h16/minhop/before", "osm.log", "", "minhop", false},
+		{"ft3-k4-h16/ftree/after/osm.log", "", "", "minhop", "ftree", true},
+		{"ft3-k4-h16/ftree/after/opensm.out", "", "ftree", "", "", false},
+		{"ft3-k4-h16/ftree/before/osm.log", "", "", "ftree", "", false},
+		{"ft2-h16/minhop/before/osm.log", "", "", "minhop", "", false},
+		{"restarts: the last Activate line", fmt.Sprintf(smOut, "ftree") + fmt.Sprintf(smOut, "updn,minhop"), "updn,minhop", "", "", false},
+		{"fallback, then ftree routes", smStart + smNotFT + smFTFailed + smMinhop + smFtree, "", "ftree", "", false},
+		{"ftree, then a fallback", smStart + smFtree + smNotFT + smFTFailed + smMinhop, "", "minhop", "ftree", true},
+		{"fallback, then a restart that routes with ftree", smStart + smNotFT + smFTFailed + smMinhop + smStart + smFtree, "", "ftree", "", false},
+		{"unfinished sweep after a finished one", smStart + smMinhop + smNotFT + smFTFailed, "", "minhop", "", false},
+		{"only an unfinished sweep", smStart + smNotFT + smFTFailed, "", "", "ftree", true},
+		{"unfinished sweep discarded by a restart", smStart + smMinhop + smNotFT + smFTFailed + smStart, "", "minhop", "", false},
 	} {
-		f, err := os.Open(filepath.Join(samples, tc.dir, tc.file))
+		var r io.Reader = strings.NewReader(tc.text)
+		if tc.text == "" {
+			f, err := os.Open(filepath.Join(samples, tc.name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			r = f
+		}
+		l, err := ParseSMLog(r, "osm.log")
 		if err != nil {
 			t.Fatal(err)
 		}
-		l, err := ParseSMLog(f, tc.file)
-		f.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if strings.Join(l.Requested, ",") != tc.requested || l.Engine != tc.used || l.NotFatTree != tc.notFatTree {
-			t.Errorf("%s/%s: %+v", tc.dir, tc.file, l)
+		if strings.Join(l.Requested, ",") != tc.requested || l.Engine != tc.used || strings.Join(l.Failed, ",") != tc.failed || l.NotFatTree != tc.notFatTree {
+			t.Errorf("%s: %+v, want requested %q used %q failed %q not fat tree %v", tc.name, l, tc.requested, tc.used, tc.failed, tc.notFatTree)
 		}
 	}
 }
@@ -322,15 +363,23 @@ func FuzzParseLFTs(f *testing.F) {
 	seedFuzz(f, "opensm-lfts.dump", lftSample)
 	seedFuzz(f, "dump_fts.out")
 	f.Fuzz(func(t *testing.T, b []byte) {
-		_ = ParseLFTs(strings.NewReader(string(b)), "f", LFTHandler{
-			Switch: func(l *LFT) error {
-				if len(l.Ports) > MaxUnicastLID+1 {
-					t.Fatalf("table of %d entries", len(l.Ports))
-				}
-				return nil
-			},
-			Dest: func(Dest) error { return nil },
-		})
+		// tables never exceed the unicast range, nor MaxLID when set
+		for _, maxLID := range []int{0, 20} {
+			bound := MaxUnicastLID + 1
+			if maxLID > 0 {
+				bound = maxLID + 1
+			}
+			_ = ParseLFTs(strings.NewReader(string(b)), "f", LFTHandler{
+				MaxLID: uint16(maxLID),
+				Switch: func(l *LFT) error {
+					if len(l.Ports) > bound || cap(l.Ports) > bound {
+						t.Fatalf("MaxLID %d: table of %d entries (capacity %d)", maxLID, len(l.Ports), cap(l.Ports))
+					}
+					return nil
+				},
+				Dest: func(Dest) error { return nil },
+			})
+		}
 	})
 }
 

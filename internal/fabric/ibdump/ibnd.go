@@ -1,6 +1,7 @@
 package ibdump
 
 import (
+	"fmt"
 	"io"
 )
 
@@ -143,7 +144,10 @@ func parseNodeHeader(t []byte) (*Node, string) {
 		}
 		if j := index(b, " lid "); j >= 0 {
 			lid, rest, ok := parseDec(b[j+5:])
-			if ok && lid <= 0xFFFF {
+			if ok && lid > MaxUnicastLID {
+				return nil, fmt.Sprintf("LID %d above the unicast range (%d)", lid, MaxUnicastLID)
+			}
+			if ok {
 				n.LID = uint16(lid)
 				if k := index(rest, "lmc "); k >= 0 {
 					if lmc, _, ok := parseDec(rest[k+4:]); ok && lmc <= 7 {
@@ -205,7 +209,10 @@ func parsePortLine(t []byte) (NodePort, string) {
 		// CA port lines carry their own "lid N lmc M" before the peer's description.
 		if hasPrefix(b, "lid ") {
 			lid, rest, ok := parseDec(b[4:])
-			if ok && lid <= 0xFFFF {
+			if ok && lid > MaxUnicastLID {
+				return p, fmt.Sprintf("LID %d above the unicast range (%d)", lid, MaxUnicastLID)
+			}
+			if ok {
 				p.LID = uint16(lid)
 				rest = skipSpace(rest)
 				if hasPrefix(rest, "lmc ") {

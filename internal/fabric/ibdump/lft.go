@@ -13,7 +13,9 @@ type LFT struct {
 	Desc string // node description from the header
 	// Ports[lid] is the output port for destination lid (0 = the switch
 	// itself), NoPort where the table has no entry. len(Ports) is one more
-	// than the highest LID of the header range or of any entry.
+	// than the highest LID of any stored entry (0 for a table without
+	// entries): the table grows as entries arrive, so its memory follows
+	// the file's contents, not the LID range the header claims.
 	Ports []uint8
 	Line  int // line of the header
 	// Entries counts the entry lines read for this switch.
@@ -34,6 +36,11 @@ type Dest struct {
 type LFTHandler struct {
 	Switch func(lft *LFT) error
 	Dest   func(d Dest) error
+	// MaxLID, when non-zero, bounds the tables: entries for higher LIDs
+	// are counted in LFT.Entries (and described to Dest) but not stored,
+	// so a caller that knows the fabric's highest LID bounds the memory of
+	// every table by it.
+	MaxLID uint16
 }
 
 // ParseLFTs streams an opensm-lfts.dump or dump_fts/ibroute output from r;
@@ -42,6 +49,14 @@ type LFTHandler struct {
 func ParseLFTs(r io.Reader, name string, h LFTHandler) error {
 	lr := newLineReader(r, name)
 	var cur *LFT
+	// top is the highest LID of the current header's range (at most
+	// MaxLID): the tables grow by doubling, but never past the range while
+	// entries stay in it, and never past hard
+	var top int
+	hard := MaxUnicastLID
+	if h.MaxLID != 0 {
+		hard = min(hard, int(h.MaxLID))
+	}
 	var seen []bool
 	flush := func() error {
 		if cur == nil {
@@ -85,10 +100,12 @@ func ParseLFTs(r io.Reader, name string, h LFTHandler) error {
 			if len(rest2) > 0 && !isSpace(rest2[0]) {
 				return lr.errf("bad port in LFT entry %q", clip(line))
 			}
-			if int(lid) >= len(cur.Ports) {
-				cur.Ports = growPorts(cur.Ports, int(lid)+1)
+			if int(lid) <= hard {
+				if int(lid) >= len(cur.Ports) {
+					cur.Ports = growPorts(cur.Ports, int(lid)+1, top+1, hard+1)
+				}
+				cur.Ports[lid] = uint8(port)
 			}
-			cur.Ports[lid] = uint8(port)
 			cur.Entries++
 			if h.Dest != nil {
 				if int(lid) >= len(seen) {
@@ -113,12 +130,12 @@ func ParseLFTs(r io.Reader, name string, h LFTHandler) error {
 			if err := flush(); err != nil {
 				return err
 			}
-			sw, err := parseLFTHeader(t)
+			sw, hi, err := parseLFTHeader(t)
 			if err != "" {
 				return lr.errf("%s in %q", err, clip(t))
 			}
 			sw.Line = lr.line
-			cur = sw
+			cur, top = sw, min(hi, hard)
 		case endsWith(t, "lids dumped"):
 			if cur == nil {
 				return lr.errf("footer without a switch header")
@@ -151,41 +168,42 @@ func lftName(l *LFT) string {
 //
 //	Unicast lids [0-22] of switch Lid 2 guid 0x0002c90300000100 ('leaf001'):
 //	Unicast lids [0x0-0x16] of switch DR path slid 0; dlid 0; 0,1,5 guid 0x0002c90300000400 (leaf004):
-func parseLFTHeader(t []byte) (*LFT, string) {
+//
+// and returns the switch (with no table yet) and the top of the LID range
+// (at most MaxUnicastLID).
+func parseLFTHeader(t []byte) (*LFT, int, string) {
 	b := t[len("Unicast lids ["):]
 	_, b, ok := parseNum(b)
 	if !ok || len(b) == 0 || b[0] != '-' {
-		return nil, "bad LID range"
+		return nil, 0, "bad LID range"
 	}
 	top, b, ok := parseNum(b[1:])
 	if !ok || len(b) == 0 || b[0] != ']' {
-		return nil, "bad LID range"
+		return nil, 0, "bad LID range"
 	}
-	if top > MaxUnicastLID {
-		top = MaxUnicastLID
-	}
+	top = min(top, MaxUnicastLID)
 	sw := &LFT{}
 	if i := index(b, " Lid "); i >= 0 {
 		lid, _, ok := parseDec(b[i+5:])
 		if !ok || lid > MaxUnicastLID {
-			return nil, "bad switch LID"
+			return nil, 0, "bad switch LID"
 		}
 		sw.LID = uint16(lid)
 	}
 	i := index(b, "guid 0x")
 	if i < 0 {
-		return nil, "no switch GUID"
+		return nil, 0, "no switch GUID"
 	}
 	guid, rest, ok := parseHex(b[i+5:])
 	if !ok {
-		return nil, "bad switch GUID"
+		return nil, 0, "bad switch GUID"
 	}
 	sw.GUID = guid
 	rest = skipSpace(rest)
 	if len(rest) > 0 && rest[0] == '(' {
 		j := lastIndex(rest, ")")
 		if j < 1 {
-			return nil, "unterminated description"
+			return nil, 0, "unterminated description"
 		}
 		d := rest[1:j]
 		if len(d) >= 2 && d[0] == '\'' && d[len(d)-1] == '\'' {
@@ -193,8 +211,7 @@ func parseLFTHeader(t []byte) (*LFT, string) {
 		}
 		sw.Desc = string(d)
 	}
-	sw.Ports = growPorts(nil, int(top)+1)
-	return sw, ""
+	return sw, int(top), ""
 }
 
 // parseDestComment parses " # Channel Adapter portguid 0x...: 'desc'" or
@@ -230,25 +247,42 @@ func parseDestComment(b []byte) (Dest, bool) {
 	return d, true
 }
 
-func growPorts(p []uint8, n int) []uint8 {
+// growPorts extends a table to length n (at most hard), the new entries
+// NoPort. The capacity doubles (so entries arriving in LID order cost
+// amortised constant time), but stays within soft (the header's range)
+// when n does, and within hard.
+func growPorts(p []uint8, n, soft, hard int) []uint8 {
 	if n <= len(p) {
 		return p
 	}
-	np := make([]uint8, n)
-	copy(np, p)
-	for i := len(p); i < n; i++ {
-		np[i] = NoPort
+	if n > cap(p) {
+		c := max(2*cap(p), 64)
+		if n <= soft {
+			c = min(c, soft)
+		}
+		np := make([]uint8, len(p), max(min(c, hard), n))
+		copy(np, p)
+		p = np
 	}
-	return np
+	old := len(p)
+	p = p[:n]
+	for i := old; i < n; i++ {
+		p[i] = NoPort
+	}
+	return p
 }
 
+// growBools extends p to length n (at least), doubling its capacity.
 func growBools(p []bool, n int) []bool {
 	if n <= len(p) {
 		return p
 	}
-	np := make([]bool, n)
-	copy(np, p)
-	return np
+	if n > cap(p) {
+		np := make([]bool, len(p), max(2*cap(p), n, 64))
+		copy(np, p)
+		p = np
+	}
+	return p[:n]
 }
 
 func endsWith(b []byte, s string) bool {

@@ -3,6 +3,7 @@ package ibdump
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -106,5 +107,65 @@ func TestParseGUID2LIDRangeIsPowerOfTwo(t *testing.T) {
 		if err := ParseGUID2LID(strings.NewReader(in), "guid2lid", func(GUIDLID) error { return nil }); err != nil {
 			t.Errorf("range %s: %v", r, err)
 		}
+	}
+}
+
+// TestParseLFTsHeaderRangeDoesNotDriveMemory checks that a table's memory
+// follows the entries read, not the LID range its header claims: an
+// 84-byte "Unicast lids [0-49151] ...: / 1 lids dumped" pair used to
+// allocate 48 KiB before a single entry was read, so 1000 of them (an
+// 84 KB corrupt dump) cost ~49 MB and a few MB of them several GB. With
+// MaxLID (the loader's bound from the topology) a table holds no entry
+// above it, whatever LIDs the entries name.
+func TestParseLFTsHeaderRangeDoesNotDriveMemory(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		entry  string // one entry per switch
+		maxLID uint16
+		limit  func(in int) uint64
+	}{
+		{"headers only", "", 0, func(in int) uint64 { return uint64(64*in + 4<<20) }},
+		{"an entry for LID 0xBFFF, MaxLID 64", "0xbfff 001\n", 64, func(in int) uint64 { return uint64(64*in + 4<<20) }},
+	} {
+		var sb strings.Builder
+		for i := 0; i < 1000; i++ {
+			fmt.Fprintf(&sb, "Unicast lids [0-49151] of switch Lid 1 guid 0x%016x ('s'):\n%s1 lids dumped\n", i+1, tc.entry)
+		}
+		in := sb.String()
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		var kept []*LFT
+		err := ParseLFTs(strings.NewReader(in), "opensm-lfts.dump", LFTHandler{MaxLID: tc.maxLID, Switch: func(l *LFT) error {
+			kept = append(kept, l)
+			return nil
+		}})
+		runtime.ReadMemStats(&after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if alloc, limit := after.TotalAlloc-before.TotalAlloc, tc.limit(len(in)); alloc > limit {
+			t.Errorf("%s: parsing %d bytes (%d switches) allocated %d bytes (%.0fx the input), want at most %d",
+				tc.name, len(in), len(kept), alloc, float64(alloc)/float64(len(in)), limit)
+		}
+		for _, l := range kept {
+			if len(l.Ports) != 0 || (tc.entry != "" && l.Entries != 1) {
+				t.Fatalf("%s: switch %#x: %d LIDs stored, %d entries", tc.name, l.GUID, len(l.Ports), l.Entries)
+			}
+		}
+	}
+	// entries in LID order grow a table to the header's range, no further
+	var sb strings.Builder
+	sb.WriteString("Unicast lids [0-1000] of switch Lid 1 guid 0x1 ('s'):\n")
+	for lid := 1; lid <= 1000; lid++ {
+		fmt.Fprintf(&sb, "0x%04x 001\n", lid)
+	}
+	sb.WriteString("1001 lids dumped\n")
+	var l *LFT
+	if err := ParseLFTs(strings.NewReader(sb.String()), "x", LFTHandler{Switch: func(x *LFT) error { l = x; return nil }}); err != nil {
+		t.Fatal(err)
+	}
+	if len(l.Ports) != 1001 || cap(l.Ports) != 1001 || l.Ports[0] != NoPort || l.Ports[1000] != 1 {
+		t.Errorf("table of %d LIDs, capacity %d, want 1001", len(l.Ports), cap(l.Ports))
 	}
 }

@@ -1,6 +1,7 @@
 package ibdump
 
 import (
+	"fmt"
 	"io"
 )
 
@@ -128,8 +129,11 @@ func parseLinkEnd(b []byte, e *LinkEnd) ([]byte, string) {
 	e.Desc = string(b[1:j])
 	b = b[j+len("} LID:"):]
 	lid, b, ok := parseHex(b)
-	if !ok || lid > 0xFFFF {
+	if !ok {
 		return b, "bad LID"
+	}
+	if lid > MaxUnicastLID {
+		return b, fmt.Sprintf("LID %#x above the unicast range (%#x)", lid, MaxUnicastLID)
 	}
 	e.LID = uint16(lid)
 	b = skipSpace(b)
