@@ -300,7 +300,7 @@ func (g *gateway) GetObject(ctx context.Context, bucket, key string, opts object
 		return nil, err
 	}
 	var rd object.Reader
-	err := g.eachHolder(ctx, bucket, key, func(l peer.Local) (object.Info, error) {
+	err := g.eachHolder(ctx, bucket, key, func(ctx context.Context, l peer.Local) (object.Info, error) {
 		var err error
 		if rd, err = l.Get(ctx, bucket, key, opts.Range); err != nil {
 			return object.Info{}, err
@@ -316,7 +316,7 @@ func (g *gateway) HeadObject(ctx context.Context, bucket, key string) (object.In
 		return object.Info{}, err
 	}
 	var info object.Info
-	err := g.eachHolder(ctx, bucket, key, func(l peer.Local) (object.Info, error) {
+	err := g.eachHolder(ctx, bucket, key, func(ctx context.Context, l peer.Local) (object.Info, error) {
 		var err error
 		info, err = l.Stat(ctx, bucket, key)
 		return info, err
@@ -338,7 +338,12 @@ func (g *gateway) HeadObject(ctx context.Context, bucket, key string) (object.In
 // A holder that remembers deleting the key (a tombstone) makes a copy on a
 // later holder that is not newer than the delete not found (drop releases
 // what f got): a holder that missed the delete does not serve it.
-func (g *gateway) eachHolder(ctx context.Context, bucket, key string, f func(peer.Local) (object.Info, error), drop func()) error {
+//
+// Each holder is told how many times this node's map has it marked down
+// (peer.WithDowns): one that came back from a down mark it has not yet
+// checked its copies for, which its own map may not show yet, checks the
+// copy before serving it.
+func (g *gateway) eachHolder(ctx context.Context, bucket, key string, f func(context.Context, peer.Local) (object.Info, error), drop func()) error {
 	m, b, err := g.bucket(ctx, bucket)
 	if err != nil {
 		return err
@@ -369,7 +374,7 @@ type holderSearch struct {
 	g           *gateway
 	m           *cluster.Map
 	bucket, key string
-	f           func(peer.Local) (object.Info, error)
+	f           func(context.Context, peer.Local) (object.Info, error)
 	drop        func()
 	last        error     // the most telling error so far
 	rank        int       // of last: 0 not found, 1 unreachable, 2 failed
@@ -380,7 +385,7 @@ type holderSearch struct {
 // search must end with err.
 func (h *holderSearch) try(ctx context.Context, ids []string) (done bool, err error) {
 	for _, id := range ids {
-		info, err := h.f(h.g.at(h.m, id))
+		info, err := h.f(peer.WithDowns(ctx, h.m.Nodes[id].Downs), h.g.at(h.m, id))
 		r := 0
 		switch {
 		case err == nil && !h.deleted.IsZero() && !info.ModTime.After(h.deleted):

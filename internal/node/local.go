@@ -143,7 +143,7 @@ func (l *localService) Get(ctx context.Context, bucket, key string, rng *object.
 	if err != nil {
 		return nil, l.deleted(bucket, key, err)
 	}
-	if info := rd.Info(); l.rejoin.suspect(info) && l.rejoin.check(ctx, info) {
+	if info := rd.Info(); l.rejoin.suspect(ctx, info) && l.rejoin.check(ctx, info) {
 		rd.Close()
 		return nil, fmt.Errorf("%w: %s/%s: this node's copy was out of date", object.ErrNotFound, bucket, key)
 	}
@@ -160,7 +160,7 @@ func (l *localService) Stat(ctx context.Context, bucket, key string) (object.Inf
 	}
 	info, err := l.store.Stat(ctx, bucket, key)
 	err = l.deleted(bucket, key, err)
-	if err == nil && !peer.IsAsIs(ctx) && l.rejoin.suspect(info) && l.rejoin.check(ctx, info) {
+	if err == nil && !peer.IsAsIs(ctx) && l.rejoin.suspect(ctx, info) && l.rejoin.check(ctx, info) {
 		return object.Info{}, fmt.Errorf("%w: %s/%s: this node's copy was out of date", object.ErrNotFound, bucket, key)
 	}
 	return info, err

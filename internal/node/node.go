@@ -191,6 +191,7 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 	}
 	rep.g, peers.g = n.gw, n.gw
 	rj := &rejoin{self: cfg.ID, meta: cl, store: st, at: n.gw.at, log: log, stateFile: filepath.Join(cfg.DataDir, "rejoin-downs")}
+	rj.checked = rj.loadChecked()
 	local.rejoin = rj
 	bgCtx, bgCancel := context.WithCancel(context.Background())
 	n.bgCancel = bgCancel

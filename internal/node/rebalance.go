@@ -270,7 +270,7 @@ func (r *rebalancer) place(ctx context.Context, info object.Info, pace func(cont
 	switch {
 	case here && (info.Dirty || tiered(b)):
 		return res // in place; a dirty copy's replicas are the destager's
-	case info.Dirty || r.rejoin.suspect(info):
+	case info.Dirty || r.rejoin.suspect(ctx, info):
 		res.Skipped = 1 // moved by a later pass, once destaged or checked
 		return res
 	case tiered(b):

@@ -45,6 +45,7 @@ type rejoin struct {
 
 	mu      sync.Mutex
 	since   time.Time // copies modified before it are suspect; zero when none are
+	checked uint64    // the Downs count copies were last checked for (saved in stateFile)
 	target  uint64    // the Downs count the current pass checks for
 	running bool      // a pass is going
 	again   bool      // a newer down mark came during the pass
@@ -61,7 +62,9 @@ const (
 // run follows the map until ctx ends and checks the node's copies whenever
 // the map shows it up after a down mark it has not checked for.
 func (r *rejoin) run(ctx context.Context) {
-	checked := r.loadChecked()
+	r.mu.Lock()
+	checked := r.checked
+	r.mu.Unlock()
 	for m := range r.meta.Watch(ctx) {
 		n, ok := m.Node(r.self)
 		if !ok || n.State != cluster.StateUp || n.Downs <= checked {
@@ -115,13 +118,20 @@ func (r *rejoin) begin(ctx context.Context, downs uint64) {
 	r.wg.Go(func() { r.pass(ctx) })
 }
 
-// suspect reports whether the copy described by info must be checked.
-func (r *rejoin) suspect(info object.Info) bool {
+// suspect reports whether the copy described by info must be checked:
+// it was modified before the down mark being checked for, or the read
+// comes from a node whose map has this node marked down more times than
+// its copies were checked for (peer.WithDowns): this node's own map may
+// not show that mark yet, and then no pass has begun.
+func (r *rejoin) suspect(ctx context.Context, info object.Info) bool {
 	if r == nil {
 		return false
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if downs, ok := peer.DownsOf(ctx); ok && downs > r.checked {
+		return true
+	}
 	return info.ModTime.Before(r.since)
 }
 
@@ -139,6 +149,7 @@ func (r *rejoin) pass(ctx context.Context) {
 			done := ctx.Err() == nil
 			if done {
 				r.since = time.Time{}
+				r.checked = max(r.checked, target)
 			}
 			r.running = false
 			r.mu.Unlock()

@@ -149,10 +149,22 @@ func TestRejoinDropsOnlyOutOfDateCopies(t *testing.T) {
 	if _, err := st.Stat(ctx, "wback", "tiered"); err != nil {
 		t.Errorf("tiered copy: %v", err)
 	}
-	if r.suspect(object.Info{ModTime: t0}) {
+	if r.suspect(ctx, object.Info{ModTime: t0}) {
 		t.Error("copies still suspect after the pass")
 	}
 	if got := r.loadChecked(); got != 3 {
 		t.Errorf("checked count saved as %d, want 3", got)
+	}
+
+	// A read from a node whose map has this one marked down once more
+	// than it checked for (its own map does not show that yet: no pass
+	// has begun) checks the copy; one from a node that knows of no newer
+	// down mark does not.
+	put("loc", "overwritten", t0)
+	if _, err := l.Get(peer.WithDowns(ctx, 3), "loc", "overwritten", nil); err != nil {
+		t.Fatalf("read from a node that knows of no newer down mark: %v", err)
+	}
+	if _, err := l.Get(peer.WithDowns(ctx, 4), "loc", "overwritten", nil); !errors.Is(err, object.ErrNotFound) {
+		t.Fatalf("read from a node that knows of a newer down mark: %v, want the out-of-date copy not found", err)
 	}
 }

@@ -293,7 +293,7 @@ func (r *remote) Get(ctx context.Context, bucket, key string, rng *object.Range)
 			}
 		}
 	}
-	resp, err := r.do(ctx, http.MethodGet, "object", q, nil, nil, -1)
+	resp, err := r.do(ctx, http.MethodGet, "object", q, downsHeader(ctx, nil), nil, -1)
 	if err != nil {
 		return nil, err
 	}
@@ -333,7 +333,7 @@ func (r *remote) Stat(ctx context.Context, bucket, key string) (object.Info, err
 	if IsAsIs(ctx) {
 		hdr = http.Header{hdrAsIs: {"1"}}
 	}
-	resp, err := r.do(ctx, http.MethodHead, "object", bk(bucket, key), hdr, nil, -1)
+	resp, err := r.do(ctx, http.MethodHead, "object", bk(bucket, key), downsHeader(ctx, hdr), nil, -1)
 	if err != nil {
 		return object.Info{}, err
 	}
@@ -343,6 +343,20 @@ func (r *remote) Stat(ctx context.Context, bucket, key string) (object.Info, err
 		return object.Info{}, fmt.Errorf("%w: bad object info from %s: %v", ErrProtocol, r.t.ID, err)
 	}
 	return info, nil
+}
+
+// downsHeader adds to hdr (nil: a new one) the down count ctx carries
+// (WithDowns), if any.
+func downsHeader(ctx context.Context, hdr http.Header) http.Header {
+	n, ok := DownsOf(ctx)
+	if !ok {
+		return hdr
+	}
+	if hdr == nil {
+		hdr = http.Header{}
+	}
+	hdr.Set(hdrDowns, strconv.FormatUint(n, 10))
+	return hdr
 }
 
 func (r *remote) Delete(ctx context.Context, bucket, key string) error {

@@ -101,6 +101,23 @@ func AsIs(ctx context.Context) context.Context { return context.WithValue(ctx, a
 // IsAsIs reports whether ctx was marked by AsIs.
 func IsAsIs(ctx context.Context) bool { v, _ := ctx.Value(asIsKey{}).(bool); return v }
 
+type downsKey struct{}
+
+// WithDowns marks ctx with how many times the caller's map has the node it
+// asks marked down. A Get or Stat through it lets a node that came back
+// after a down mark, and has not yet checked its copies for it (its own
+// map may not show the mark yet, while the caller's, which routed the
+// read to it, does), check the copy before serving it.
+func WithDowns(ctx context.Context, n uint64) context.Context {
+	return context.WithValue(ctx, downsKey{}, n)
+}
+
+// DownsOf returns what WithDowns marked ctx with, if anything.
+func DownsOf(ctx context.Context) (uint64, bool) {
+	n, ok := ctx.Value(downsKey{}).(uint64)
+	return n, ok
+}
+
 // Local is what a node serves to its peers: the objects on its own
 // mountpaths (and, for cache buckets, its fills from the backend).
 type Local interface {

@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -27,7 +28,17 @@ type memLocal struct {
 	objs  map[string][]byte
 	info  map[string]object.Info
 	tombs map[string]time.Time
-	asIs  []bool // IsAsIs of each Stat's context
+	asIs  []bool   // IsAsIs of each Stat's context
+	downs []string // DownsOf of each Get's and Stat's context ("-": none)
+}
+
+// noteDowns records what WithDowns marked ctx with (m.mu held).
+func (m *memLocal) noteDowns(ctx context.Context) {
+	if n, ok := DownsOf(ctx); ok {
+		m.downs = append(m.downs, strconv.FormatUint(n, 10))
+	} else {
+		m.downs = append(m.downs, "-")
+	}
 }
 
 func newMem() *memLocal {
@@ -74,6 +85,7 @@ func (r *memReader) Range() (off, n int64) { return r.off, r.n }
 func (m *memLocal) Get(ctx context.Context, bucket, key string, rng *object.Range) (object.Reader, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.noteDowns(ctx)
 	b, ok := m.objs[bucket+"/"+key]
 	if !ok {
 		return nil, object.ErrNotFound
@@ -92,6 +104,7 @@ func (m *memLocal) Stat(ctx context.Context, bucket, key string) (object.Info, e
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.asIs = append(m.asIs, IsAsIs(ctx))
+	m.noteDowns(ctx)
 	i, ok := m.info[bucket+"/"+key]
 	if !ok {
 		if at, ok := m.tombs[bucket+"/"+key]; ok {
@@ -227,9 +240,20 @@ func TestRoundTrip(t *testing.T) {
 	if _, err := rem.Stat(AsIs(ctx), "b", "dir/k 1"); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := rem.Stat(WithDowns(ctx, 7), "b", "dir/k 1"); err != nil {
+		t.Fatal(err)
+	}
+	if rd, err := rem.Get(WithDowns(ctx, 0), "b", "dir/k 1", nil); err != nil {
+		t.Fatal(err)
+	} else {
+		rd.Close()
+	}
 	mem.mu.Lock()
-	if !slices.Equal(mem.asIs, []bool{false, true}) {
-		t.Errorf("as-is marks the node saw: %v, want [false true]", mem.asIs)
+	if !slices.Equal(mem.asIs, []bool{false, true, false}) {
+		t.Errorf("as-is marks the node saw: %v, want [false true false]", mem.asIs)
+	}
+	if want := []string{"-", "-", "-", "7", "0"}; !slices.Equal(mem.downs, want) {
+		t.Errorf("down counts the node saw: %v, want %v", mem.downs, want)
 	}
 	mem.mu.Unlock()
 	res, err := rem.List(ctx, "b", object.ListOptions{Prefix: "dir/"})

@@ -24,6 +24,7 @@ const (
 	hdrErrMsg   = "X-Slipstream-Error-Message"
 	hdrDeleted  = "X-Slipstream-Deleted-At" // with NotFound: the node's tombstone
 	hdrAsIs     = "X-Slipstream-As-Is"      // a Stat or Delete from a context marked by AsIs
+	hdrDowns    = "X-Slipstream-Downs"      // a Get or Stat from a context marked by WithDowns
 	contentJSON = "application/json"
 )
 
@@ -52,6 +53,14 @@ func (s *server) object(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	bucket, key := q.Get("bucket"), q.Get("key")
 	ctx := r.Context()
+	if v := r.Header.Get(hdrDowns); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			writeErr(w, fmt.Errorf("%w: %s %q", object.ErrInvalidArgument, hdrDowns, v))
+			return
+		}
+		ctx = WithDowns(ctx, n)
+	}
 	switch r.Method {
 	case http.MethodPut:
 		var opts PutOptions
