@@ -259,6 +259,11 @@ func (n *Node) Validate() error {
 			}
 		}
 	}
+	if n.Secret == "" {
+		// Without it, the peer and admin endpoints on the intra addresses
+		// would take requests from anyone who can reach them.
+		return bad("cluster_secret", "required: the same secret on every node guards peer and admin traffic")
+	}
 	if !n.Bootstrap && len(n.Seeds) == 0 {
 		return bad("seeds", "a node that does not bootstrap needs at least one seed")
 	}

@@ -14,6 +14,7 @@ public: [127.0.0.1:9000, 127.0.0.2:9000]
 intra: [127.0.0.1:9100]
 raft: 127.0.0.1:9200
 bootstrap: true
+cluster_secret: s3cret
 s3:
   credentials:
     - {access_key: AK, secret_key: SK}
@@ -44,15 +45,17 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"half credential", "    - {access_key: AK, secret_key: SK}\n", "s3.credentials[0]"},
 		{"no seeds", "bootstrap: true\n", "seeds"},
 		{"negative settle", "raft: 127.0.0.1:9200\n", "rebalance"},
+		{"no cluster secret", "cluster_secret: s3cret\n", "cluster_secret"},
 	}
 	repl := map[string]string{
-		"no id":           "",
-		"wildcard listen": "public: [':9000']\n",
-		"no intra":        "",
-		"bad raft":        "raft: nohostport\n",
-		"half credential": "    - {access_key: AK}\n",
-		"no seeds":        "",
-		"negative settle": "raft: 127.0.0.1:9200\nrebalance: {settle: -1s}\n",
+		"no id":             "",
+		"wildcard listen":   "public: [':9000']\n",
+		"no intra":          "",
+		"bad raft":          "raft: nohostport\n",
+		"half credential":   "    - {access_key: AK}\n",
+		"no seeds":          "",
+		"negative settle":   "raft: 127.0.0.1:9200\nrebalance: {settle: -1s}\n",
+		"no cluster secret": "cluster_secret: \"\"\n",
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
