@@ -43,6 +43,7 @@ var (
 	ErrVolumeNotFound = errors.New("cluster: no such volume")
 	ErrInvalid        = errors.New("cluster: invalid request")
 	ErrClosed         = errors.New("cluster: closed")
+	ErrForbidden      = errors.New("cluster: the cluster secret is required")
 )
 
 // Defaults.
@@ -99,6 +100,13 @@ type Config struct {
 	// may point it at its own health endpoint.
 	HealthPath string
 	Raft       RaftTimeouts
+	// Authorized reports whether a request to Handler carries the
+	// cluster's credentials (nil: every request does). Others may read
+	// health, status and the map without the backends' secret keys; a
+	// join, apply or leave from them is refused with ErrForbidden. The
+	// node's own HTTPClient must carry the credentials: it joins and
+	// forwards changes to the leader through these endpoints.
+	Authorized func(r *http.Request) bool
 }
 
 func (cfg *Config) setDefaults() error {

@@ -61,6 +61,12 @@ var errorCodes = []struct {
 	{"not_leader", http.StatusServiceUnavailable, raft.ErrLeadershipTransferInProgress},
 	{"closed", http.StatusServiceUnavailable, ErrClosed},
 	{"closed", http.StatusServiceUnavailable, raft.ErrRaftShutdown},
+	{"forbidden", http.StatusForbidden, ErrForbidden},
+}
+
+// authorized reports whether r carries the cluster's credentials.
+func (c *Cluster) authorized(r *http.Request) bool {
+	return c.cfg.Authorized == nil || c.cfg.Authorized(r)
 }
 
 type errorBody struct {
@@ -196,6 +202,10 @@ func decodeBody(r *http.Request, v any) error {
 }
 
 func (c *Cluster) serveJoin(w http.ResponseWriter, r *http.Request) {
+	if !c.authorized(r) {
+		writeError(w, ErrForbidden)
+		return
+	}
 	var info NodeInfo
 	if err := decodeBody(r, &info); err != nil {
 		writeError(w, err)
@@ -205,6 +215,10 @@ func (c *Cluster) serveJoin(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *Cluster) serveApply(w http.ResponseWriter, r *http.Request) {
+	if !c.authorized(r) {
+		writeError(w, ErrForbidden)
+		return
+	}
 	var cmd command
 	if err := decodeBody(r, &cmd); err != nil {
 		writeError(w, err)
@@ -223,6 +237,10 @@ func (c *Cluster) serveApply(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *Cluster) serveLeave(w http.ResponseWriter, r *http.Request) {
+	if !c.authorized(r) {
+		writeError(w, ErrForbidden)
+		return
+	}
 	var req leaveRequest
 	if err := decodeBody(r, &req); err != nil {
 		writeError(w, err)
@@ -290,6 +308,9 @@ func (c *Cluster) serveMap(w http.ResponseWriter, r *http.Request) {
 				break poll
 			}
 		}
+	}
+	if !c.authorized(r) {
+		m = m.Redacted()
 	}
 	w.Header().Set(HeaderVersion, strconv.FormatUint(m.Version, 10))
 	writeJSON(w, http.StatusOK, m)

@@ -358,6 +358,19 @@ func (m *Map) Clone() *Map {
 	return c
 }
 
+// Redacted returns a copy of m without the backends' secret keys, for
+// readers without the cluster secret.
+func (m *Map) Redacted() *Map {
+	c := m.Clone()
+	for k, b := range c.Buckets {
+		if b.Backend.SecretKey != "" {
+			b.Backend.SecretKey = "(redacted)"
+			c.Buckets[k] = b
+		}
+	}
+	return c
+}
+
 // Node returns the node with the given ID.
 func (m *Map) Node(id string) (NodeInfo, bool) {
 	n, ok := m.Nodes[id]

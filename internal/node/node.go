@@ -130,7 +130,9 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 	}
 	n.transport = tr
 
-	hc := &http.Client{Transport: newPeerTransport()}
+	// The cluster's own requests (joins, changes forwarded to the leader,
+	// health probes) carry the secret that its endpoints ask for.
+	hc := &http.Client{Transport: withSecret{secret: cfg.Secret, rt: newPeerTransport()}}
 	cl, err := cluster.New(ctx, cluster.Config{
 		NodeID:   cfg.ID,
 		DataDir:  filepath.Join(cfg.DataDir, "cluster"),
@@ -142,6 +144,7 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 		Bootstrap:         cfg.Bootstrap,
 		Voters:            cfg.Voters,
 		HTTPClient:        hc,
+		Authorized:        func(r *http.Request) bool { return hasSecret(cfg.Secret, r) },
 		Log:               log,
 		HeartbeatInterval: opts.HeartbeatInterval,
 		DownAfter:         opts.DownAfter,
@@ -428,12 +431,33 @@ func requireSecret(secret string, h http.Handler) http.Handler {
 		return h
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if subtle.ConstantTimeCompare([]byte(r.Header.Get(peer.SecretHeader)), []byte(secret)) != 1 {
+		if !hasSecret(secret, r) {
 			http.Error(w, "cluster secret required", http.StatusForbidden)
 			return
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// hasSecret reports whether r carries the cluster secret (any request
+// does when there is none).
+func hasSecret(secret string, r *http.Request) bool {
+	return secret == "" || subtle.ConstantTimeCompare([]byte(r.Header.Get(peer.SecretHeader)), []byte(secret)) == 1
+}
+
+// withSecret adds the cluster secret to every request it sends.
+type withSecret struct {
+	secret string
+	rt     http.RoundTripper
+}
+
+func (t withSecret) RoundTrip(r *http.Request) (*http.Response, error) {
+	if t.secret == "" {
+		return t.rt.RoundTrip(r)
+	}
+	r = r.Clone(r.Context()) // a RoundTripper must not change the caller's request
+	r.Header.Set(peer.SecretHeader, t.secret)
+	return t.rt.RoundTrip(r)
 }
 
 // newPeerTransport is tuned for many concurrent streams between nodes.

@@ -744,3 +744,50 @@ func TestCacheMultipartCompletion(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterEndpointsNeedTheSecret: the intra-cluster map endpoint shows
+// the backends' secret keys only to requests with the cluster secret, and
+// a join or a change without it is refused: anyone who can reach an intra
+// address must not read the remote's credentials or add a node.
+func TestClusterEndpointsNeedTheSecret(t *testing.T) {
+	r, _ := startRemote(t, remotesim.Config{})
+	c := startCluster(t, localcluster.Spec{})
+	tieredBucket(t, c, r, "cached", "cache")
+	get := func(secret string) string {
+		req, _ := http.NewRequest(http.MethodGet, c.IntraURL(1)+cluster.PathMap, nil)
+		if secret != "" {
+			req.Header.Set("X-Slipstream-Secret", secret)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET map: %d %s", resp.StatusCode, b)
+		}
+		return string(b)
+	}
+	waitFor(t, 10*time.Second, "node 2's map to hold the bucket", func() bool { return strings.Contains(get(""), `"cached"`) })
+	if m := get(""); strings.Contains(m, r.SecretKey) || !strings.Contains(m, "(redacted)") {
+		t.Errorf("the map without the cluster secret shows the backend's secret key or no redaction:\n%s", m)
+	}
+	if m := get(c.Configs[0].Secret); !strings.Contains(m, r.SecretKey) {
+		t.Errorf("the map with the cluster secret lacks the backend's secret key")
+	}
+	for path, body := range map[string]string{
+		cluster.PathJoin:  `{"id":"intruder","raftAddr":"127.0.0.1:1","intraAddrs":["127.0.0.1:2"]}`,
+		cluster.PathApply: `{"op":"bucket.create","bucket":{"name":"intruded","copies":1,"mode":"local","validate":"never"}}`,
+		cluster.PathLeave: `{"id":"node3"}`,
+	} {
+		resp, err := http.Post(c.IntraURL(0)+path, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Errorf("POST %s without the cluster secret: %d, want 403", path, resp.StatusCode)
+		}
+	}
+}
