@@ -156,14 +156,27 @@ func (l *localService) Stat(ctx context.Context, bucket, key string) (object.Inf
 		return object.Info{}, err
 	}
 	if tiered(b) && !peer.IsAsIs(ctx) {
-		return withTier(ctx, l, func() (object.Info, error) { return l.tier.Stat(ctx, bucket, key) })
+		info, err := withTier(ctx, l, func() (object.Info, error) { return l.tier.Stat(ctx, bucket, key) })
+		return info, notDamaged(info, err)
 	}
 	info, err := l.store.Stat(ctx, bucket, key)
+	if !peer.IsAsIs(ctx) {
+		err = notDamaged(info, err)
+	}
 	err = l.deleted(bucket, key, err)
 	if err == nil && !peer.IsAsIs(ctx) && l.rejoin.suspect(ctx, info) && l.rejoin.check(ctx, info) {
 		return object.Info{}, fmt.Errorf("%w: %s/%s: this node's copy was out of date", object.ErrNotFound, bucket, key)
 	}
 	return info, err
+}
+
+// notDamaged fails a Stat of a copy a scrub found damaged beyond repair,
+// as a Get of it fails: the gateway then asks the next holder.
+func notDamaged(info object.Info, err error) error {
+	if err == nil && info.Damaged {
+		return fmt.Errorf("%w: %s/%s was found damaged and could not be repaired; it is not served", store.ErrCorrupt, info.Bucket, info.Key)
+	}
+	return err
 }
 
 // deleted turns a "not found" from the store into a peer.DeletedError if

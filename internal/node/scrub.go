@@ -156,7 +156,12 @@ func (s *scrubber) check(ctx context.Context, info object.Info, pace func(contex
 	s.log.Error("scrub: a copy does not match its checksum", "bucket", info.Bucket, "key", info.Key, "err", err)
 	if rerr := s.repair(ctx, got); rerr != nil {
 		res.Unrepaired, res.LastErr = 1, fmt.Sprintf("%s/%s: %v; not repaired: %v", info.Bucket, info.Key, err, rerr)
-		s.log.Error("scrub: damaged copy not repaired", "bucket", info.Bucket, "key", info.Key, "err", rerr)
+		s.log.Error("scrub: damaged copy not repaired; no longer served", "bucket", info.Bucket, "key", info.Key, "err", rerr)
+		// Reads of it then fail (or go to another holder) rather than
+		// return bytes known to be wrong; a later pass tries again.
+		if merr := s.store.MarkDamaged(ctx, got); merr != nil && !errors.Is(merr, store.ErrChanged) && !errors.Is(merr, object.ErrNotFound) {
+			s.log.Error("scrub: marking a damaged copy failed", "bucket", info.Bucket, "key", info.Key, "err", merr)
+		}
 		return res
 	}
 	res.Repaired = 1

@@ -3,6 +3,7 @@ package node
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/slipstream-io/slipstream/internal/cluster"
 	"github.com/slipstream-io/slipstream/internal/peer"
+	"github.com/slipstream-io/slipstream/internal/store"
 )
 
 // damage flips a byte in the middle of the object file of the given size
@@ -76,6 +78,16 @@ func TestScrubRepairsDamagedCopies(t *testing.T) {
 	if got := r.holds("a", "two", "intact"); got != body(7000) {
 		t.Fatal("an intact copy changed")
 	}
+	// The copy no other node could supply is no longer served: a GET or
+	// HEAD of it fails (the gateway then asks the next holder, or answers
+	// an error) instead of returning bytes known to be wrong.
+	la := &localService{meta: fixedMap{r.m}, store: r.stores["a"], tombs: r.tombs["a"]}
+	if _, err := la.Get(ctx, "two", "alone", nil); !errors.Is(err, store.ErrCorrupt) {
+		t.Fatalf("GET of a copy damaged beyond repair: %v, want ErrCorrupt", err)
+	}
+	if _, err := la.Stat(ctx, "two", "alone"); !errors.Is(err, store.ErrCorrupt) {
+		t.Fatalf("HEAD of a copy damaged beyond repair: %v, want ErrCorrupt", err)
+	}
 	// The next pass finds only the copy no other node could supply.
 	p = sc.run(ctx, "", nil)
 	if p.Checked != 3 || p.Corrupt != 1 || p.Unrepaired != 1 {
@@ -90,6 +102,11 @@ func TestScrubRepairsDamagedCopies(t *testing.T) {
 		if got := gathered(t, reg, name); got != want {
 			t.Errorf("metric %s = %v, want %v", name, got, want)
 		}
+	}
+	// A new write of the key is served again.
+	r.put("a", "two", "alone", "rewritten", r.now, false)
+	if got := r.holds("a", "two", "alone"); got != "rewritten" {
+		t.Fatalf("after a rewrite: %q", got)
 	}
 }
 

@@ -67,6 +67,10 @@ type Info struct {
 	// Pinned: an object of a local bucket, which no backend holds: the
 	// cluster's copies are the only ones, so it is never evicted.
 	Pinned bool `json:"pinned,omitempty"`
+	// Damaged: a scrub found that this copy's bytes no longer match its
+	// checksum and had no good copy to repair it from. The store keeps it
+	// (for whoever can mend it) but no longer serves it.
+	Damaged bool `json:"damaged,omitempty"`
 }
 
 // Evictable reports whether the store may drop the object to make room:

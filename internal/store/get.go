@@ -150,6 +150,10 @@ func (s *Store) Get(ctx context.Context, bucket, key string, rng *object.Range) 
 	if err != nil {
 		return nil, err
 	}
+	if info.Damaged {
+		f.Close()
+		return nil, fmt.Errorf("%w: %s/%s was found damaged and could not be repaired; it is not served", ErrCorrupt, bucket, key)
+	}
 	mp := s.mps[e.mp]
 	off, n := int64(0), info.Size
 	if rng != nil {

@@ -70,6 +70,20 @@ func (s *Store) Verify(ctx context.Context, bucket, key string, pace func(ctx co
 	return info, nil
 }
 
+// MarkDamaged records that the copy of was's version is damaged beyond
+// repair (see object.Info.Damaged): Get refuses it from then on, until a
+// write replaces it. ErrChanged if the stored version is no longer was.
+func (s *Store) MarkDamaged(ctx context.Context, was object.Info) error {
+	_, err := s.UpdateMeta(ctx, was.Bucket, was.Key, func(i *object.Info) error {
+		if i.ETag != was.ETag || !i.ModTime.Equal(was.ModTime) {
+			return ErrChanged
+		}
+		i.Damaged = true
+		return nil
+	})
+	return err
+}
+
 // directReader reads whole aligned blocks through an O_DIRECT descriptor
 // and falls back to the buffered one where the device or the buffer will
 // not do (an unaligned buffer, EINVAL).
