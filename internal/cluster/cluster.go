@@ -458,7 +458,21 @@ func (c *Cluster) CreateBucket(ctx context.Context, b BucketProps) error {
 	if err := b.Check(); err != nil {
 		return err
 	}
+	if err := c.checkCopies(b); err != nil {
+		return err
+	}
 	return c.propose(ctx, command{Op: opBucketCreate, Bucket: &b})
+}
+
+// checkCopies refuses a bucket that wants more copies than the cluster has
+// nodes: every PUT into it would fail. Checked where the change is asked
+// for, not in the state machine, so that replaying an older log gives the
+// same map.
+func (c *Cluster) checkCopies(b BucketProps) error {
+	if n := len(c.Map().Nodes); b.Copies > n {
+		return fmt.Errorf("%w: bucket %s wants %d copies on distinct nodes, and the cluster has %d nodes", object.ErrInvalidArgument, b.Name, b.Copies, n)
+	}
+	return nil
 }
 
 // UpdateBucket replaces the properties of an existing bucket (its creation
@@ -466,6 +480,9 @@ func (c *Cluster) CreateBucket(ctx context.Context, b BucketProps) error {
 func (c *Cluster) UpdateBucket(ctx context.Context, b BucketProps) error {
 	b = b.WithDefaults()
 	if err := b.Check(); err != nil {
+		return err
+	}
+	if err := c.checkCopies(b); err != nil {
 		return err
 	}
 	return c.propose(ctx, command{Op: opBucketUpdate, Bucket: &b})

@@ -85,6 +85,13 @@ func TestThreeNodesBucketOnFollower(t *testing.T) {
 	if _, ok := f.Cluster().Map().Bucket("alpha"); !ok {
 		t.Error("follower's own map lacks the bucket it just created")
 	}
+	// More copies than nodes: every PUT would fail, so the bucket is refused.
+	if err := f.Cluster().CreateBucket(ctx, cluster.BucketProps{Name: "wide", Copies: 4}); !errors.Is(err, object.ErrInvalidArgument) {
+		t.Errorf("create with 4 copies on 3 nodes: %v, want ErrInvalidArgument", err)
+	}
+	if err := f.Cluster().UpdateBucket(ctx, cluster.BucketProps{Name: "alpha", Copies: 4}); !errors.Is(err, object.ErrInvalidArgument) {
+		t.Errorf("update to 4 copies on 3 nodes: %v, want ErrInvalidArgument", err)
+	}
 	for _, n := range tc.Nodes() {
 		if err := n.Cluster().Sync(ctx); err != nil {
 			t.Fatalf("%s: sync: %v", n.ID, err)
