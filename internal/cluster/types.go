@@ -358,13 +358,16 @@ func (m *Map) Clone() *Map {
 	return c
 }
 
+// RedactedSecret stands for a backend's secret key where it is not shown.
+const RedactedSecret = "***"
+
 // Redacted returns a copy of m without the backends' secret keys, for
 // readers without the cluster secret.
 func (m *Map) Redacted() *Map {
 	c := m.Clone()
 	for k, b := range c.Buckets {
 		if b.Backend.SecretKey != "" {
-			b.Backend.SecretKey = "(redacted)"
+			b.Backend.SecretKey = RedactedSecret
 			c.Buckets[k] = b
 		}
 	}

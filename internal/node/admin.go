@@ -1,13 +1,17 @@
 package node
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
+	"time"
 
+	"github.com/slipstream-io/slipstream/internal/backend"
+	"github.com/slipstream-io/slipstream/internal/backend/open"
 	"github.com/slipstream-io/slipstream/internal/cluster"
 	"github.com/slipstream-io/slipstream/internal/object"
 	"github.com/slipstream-io/slipstream/internal/store"
@@ -74,6 +78,13 @@ func (n *Node) adminHandler() http.Handler {
 			writeAdmin(w, nil, err)
 			return
 		}
+		check := r.URL.Query().Get("check") != "false" // false: the remote is known to be down for now
+		if cur, ok := n.cluster.Map().Bucket(b.Name); check && b.Mode != cluster.ModeLocal && (!update || !ok || cur.Backend != b.Backend) {
+			if err := checkBackend(r.Context(), b); err != nil {
+				writeAdmin(w, nil, err)
+				return
+			}
+		}
 		var err error
 		if update {
 			err = n.cluster.UpdateBucket(r.Context(), b)
@@ -106,7 +117,24 @@ func redact(s string) string {
 	if s == "" {
 		return ""
 	}
-	return "***"
+	return cluster.RedactedSecret
+}
+
+// checkBackend lists one key of b's backend, so that a tiered bucket is
+// not created over a remote that cannot serve it (a wrong endpoint, wrong
+// credentials, a bucket or directory that does not exist): its GETs would
+// answer "not found" and its listings "retry" for ever.
+func checkBackend(ctx context.Context, b cluster.BucketProps) error {
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	be, err := open.New(ctx, b.Backend)
+	if err == nil {
+		_, err = be.List(ctx, backend.ListOptions{Limit: 1})
+	}
+	if err != nil {
+		return fmt.Errorf("%w: bucket %s: its backend cannot be listed: %v", object.ErrInvalidArgument, b.Name, err)
+	}
+	return nil
 }
 
 func writeAdmin(w http.ResponseWriter, v any, err error) {

@@ -11,6 +11,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"sync"
@@ -354,6 +356,33 @@ func TestUnknownBucketWithoutLeader(t *testing.T) {
 			_, _, err := g.bucket(context.Background(), tt.bucket)
 			if tt.want == nil && err != nil || tt.want != nil && !errors.Is(err, tt.want) {
 				t.Fatalf("bucket %s: %v, want %v", tt.bucket, err, tt.want)
+			}
+		})
+	}
+}
+
+// TestCheckBackend: a tiered bucket's backend must answer a listing before
+// the bucket is created over it.
+func TestCheckBackend(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name string
+		path string
+		ok   bool
+	}{
+		{"a directory", dir, true},
+		{"a directory it makes", filepath.Join(dir, "new"), true},
+		{"under a file", filepath.Join(file, "dir"), false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			b := cluster.BucketProps{Name: "b", Mode: cluster.ModeCache, Copies: 1, Backend: cluster.BackendSpec{Kind: "fs", Path: tt.path}}
+			err := checkBackend(context.Background(), b)
+			if tt.ok != (err == nil) || err != nil && !errors.Is(err, object.ErrInvalidArgument) {
+				t.Fatalf("checkBackend(%s): %v", tt.path, err)
 			}
 		})
 	}
