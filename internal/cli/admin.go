@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -44,6 +45,38 @@ func envOr(k, def string) string {
 	return def
 }
 
+// apiError is an admin API answer with an error status.
+type apiError struct {
+	Status int
+	Msg    string // the answer's error text, or a description of the answer
+}
+
+func (e *apiError) Error() string { return e.Msg }
+
+// httpStatus returns the HTTP status of an admin API error, 0 if err is not
+// one.
+func httpStatus(err error) int {
+	var ae *apiError
+	if errors.As(err, &ae) {
+		return ae.Status
+	}
+	return 0
+}
+
+// answerError turns an error answer into an apiError.
+func answerError(method, u string, resp *http.Response) error {
+	var e struct{ Error string }
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if json.Unmarshal(b, &e) == nil && e.Error != "" {
+		return &apiError{Status: resp.StatusCode, Msg: e.Error}
+	}
+	msg := fmt.Sprintf("%s %s: HTTP %d: %s", method, u, resp.StatusCode, strings.TrimSpace(string(b)))
+	if resp.StatusCode == http.StatusForbidden {
+		msg += " (check --secret or $SLIPSTREAM_SECRET)"
+	}
+	return &apiError{Status: resp.StatusCode, Msg: msg}
+}
+
 func (a *adminClient) call(ctx context.Context, method, path string, in, out any) error {
 	return a.callURL(ctx, method, a.base+path, in, out)
 }
@@ -68,12 +101,7 @@ func (a *adminClient) callURL(ctx context.Context, method, url string, in, out a
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 300 {
-		var e struct{ Error string }
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		if json.Unmarshal(b, &e) == nil && e.Error != "" {
-			return fmt.Errorf("%s", e.Error)
-		}
-		return fmt.Errorf("%s %s: HTTP %d: %s", method, url, resp.StatusCode, strings.TrimSpace(string(b)))
+		return answerError(method, url, resp)
 	}
 	if out == nil {
 		return nil
@@ -81,44 +109,61 @@ func (a *adminClient) callURL(ctx context.Context, method, url string, in, out a
 	return json.NewDecoder(resp.Body).Decode(out)
 }
 
+// clusterMap fetches the cluster map.
+func (a *adminClient) clusterMap(ctx context.Context) (*cluster.Map, error) {
+	var m cluster.Map
+	if err := a.call(ctx, http.MethodGet, "/cluster/map", nil, &m); err != nil {
+		return nil, err
+	}
+	return &m, nil
+}
+
+// noSuchBucket is the error of every admin command given an unknown
+// bucket.
+func noSuchBucket(name string) error { return fmt.Errorf("no such bucket %q", name) }
+
+// checkBucket fails with noSuchBucket unless the map has the bucket.
+func checkBucket(m *cluster.Map, name string) error {
+	if _, ok := m.Bucket(name); !ok {
+		return noSuchBucket(name)
+	}
+	return nil
+}
+
+const adminFooter = `Every command takes --node URL (any node's intra-cluster URL, default
+$SLIPSTREAM_NODE or http://127.0.1.1:9100) and --secret S (the cluster
+secret, default $SLIPSTREAM_SECRET or the local cluster's).`
+
+func adminCommands() []subcommand {
+	return []subcommand{
+		{name: "status", synopsis: "[--json]", summary: "nodes, mountpaths (used and capacity of the file system each is on), objects, job state", run: adminStatus},
+		{name: "map", summary: "the cluster map as JSON", run: adminMap},
+		{name: "bucket", synopsis: "ls|create|set|rm ...", summary: "list, create, change and remove buckets", run: adminBucket},
+		{name: "prefetch", synopsis: "BUCKET [--prefix P]", summary: "fetch a tiered bucket's objects from its backend", run: adminPrefetch},
+		{name: "evict", synopsis: "BUCKET [--prefix P]", summary: "drop the clean local copies of a tiered bucket's objects", run: adminEvict},
+		{name: "rebalance", synopsis: "[--bucket B]", summary: "move copies to the nodes that should hold them now", run: adminRebalance},
+		{name: "scrub", synopsis: "[--bucket B]", summary: "check copies against their checksums, repair damaged ones", run: adminScrub},
+		{name: "node", synopsis: "drain|undrain|rm ID", summary: "drain a node, take it back, or remove a dead one", run: adminNode},
+	}
+}
+
 func adminCommand() Command {
 	return Command{
 		Summary: "cluster status, buckets, evict, prefetch, rebalance, scrub, destage backlog",
 		Run: func(ctx context.Context, env Env) error {
-			if len(env.Args) == 0 {
-				return usagef("admin status | map | bucket ls|create|set|rm ... | prefetch BUCKET [--prefix P] | evict BUCKET [--prefix P] | rebalance [--bucket B] | scrub [--bucket B] | node drain|undrain|rm ID")
-			}
-			sub, args := env.Args[0], env.Args[1:]
-			switch sub {
-			case "status":
-				return adminStatus(ctx, env, args)
-			case "map":
-				return adminMap(ctx, env, args)
-			case "bucket":
-				return adminBucket(ctx, env, args)
-			case "prefetch":
-				return adminPrefetch(ctx, env, args)
-			case "evict":
-				return adminEvict(ctx, env, args)
-			case "rebalance":
-				return adminRebalance(ctx, env, args)
-			case "node":
-				return adminNode(ctx, env, args)
-			case "scrub":
-				return adminScrub(ctx, env, args)
-			default:
-				return usagef("unknown admin command %q", sub)
-			}
+			return group(ctx, env, "admin", adminFooter, adminCommands(), env.Args)
 		},
 	}
 }
 
 func adminMap(ctx context.Context, env Env, args []string) error {
-	fs := flag.NewFlagSet("admin map", flag.ContinueOnError)
-	fs.SetOutput(env.Stderr)
+	fs := newFlagSet(env, "admin map", "")
 	client := newAdminClient(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("admin map takes no arguments")
 	}
 	var m json.RawMessage
 	if err := client().call(ctx, http.MethodGet, "/cluster/map", nil, &m); err != nil {
@@ -130,64 +175,150 @@ func adminMap(ctx context.Context, env Env, args []string) error {
 	return err
 }
 
+// spaceNote says what USED and CAPACITY are.
+const spaceNote = "USED and CAPACITY: the file system each mountpath is on (mountpaths on one file system show the same figures), or space.max_bytes_per_mountpath when set."
+
 func adminStatus(ctx context.Context, env Env, args []string) error {
-	fs := flag.NewFlagSet("admin status", flag.ContinueOnError)
-	fs.SetOutput(env.Stderr)
+	fs := newFlagSet(env, "admin status", "[--json]")
 	client := newAdminClient(fs)
 	asJSON := fs.Bool("json", false, "print JSON")
-	if err := fs.Parse(args); err != nil {
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: slipstream admin status [--json]\n\nOne row per node and mountpath. "+spaceNote+"\nExits 1 when a node does not answer.\n\nflags:")
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("admin status takes no arguments")
 	}
 	a := client()
-	var m cluster.Map
-	if err := a.call(ctx, http.MethodGet, "/cluster/map", nil, &m); err != nil {
+	m, err := a.clusterMap(ctx)
+	if err != nil {
 		return err
 	}
-	var all []any
-	var table io.Writer = env.Stdout
-	if *asJSON {
-		table = io.Discard
+	type nodeStatus struct {
+		id  string
+		ni  cluster.NodeInfo
+		st  node.Status
+		err error
 	}
-	tw := tabwriter.NewWriter(table, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "map version %d, %d nodes, %d buckets, %d volumes\n\n", m.Version, len(m.Nodes), len(m.Buckets), len(m.Volumes))
-	fmt.Fprintln(tw, "NODE\tSTATE\tVOTER\tPUBLIC\tMOUNTPATH\tUSED\tCAPACITY\tOBJECTS")
+	var rows []nodeStatus
+	var all []any
 	for _, id := range m.NodeIDs() {
 		ni, _ := m.Node(id)
-		var st node.Status
-		var err error
+		r := nodeStatus{id: id, ni: ni}
 		if len(ni.IntraAddrs) > 0 {
-			err = a.callURL(ctx, http.MethodGet, cluster.BaseURL(ni.IntraAddrs[0])+node.AdminPrefix+"status", nil, &st)
+			r.err = a.callURL(ctx, http.MethodGet, cluster.BaseURL(ni.IntraAddrs[0])+node.AdminPrefix+"status", nil, &r.st)
+		} else {
+			r.err = errors.New("no intra-cluster address in the map")
 		}
-		all = append(all, map[string]any{"node": ni, "status": st, "error": errString(err)})
-		if err != nil || len(st.Mountpaths) == 0 {
-			fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\t\t\t\n", id, ni.State, ni.Voter, strings.Join(ni.PublicAddrs, ","), errString(err))
+		rows = append(rows, r)
+		all = append(all, map[string]any{"node": ni, "status": r.st, "error": errString(r.err)})
+	}
+	// failed says why nodes did not answer, once per reason.
+	failed := func() error {
+		var ids []string
+		why := map[string][]string{}
+		var order []string
+		for _, r := range rows {
+			if r.err == nil {
+				continue
+			}
+			ids = append(ids, r.id)
+			msg := stripURL(r.err.Error())
+			if _, ok := why[msg]; !ok {
+				order = append(order, msg)
+			}
+			why[msg] = append(why[msg], r.id)
+		}
+		if len(ids) == 0 {
+			return nil
+		}
+		var parts []string
+		for _, msg := range order {
+			parts = append(parts, fmt.Sprintf("%s: %s", strings.Join(why[msg], ", "), msg))
+		}
+		return fmt.Errorf("%d of %s did not answer: %s", len(ids), plural(len(rows), "node"), strings.Join(parts, "; "))
+	}
+	if *asJSON {
+		if err := json.NewEncoder(env.Stdout).Encode(all); err != nil {
+			return err
+		}
+		return failed()
+	}
+	out := env.Stdout
+	fmt.Fprintf(out, "map version %d, %s, %s, %s\n", m.Version, plural(len(m.Nodes), "node"), plural(len(m.Buckets), "bucket"), plural(len(m.Volumes), "volume"))
+	fmt.Fprintln(out, spaceNote)
+	fmt.Fprintln(out)
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tSTATE\tVOTER\tPUBLIC\tMOUNTPATH\tUSED\tCAPACITY\tOBJECTS")
+	for _, r := range rows {
+		state := string(r.ni.State)
+		if r.ni.Draining {
+			state += ",draining"
+		}
+		public := strings.Join(r.ni.PublicAddrs, ",")
+		if public == "" {
+			public = "-"
+		}
+		if r.err != nil || len(r.st.Mountpaths) == 0 {
+			mp := "-"
+			if r.err != nil {
+				mp = "(did not answer, see below)"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\t-\t-\t-\n", r.id, state, r.ni.Voter, public, mp)
 			continue
 		}
-		for i, mp := range st.Mountpaths {
-			name := id
-			if i > 0 {
-				name = ""
-			}
+		for i, mp := range r.st.Mountpaths {
 			path := mp.Path
 			if mp.Failed {
 				path += " (FAILED: no new writes)"
 			}
-			state := string(ni.State)
-			if ni.Draining {
-				state += ",draining"
+			if i == 0 {
+				fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t", r.id, state, r.ni.Voter, public)
+			} else {
+				fmt.Fprint(tw, "\t\t\t\t")
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\t%s\t%s\t%d\n", name, state, ni.Voter, strings.Join(ni.PublicAddrs, ","),
-				path, humanBytes(mp.Used), humanBytes(mp.Capacity), mp.Objects)
-		}
-		for k, v := range st.Extra {
-			b, _ := json.Marshal(v)
-			fmt.Fprintf(tw, "\t%s:\t%s\n", k, b)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\n", path, humanBytes(mp.Used), humanBytes(mp.Capacity), mp.Objects)
 		}
 	}
-	if *asJSON {
-		return json.NewEncoder(env.Stdout).Encode(all)
+	if err := tw.Flush(); err != nil {
+		return err
 	}
-	return tw.Flush()
+	for _, r := range rows {
+		if r.err != nil || len(r.st.Extra) == 0 {
+			continue
+		}
+		fmt.Fprintf(out, "\n%s:\n", r.id)
+		keys := make([]string, 0, len(r.st.Extra))
+		for k := range r.st.Extra {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		tw := tabwriter.NewWriter(out, 0, 4, 1, ' ', 0)
+		for _, k := range keys {
+			b, _ := json.Marshal(r.st.Extra[k])
+			fmt.Fprintf(tw, "  %s:\t%s\n", k, b)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	return failed()
+}
+
+// stripURL drops the "GET http://...: " that starts the error of a
+// request, so that the nodes' identical errors read the same.
+func stripURL(msg string) string {
+	for _, m := range []string{"GET ", "POST ", "DELETE "} {
+		if rest, ok := strings.CutPrefix(msg, m); ok {
+			if _, after, ok := strings.Cut(rest, ": "); ok {
+				return after
+			}
+		}
+	}
+	return msg
 }
 
 func errString(err error) string {
@@ -211,15 +342,22 @@ func humanBytes(n int64) string {
 }
 
 func adminBucket(ctx context.Context, env Env, args []string) error {
-	if len(args) == 0 {
-		return usagef("admin bucket ls | create NAME [flags] | set NAME [flags] | rm NAME")
+	subs := []subcommand{
+		{name: "ls", summary: "list the buckets and their properties",
+			run: func(ctx context.Context, env Env, args []string) error { return bucketCmd(ctx, env, "ls", args) }},
+		{name: "create", synopsis: "NAME [flags]", summary: "create a bucket (--copies, --mode, --validate, backend flags)",
+			run: func(ctx context.Context, env Env, args []string) error { return bucketCmd(ctx, env, "create", args) }},
+		{name: "set", synopsis: "NAME [flags]", summary: "change a bucket's properties (only those given)",
+			run: func(ctx context.Context, env Env, args []string) error { return bucketCmd(ctx, env, "set", args) }},
+		{name: "rm", synopsis: "NAME", summary: "remove a bucket (it must be empty)",
+			run: func(ctx context.Context, env Env, args []string) error { return bucketCmd(ctx, env, "rm", args) }},
 	}
-	sub, args := args[0], args[1:]
-	fs := flag.NewFlagSet("admin bucket "+sub, flag.ContinueOnError)
-	fs.SetOutput(env.Stderr)
-	client := newAdminClient(fs)
-	var b cluster.BucketProps
-	fs.IntVar(&b.Copies, "copies", 1, "copies on distinct nodes")
+	return group(ctx, env, "admin bucket", "", subs, args)
+}
+
+// bucketPropFlags adds the bucket property flags (of create and set) to fs.
+func bucketPropFlags(fs *flag.FlagSet, b *cluster.BucketProps) {
+	fs.IntVar(&b.Copies, "copies", 1, "copies on distinct nodes (1 to 16)")
 	fs.StringVar(&b.Mode, "mode", "local", "local, cache or writeback")
 	fs.StringVar(&b.Validate, "validate", "never", "warm-copy validation: never, always or ttl:<duration>")
 	fs.StringVar(&b.Backend.Kind, "backend", "", "backend kind: s3 or fs")
@@ -231,17 +369,36 @@ func adminBucket(ctx context.Context, env Env, args []string) error {
 	fs.StringVar(&b.Backend.AccessKey, "access-key", os.Getenv("BACKEND_ACCESS_KEY"), "s3 backend access key ($BACKEND_ACCESS_KEY)")
 	fs.StringVar(&b.Backend.SecretKey, "secret-key", os.Getenv("BACKEND_SECRET_KEY"), "s3 backend secret key ($BACKEND_SECRET_KEY)")
 	fs.StringVar(&b.Backend.Path, "path", "", "fs backend directory")
+}
+
+func bucketCmd(ctx context.Context, env Env, sub string, args []string) error {
+	synopsis := map[string]string{"ls": "", "create": "NAME [flags]", "set": "NAME [flags]", "rm": "NAME"}[sub]
+	fs := newFlagSet(env, "admin bucket "+sub, synopsis)
+	client := newAdminClient(fs)
+	var b cluster.BucketProps
+	if sub == "create" || sub == "set" {
+		bucketPropFlags(fs, &b)
+	}
 	// Go's flag package stops at the first positional argument; accept the
 	// bucket name first, then flags.
 	name := ""
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		name, args = args[0], args[1:]
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if fs.NArg() > 0 {
+		return usagef("admin bucket %s: unexpected argument %q", sub, fs.Arg(0))
+	}
+	if sub != "ls" && name == "" {
+		return usagef("admin bucket %s %s", sub, synopsis)
+	}
+	if sub == "ls" && name != "" {
+		return usagef("admin bucket ls takes no arguments")
+	}
 	a := client()
-	if sub == "set" && name != "" {
+	if sub == "set" {
 		// Start from the bucket's current properties; only the flags given
 		// change them.
 		var bs []cluster.BucketProps
@@ -255,9 +412,9 @@ func adminBucket(ctx context.Context, env Env, args []string) error {
 			}
 		}
 		if !found {
-			return fmt.Errorf("no bucket %q", name)
+			return noSuchBucket(name)
 		}
-		if err := fs.Parse(args); err != nil {
+		if err := parseFlags(fs, args); err != nil {
 			return err
 		}
 	}
@@ -281,73 +438,86 @@ func adminBucket(ctx context.Context, env Env, args []string) error {
 		}
 		return tw.Flush()
 	case "create", "set":
-		if name == "" {
-			return usagef("admin bucket %s NAME [flags]", sub)
+		if b.Copies < 1 {
+			return usagef("--copies %d: a bucket keeps at least 1 copy", b.Copies)
 		}
 		b.Name = name
 		path := node.AdminPrefix + "buckets"
 		if sub == "set" {
 			path += "?update=true"
 		}
-		if err := a.call(ctx, http.MethodPost, path, b, nil); err != nil {
+		var stored cluster.BucketProps
+		if err := a.call(ctx, http.MethodPost, path, b, &stored); err != nil {
 			return err
 		}
-		fmt.Fprintf(env.Stdout, "bucket %s: copies=%d mode=%s\n", name, b.Copies, b.Mode)
-		return nil
-	case "rm":
-		if name == "" {
-			return usagef("admin bucket rm NAME")
+		if stored.Name == "" {
+			stored = b.WithDefaults()
 		}
-		return a.call(ctx, http.MethodDelete, node.AdminPrefix+"buckets/"+name, nil, nil)
-	default:
-		return usagef("unknown bucket command %q", sub)
+		fmt.Fprintf(env.Stdout, "bucket %s: copies=%d mode=%s\n", name, stored.Copies, stored.Mode)
+		return nil
+	default: // rm
+		err := a.call(ctx, http.MethodDelete, node.AdminPrefix+"buckets/"+url.PathEscape(name), nil, nil)
+		if httpStatus(err) == http.StatusNotFound {
+			return noSuchBucket(name)
+		}
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(env.Stdout, "bucket %s removed\n", name)
+		return nil
 	}
 }
 
-// jobArgs parses "BUCKET [--prefix P]" and the node flags.
-func jobArgs(env Env, name string, args []string) (bucket, prefix string, client *adminClient, err error) {
-	fs := flag.NewFlagSet("admin "+name, flag.ContinueOnError)
-	fs.SetOutput(env.Stderr)
+// jobArgs parses "BUCKET [--prefix P]" and the node flags, and checks that
+// the bucket exists; it returns the map's up nodes too.
+func jobArgs(ctx context.Context, env Env, name string, args []string) (bucket, prefix string, client *adminClient, urls []string, err error) {
+	fs := newFlagSet(env, "admin "+name, "BUCKET [--prefix P]")
 	mk := newAdminClient(fs)
 	fs.StringVar(&prefix, "prefix", "", "only keys with this prefix")
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		bucket, args = args[0], args[1:]
 	}
-	if err := fs.Parse(args); err != nil {
-		return "", "", nil, err
+	if err := parseFlags(fs, args); err != nil {
+		return "", "", nil, nil, err
 	}
-	if bucket == "" {
-		return "", "", nil, usagef("admin %s BUCKET [--prefix P]", name)
+	if bucket == "" || fs.NArg() > 0 {
+		return "", "", nil, nil, usagef("admin %s BUCKET [--prefix P]", name)
 	}
-	return bucket, prefix, mk(), nil
+	client = mk()
+	m, err := client.clusterMap(ctx)
+	if err != nil {
+		return "", "", nil, nil, err
+	}
+	if err := checkBucket(m, bucket); err != nil {
+		return "", "", nil, nil, err
+	}
+	return bucket, prefix, client, upNodes(m), nil
 }
 
-// upNodes returns the intra base URLs of the up nodes.
-func (a *adminClient) upNodes(ctx context.Context) ([]string, error) {
-	var m cluster.Map
-	if err := a.call(ctx, http.MethodGet, "/cluster/map", nil, &m); err != nil {
-		return nil, err
-	}
+// upNodes returns the intra base URLs of the map's up nodes.
+func upNodes(m *cluster.Map) []string {
 	var urls []string
 	for _, id := range m.UpNodeIDs() {
 		if ni, _ := m.Node(id); len(ni.IntraAddrs) > 0 {
 			urls = append(urls, cluster.BaseURL(ni.IntraAddrs[0]))
 		}
 	}
-	return urls, nil
+	return urls
 }
 
 // adminPrefetch starts the prefetch on every up node (each fills the keys
 // it owns) and shows their summed progress.
 func adminPrefetch(ctx context.Context, env Env, args []string) error {
-	bucket, prefix, a, err := jobArgs(env, "prefetch", args)
+	bucket, prefix, a, urls, err := jobArgs(ctx, env, "prefetch", args)
 	if err != nil {
 		return err
 	}
 	q := "?bucket=" + url.QueryEscape(bucket) + "&prefix=" + url.QueryEscape(prefix)
-	t, err := runJob(ctx, env, a, "prefetch"+q, progressBar, func(p node.Progress) (int, string) { return p.Failed, p.LastErr })
-	fmt.Fprintf(env.Stdout, "prefetch %s: %d objects (%d fetched, %d already warm, %d failed), %s fetched\n",
-		bucket, t.Filled+t.Warm+t.Failed, t.Filled, t.Warm, t.Failed, humanBytes(t.Bytes))
+	t, ran, err := runJob(ctx, env, a, urls, "prefetch"+q, progressBar, func(p node.Progress) (int, string) { return p.Failed, p.LastErr })
+	if ran {
+		fmt.Fprintf(env.Stdout, "prefetch %s: %s (%d fetched, %d already warm, %d failed), %s fetched\n",
+			bucket, plural(t.Filled+t.Warm+t.Failed, "object"), t.Filled, t.Warm, t.Failed, humanBytes(t.Bytes))
+	}
 	return err
 }
 
@@ -355,19 +525,25 @@ func adminPrefetch(ctx context.Context, env Env, args []string) error {
 // undrains it, or removes a dead node for good (from the map and the raft
 // configuration); the others then re-create its copies.
 func adminNode(ctx context.Context, env Env, args []string) error {
-	fs := flag.NewFlagSet("admin node", flag.ContinueOnError)
-	fs.SetOutput(env.Stderr)
+	fs := newFlagSet(env, "admin node", "drain|undrain|rm ID")
 	mk := newAdminClient(fs)
+	if slices.ContainsFunc(args, func(s string) bool { return isHelpArg(s) && s != "help" }) || (len(args) == 1 && args[0] == "help") {
+		fs.Usage()
+		return flag.ErrHelp
+	}
 	if len(args) < 2 || !slices.Contains([]string{"drain", "undrain", "rm"}, args[0]) {
 		return usagef("admin node drain|undrain|rm ID")
 	}
 	verb, id := args[0], args[1]
-	if err := fs.Parse(args[2:]); err != nil {
+	if err := parseFlags(fs, args[2:]); err != nil {
 		return err
 	}
+	if fs.NArg() > 0 {
+		return usagef("admin node %s: unexpected argument %q", verb, fs.Arg(0))
+	}
 	a := mk()
-	var m cluster.Map
-	if err := a.call(ctx, http.MethodGet, "/cluster/map", nil, &m); err != nil {
+	m, err := a.clusterMap(ctx)
+	if err != nil {
 		return err
 	}
 	ni, ok := m.Node(id)
@@ -404,65 +580,80 @@ func adminNode(ctx context.Context, env Env, args []string) error {
 // their checksums and repair the damaged ones, and shows the summed
 // progress; damaged copies left unrepaired make it fail.
 func adminScrub(ctx context.Context, env Env, args []string) error {
-	bucket, a, err := bucketFlag(env, "scrub", args)
+	bucket, a, urls, err := bucketFlag(ctx, env, "scrub", args)
 	if err != nil {
 		return err
 	}
 	bar := func(p node.ScrubProgress) string {
-		return fmt.Sprintf("%d copies checked (%s), %d corrupt, %d repaired, %d not repaired",
-			p.Checked, humanBytes(p.Bytes), p.Corrupt, p.Repaired, p.Unrepaired)
+		return fmt.Sprintf("%s checked (%s), %d corrupt, %d repaired, %d not repaired",
+			plural(p.Checked, "copy", "copies"), humanBytes(p.Bytes), p.Corrupt, p.Repaired, p.Unrepaired)
 	}
-	t, err := runJob(ctx, env, a, "scrub?bucket="+url.QueryEscape(bucket), bar,
+	t, ran, err := runJob(ctx, env, a, urls, "scrub?bucket="+url.QueryEscape(bucket), bar,
 		func(p node.ScrubProgress) (int, string) { return p.Unrepaired, p.LastErr })
-	fmt.Fprintf(env.Stdout, "scrub: %s\n", bar(t))
+	if ran {
+		fmt.Fprintf(env.Stdout, "scrub: %s\n", bar(t))
+	}
 	return err
 }
 
 // bucketFlag parses the arguments of a job that takes an optional
-// --bucket.
-func bucketFlag(env Env, name string, args []string) (string, *adminClient, error) {
-	fs := flag.NewFlagSet("admin "+name, flag.ContinueOnError)
-	fs.SetOutput(env.Stderr)
+// --bucket, and checks that the bucket exists; it returns the map's up
+// nodes too.
+func bucketFlag(ctx context.Context, env Env, name string, args []string) (string, *adminClient, []string, error) {
+	fs := newFlagSet(env, "admin "+name, "[--bucket B]")
 	mk := newAdminClient(fs)
 	bucket := fs.String("bucket", "", "only this bucket's objects")
-	if err := fs.Parse(args); err != nil {
-		return "", nil, err
+	if err := parseFlags(fs, args); err != nil {
+		return "", nil, nil, err
 	}
 	if fs.NArg() > 0 {
-		return "", nil, usagef("admin %s [--bucket B]", name)
+		return "", nil, nil, usagef("admin %s [--bucket B]", name)
 	}
-	return *bucket, mk(), nil
+	a := mk()
+	m, err := a.clusterMap(ctx)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	if *bucket != "" {
+		if err := checkBucket(m, *bucket); err != nil {
+			return "", nil, nil, err
+		}
+	}
+	return *bucket, a, upNodes(m), nil
 }
 
 // adminRebalance makes every up node pass over its copies and put them on
 // the nodes HRW places them on now, and shows the summed progress.
 func adminRebalance(ctx context.Context, env Env, args []string) error {
-	bucket, a, err := bucketFlag(env, "rebalance", args)
+	bucket, a, urls, err := bucketFlag(ctx, env, "rebalance", args)
 	if err != nil {
 		return err
 	}
 	bar := func(p node.RebalanceProgress) string {
-		return fmt.Sprintf("%d copies scanned, %d sent (%s), %d dropped, %d left for later, %d failed",
-			p.Scanned, p.Sent, humanBytes(p.Bytes), p.Dropped, p.Skipped, p.Failed)
+		return fmt.Sprintf("%s scanned, %d sent (%s), %d dropped, %d left for later, %d failed",
+			plural(p.Scanned, "copy", "copies"), p.Sent, humanBytes(p.Bytes), p.Dropped, p.Skipped, p.Failed)
 	}
-	t, err := runJob(ctx, env, a, "rebalance?bucket="+url.QueryEscape(bucket), bar,
+	t, ran, err := runJob(ctx, env, a, urls, "rebalance?bucket="+url.QueryEscape(bucket), bar,
 		func(p node.RebalanceProgress) (int, string) { return p.Failed, p.LastErr })
-	fmt.Fprintf(env.Stdout, "rebalance: %s\n", bar(t))
+	if ran {
+		fmt.Fprintf(env.Stdout, "rebalance: %s\n", bar(t))
+	}
 	return err
 }
 
+// progressEvery is how often a job's progress is written as a line when
+// stderr is not a terminal (on a terminal one line is redrawn four times a
+// second).
+var progressEvery = 10 * time.Second
+
 // runJob starts the admin job at path on every up node, shows the
 // sum of the progress of their NDJSON streams, and returns the
-// total; the error names every node that failed or reported failures.
+// total and whether any node ran it; the error names every node that
+// failed or reported failures.
 func runJob[P any, PP interface {
 	*P
 	Add(P)
-}](ctx context.Context, env Env, a *adminClient, path string, bar func(P) string, failures func(P) (int, string)) (P, error) {
-	var zero P
-	urls, err := a.upNodes(ctx)
-	if err != nil {
-		return zero, err
-	}
+}](ctx context.Context, env Env, a *adminClient, urls []string, path string, bar func(P) string, failures func(P) (int, string)) (P, bool, error) {
 	var (
 		mu    sync.Mutex
 		state = map[string]P{}
@@ -485,34 +676,59 @@ func runJob[P any, PP interface {
 	}
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
-	total := func() P {
+	total := func() (P, bool) {
 		mu.Lock()
 		defer mu.Unlock()
 		var t P
 		for _, p := range state {
 			PP(&t).Add(p)
 		}
-		return t
+		return t, len(state) > 0
 	}
-	tick := time.NewTicker(250 * time.Millisecond)
+	term := isTerminal(env.Stderr)
+	every := progressEvery
+	if term {
+		every = 250 * time.Millisecond
+	}
+	tick := time.NewTicker(every)
 	defer tick.Stop()
+	drawn, last := false, ""
 	for {
 		select {
 		case <-done:
-			t := total()
-			fmt.Fprintf(env.Stderr, "\r%s\n", bar(t))
+			t, ran := total()
+			if term && drawn {
+				fmt.Fprintf(env.Stderr, "\r%s\x1b[K\n", bar(t))
+			}
 			mu.Lock()
 			for u, p := range state {
 				if n, last := failures(p); n > 0 || last != "" {
-					errs = append(errs, fmt.Errorf("%s: %d objects failed, last error: %s", u, n, last))
+					errs = append(errs, fmt.Errorf("%s: %d failed, last error: %s", u, n, last))
 				}
 			}
 			mu.Unlock()
-			return t, errors.Join(errs...)
+			sort.Slice(errs, func(i, j int) bool { return errs[i].Error() < errs[j].Error() })
+			return t, ran, errors.Join(errs...)
 		case <-tick.C:
-			fmt.Fprintf(env.Stderr, "\r%s", bar(total()))
+			t, ran := total()
+			if !ran {
+				continue
+			}
+			line := bar(t)
+			switch {
+			case term:
+				fmt.Fprintf(env.Stderr, "\r%s\x1b[K", line)
+				drawn = true
+			case line != last:
+				fmt.Fprintln(env.Stderr, line)
+			}
+			last = line
 		case <-ctx.Done():
-			return total(), ctx.Err()
+			t, ran := total()
+			if term && drawn {
+				fmt.Fprintln(env.Stderr)
+			}
+			return t, ran, ctx.Err()
 		}
 	}
 }
@@ -542,8 +758,7 @@ func streamNDJSON[P any](ctx context.Context, a *adminClient, method, u string, 
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 300 {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		return fmt.Errorf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(b)))
+		return answerError(method, u, resp)
 	}
 	dec := json.NewDecoder(resp.Body)
 	for {
@@ -560,11 +775,7 @@ func streamNDJSON[P any](ctx context.Context, a *adminClient, method, u string, 
 // adminEvict drops the clean local copies of a bucket (or prefix) on every
 // up node.
 func adminEvict(ctx context.Context, env Env, args []string) error {
-	bucket, prefix, a, err := jobArgs(env, "evict", args)
-	if err != nil {
-		return err
-	}
-	urls, err := a.upNodes(ctx)
+	bucket, prefix, a, urls, err := jobArgs(ctx, env, "evict", args)
 	if err != nil {
 		return err
 	}
@@ -581,6 +792,8 @@ func adminEvict(ctx context.Context, env Env, args []string) error {
 		objs += r.Objects
 		bytes += r.Bytes
 	}
-	fmt.Fprintf(env.Stdout, "evicted %d objects, %s, from %d nodes\n", objs, humanBytes(bytes), len(urls)-len(errs))
+	if ok := len(urls) - len(errs); ok > 0 {
+		fmt.Fprintf(env.Stdout, "evicted %s, %s, from %s\n", plural(objs, "object"), humanBytes(bytes), plural(ok, "node"))
+	}
 	return errors.Join(errs...)
 }

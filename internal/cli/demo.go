@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"flag"
 	"os"
 	"time"
 
@@ -13,8 +12,7 @@ func demoCommand() Command {
 	return Command{
 		Summary: "run the main job end to end: cluster, cold and warm epochs, report",
 		Run: func(ctx context.Context, env Env) error {
-			fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-			fs.SetOutput(env.Stderr)
+			fs := newFlagSet(env, "demo", "[flags]")
 			var cfg demo.Config
 			fs.StringVar(&cfg.Report, "report", "slipstream-report", "directory for the report (index.html, PNGs, result JSON)")
 			fs.StringVar(&cfg.WorkDir, "work", "", "directory for cluster and remote data (default: a temporary directory, removed at the end)")
@@ -26,7 +24,7 @@ func demoCommand() Command {
 			fs.DurationVar(&cfg.Latency, "remote-latency", 25*time.Millisecond, "remote time to first byte")
 			fs.IntVar(&cfg.Workers, "workers", 8, "loader workers")
 			fs.IntVar(&cfg.BigFactor, "big-factor", 2, "the large dataset is this many times the cache")
-			if err := fs.Parse(env.Args); err != nil {
+			if err := parseFlags(fs, env.Args); err != nil {
 				return err
 			}
 			cfg.ObjectSize, cfg.CacheBytes, cfg.RemoteRate = *size, *cache, *rate

@@ -9,8 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/slipstream-io/slipstream/client"
 	"github.com/slipstream-io/slipstream/internal/loader"
 	"github.com/slipstream-io/slipstream/internal/netx"
@@ -29,16 +27,6 @@ func loadEnv(name, def string) string {
 		return v
 	}
 	return def
-}
-
-// loadIsTerminal reports whether w is a terminal.
-func loadIsTerminal(w any) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-	return err == nil
 }
 
 func runLoad(ctx context.Context, env Env) error {
@@ -85,7 +73,7 @@ func runLoad(ctx context.Context, env Env) error {
 		fmt.Fprintln(env.Stderr, "usage: slipstream load --bucket B [--endpoint URL] [--fill-count N | --fill-size S] [--workload get|put|mixed] [--duration D] [--epochs N] [flags]")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(env.Args); err != nil {
+	if err := parseFlags(fs, env.Args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -129,7 +117,7 @@ func runLoad(ctx context.Context, env Env) error {
 		defer sc.Close()
 		cfg = sc.LoaderConfig(cfg)
 	}
-	if !*quiet && loadIsTerminal(env.Stderr) {
+	if !*quiet && isTerminal(env.Stderr) {
 		cfg.Progress = env.Stderr
 	}
 	if err := cfg.Defaults().Validate(); err != nil {

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"flag"
 	"log/slog"
 	"os"
 	"time"
@@ -15,11 +14,10 @@ func nodeCommand() Command {
 	return Command{
 		Summary: "run one cluster node from a config file",
 		Run: func(ctx context.Context, env Env) error {
-			fs := flag.NewFlagSet("node", flag.ContinueOnError)
-			fs.SetOutput(env.Stderr)
+			fs := newFlagSet(env, "node", "--config FILE [--log-level L]")
 			path := fs.String("config", "", "node config file (YAML)")
 			level := fs.String("log-level", "info", "debug, info, warn or error")
-			if err := fs.Parse(env.Args); err != nil {
+			if err := parseFlags(fs, env.Args); err != nil {
 				return err
 			}
 			if *path == "" {

@@ -33,7 +33,7 @@ func runReport(ctx context.Context, env Env) error {
 	var paths []string
 	args := env.Args
 	for {
-		if err := fs.Parse(args); err != nil {
+		if err := parseFlags(fs, args); err != nil {
 			return err
 		}
 		if fs.NArg() == 0 {

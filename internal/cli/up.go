@@ -2,7 +2,7 @@ package cli
 
 import (
 	"context"
-	"flag"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,15 +14,14 @@ func upCommand() Command {
 	return Command{
 		Summary: "start the embedded default local cluster",
 		Run: func(ctx context.Context, env Env) error {
-			fs := flag.NewFlagSet("up", flag.ContinueOnError)
-			fs.SetOutput(env.Stderr)
+			fs := newFlagSet(env, "up", "[flags]")
 			data := fs.String("data", filepath.Join(os.TempDir(), "slipstream-up"), "directory for all node data")
 			nodes := fs.Int("nodes", 3, "number of nodes")
 			mps := fs.Int("mountpaths", 2, "mountpaths (directories) per node")
 			addrs := fs.Int("addrs", 2, "loopback addresses per node")
 			port := fs.Int("port", 9000, "base port: S3 on it, intra-cluster on +100, raft on +200")
 			copies := fs.Int("copies", 1, "copies of buckets created through S3")
-			if err := fs.Parse(env.Args); err != nil {
+			if err := parseFlags(fs, env.Args); err != nil {
 				return err
 			}
 			bin, err := os.Executable()
@@ -34,7 +33,7 @@ func upCommand() Command {
 				Binary: bin, DataDir: *data, Nodes: *nodes, Mountpaths: *mps, Addrs: *addrs, BasePort: *port, Copies: *copies,
 			})
 			if err != nil {
-				return err
+				return upError(err)
 			}
 			defer c.Stop()
 			s := c.Spec
@@ -50,4 +49,16 @@ func upCommand() Command {
 			return nil
 		},
 	}
+}
+
+// upError explains why the cluster did not start; whatever started is
+// stopped already.
+func upError(err error) error {
+	switch {
+	case errors.Is(err, localcluster.ErrPortInUse):
+		return fmt.Errorf("%w; is another slipstream up running? Stop it, or give this one another --port (nothing was started)", err)
+	case errors.Is(err, localcluster.ErrNodeExited), errors.Is(err, localcluster.ErrNotOurs):
+		return fmt.Errorf("%w; the nodes started were stopped", err)
+	}
+	return err
 }

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"net/http"
+	"net/url"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -19,100 +20,204 @@ func volumeCommand() Command {
 	return Command{
 		Summary: "create, list, resize and delete block volumes",
 		Run: func(ctx context.Context, env Env) error {
-			if len(env.Args) == 0 {
-				return usagef("volume create NAME --size 100GiB [--copies 2] [--chunk 4MiB] | list | info NAME | resize NAME --size S | delete NAME")
+			subs := []subcommand{
+				{name: "create", synopsis: "NAME --size S [--copies N] [--chunk C]", summary: "create a volume (served over NBD by every node)", run: volumeCreate},
+				{name: "list", aliases: []string{"ls"}, summary: "list the volumes", run: volumeList},
+				{name: "info", synopsis: "NAME", summary: "a volume's size, copies, placement and NBD URIs", run: volumeInfo},
+				{name: "resize", synopsis: "NAME --size S", summary: "grow a volume", run: volumeResize},
+				{name: "delete", aliases: []string{"rm"}, synopsis: "NAME", summary: "delete a volume and its data", run: volumeDelete},
 			}
-			sub, args := env.Args[0], env.Args[1:]
-			fs := flag.NewFlagSet("volume "+sub, flag.ContinueOnError)
-			fs.SetOutput(env.Stderr)
-			client := newAdminClient(fs)
-			size := fs.String("size", "", "volume size (e.g. 100GiB)")
-			copies := fs.Int("copies", 1, "mirrors on distinct nodes")
-			chunk := fs.String("chunk", "4MiB", "chunk size (a power of two, at least 4KiB)")
-			asJSON := fs.Bool("json", false, "print JSON")
-			name := ""
-			if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-				name, args = args[0], args[1:]
-			}
-			if err := fs.Parse(args); err != nil {
-				return err
-			}
-			a := client()
-			needName := func() error {
-				if name == "" {
-					return usagef("volume %s NAME", sub)
-				}
-				return nil
-			}
-			switch sub {
-			case "create", "resize":
-				if err := needName(); err != nil {
-					return err
-				}
-				sz, err := loader.ParseSize(*size)
-				if err != nil || sz <= 0 {
-					return usagef("--size: give a size such as 10GiB (%v)", err)
-				}
-				spec := cluster.VolumeSpec{Name: name, Size: sz, Copies: *copies}
-				path := node.AdminPrefix + "volumes"
-				if sub == "create" {
-					cs, err := loader.ParseSize(*chunk)
-					if err != nil {
-						return usagef("--chunk: %v", err)
-					}
-					spec.ChunkSize = cs
-				} else {
-					path += "?resize=true"
-				}
-				var info node.VolumeInfo
-				if err := a.call(ctx, http.MethodPost, path, spec, &info); err != nil {
-					return err
-				}
-				return printVolume(env, info, *asJSON)
-			case "info":
-				if err := needName(); err != nil {
-					return err
-				}
-				var info node.VolumeInfo
-				if err := a.call(ctx, http.MethodGet, node.AdminPrefix+"volumes/"+name, nil, &info); err != nil {
-					return err
-				}
-				return printVolume(env, info, *asJSON)
-			case "list", "ls":
-				var infos []node.VolumeInfo
-				if err := a.call(ctx, http.MethodGet, node.AdminPrefix+"volumes", nil, &infos); err != nil {
-					return err
-				}
-				if *asJSON {
-					return json.NewEncoder(env.Stdout).Encode(infos)
-				}
-				tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "VOLUME\tSIZE\tCOPIES\tCHUNK\tCHUNKS\tNBD")
-				for _, v := range infos {
-					uri := ""
-					if len(v.URIs) > 0 {
-						uri = v.URIs[0]
-					}
-					fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\n", v.Name, humanBytes(v.Size), v.Copies, humanBytes(v.ChunkSize), v.Chunks, uri)
-				}
-				return tw.Flush()
-			case "delete", "rm":
-				if err := needName(); err != nil {
-					return err
-				}
-				return a.call(ctx, http.MethodDelete, node.AdminPrefix+"volumes/"+name, nil, nil)
-			default:
-				return usagef("unknown volume command %q", sub)
-			}
+			return group(ctx, env, "volume", adminFooter, subs, env.Args)
 		},
 	}
+}
+
+// volumeArgs parses "NAME [flags]" of volume command sub: the flags added
+// by addFlags, --json if asJSON, and the node flags.
+func volumeArgs(env Env, sub, synopsis string, args []string, addFlags func(fs *flag.FlagSet)) (name string, a *adminClient, asJSON bool, err error) {
+	fs := newFlagSet(env, "volume "+sub, synopsis)
+	mk := newAdminClient(fs)
+	var js *bool
+	if sub != "delete" {
+		js = fs.Bool("json", false, "print JSON")
+	}
+	if addFlags != nil {
+		addFlags(fs)
+	}
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		name, args = args[0], args[1:]
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return "", nil, false, err
+	}
+	if fs.NArg() > 0 {
+		return "", nil, false, usagef("volume %s: unexpected argument %q", sub, fs.Arg(0))
+	}
+	needName := strings.HasPrefix(synopsis, "NAME")
+	switch {
+	case needName && name == "":
+		return "", nil, false, usagef("volume %s %s", sub, synopsis)
+	case !needName && name != "":
+		return "", nil, false, usagef("volume %s takes no arguments", sub)
+	}
+	return name, mk(), js != nil && *js, nil
+}
+
+// parseVolumeSize checks --size: required, and more than zero.
+func parseVolumeSize(s string) (int64, error) {
+	if s == "" {
+		return 0, usagef("--size is required (e.g. --size 10GiB)")
+	}
+	sz, err := loader.ParseSize(s)
+	if err != nil {
+		return 0, usagef("--size %q: give a size such as 10GiB or 512MiB", s)
+	}
+	if sz <= 0 {
+		return 0, usagef("--size %s: a volume needs a size above 0 (e.g. 10GiB)", s)
+	}
+	return sz, nil
+}
+
+func volumeCreate(ctx context.Context, env Env, args []string) error {
+	var size, chunk string
+	var copies int
+	name, a, asJSON, err := volumeArgs(env, "create", "NAME --size S [--copies N] [--chunk C]", args, func(fs *flag.FlagSet) {
+		fs.StringVar(&size, "size", "", "volume size, e.g. 100GiB (required)")
+		fs.IntVar(&copies, "copies", 1, "mirrors on distinct nodes")
+		fs.StringVar(&chunk, "chunk", "4MiB", "chunk size (a power of two, at least 4KiB)")
+	})
+	if err != nil {
+		return err
+	}
+	sz, err := parseVolumeSize(size)
+	if err != nil {
+		return err
+	}
+	if copies < 1 {
+		return usagef("--copies %d: a volume keeps at least 1 copy", copies)
+	}
+	cs, err := loader.ParseSize(chunk)
+	if err != nil {
+		return usagef("--chunk %q: give a size such as 4MiB", chunk)
+	}
+	spec := cluster.VolumeSpec{Name: name, Size: sz, Copies: copies, ChunkSize: cs}
+	var info node.VolumeInfo
+	if err := a.call(ctx, http.MethodPost, node.AdminPrefix+"volumes", spec, &info); err != nil {
+		return explainVolumeCreate(ctx, a, spec, err)
+	}
+	return printVolume(env, info, asJSON)
+}
+
+// explainVolumeCreate replaces a refused create's error by what the map
+// says is wrong, if it can: too few nodes for the copies, or a volume of
+// that name.
+func explainVolumeCreate(ctx context.Context, a *adminClient, spec cluster.VolumeSpec, err error) error {
+	m, merr := a.clusterMap(ctx)
+	if merr != nil {
+		return err
+	}
+	if _, ok := m.Volume(spec.Name); ok {
+		return fmt.Errorf("volume %q already exists", spec.Name)
+	}
+	up := m.UpNodeIDs()
+	notDraining := 0
+	for _, id := range up {
+		if ni, _ := m.Node(id); !ni.Draining {
+			notDraining++
+		}
+	}
+	switch {
+	case len(up) < spec.Copies:
+		return fmt.Errorf("--copies %d needs %s up, and the cluster has %d up", spec.Copies, plural(spec.Copies, "node"), len(up))
+	case notDraining < spec.Copies:
+		return fmt.Errorf("--copies %d needs %s that are not draining, and the cluster has %d", spec.Copies, plural(spec.Copies, "node"), notDraining)
+	}
+	return err
+}
+
+// explainMissingVolume turns the error of a command on a volume the map
+// does not have into "no such volume".
+func explainMissingVolume(ctx context.Context, a *adminClient, name string, err error) error {
+	if m, merr := a.clusterMap(ctx); merr == nil {
+		if _, ok := m.Volume(name); !ok {
+			return fmt.Errorf("no such volume %q", name)
+		}
+	}
+	return err
+}
+
+func volumeInfo(ctx context.Context, env Env, args []string) error {
+	name, a, asJSON, err := volumeArgs(env, "info", "NAME", args, nil)
+	if err != nil {
+		return err
+	}
+	var info node.VolumeInfo
+	if err := a.call(ctx, http.MethodGet, node.AdminPrefix+"volumes/"+url.PathEscape(name), nil, &info); err != nil {
+		return explainMissingVolume(ctx, a, name, err)
+	}
+	return printVolume(env, info, asJSON)
+}
+
+func volumeResize(ctx context.Context, env Env, args []string) error {
+	var size string
+	name, a, asJSON, err := volumeArgs(env, "resize", "NAME --size S", args, func(fs *flag.FlagSet) {
+		fs.StringVar(&size, "size", "", "new volume size, e.g. 200GiB (required; volumes only grow)")
+	})
+	if err != nil {
+		return err
+	}
+	sz, err := parseVolumeSize(size)
+	if err != nil {
+		return err
+	}
+	var info node.VolumeInfo
+	if err := a.call(ctx, http.MethodPost, node.AdminPrefix+"volumes?resize=true", cluster.VolumeSpec{Name: name, Size: sz}, &info); err != nil {
+		return explainMissingVolume(ctx, a, name, err)
+	}
+	return printVolume(env, info, asJSON)
+}
+
+func volumeList(ctx context.Context, env Env, args []string) error {
+	_, a, asJSON, err := volumeArgs(env, "list", "", args, nil)
+	if err != nil {
+		return err
+	}
+	var infos []node.VolumeInfo
+	if err := a.call(ctx, http.MethodGet, node.AdminPrefix+"volumes", nil, &infos); err != nil {
+		return err
+	}
+	if asJSON {
+		return json.NewEncoder(env.Stdout).Encode(infos)
+	}
+	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "VOLUME\tSIZE\tCOPIES\tCHUNK\tCHUNKS\tNBD")
+	for _, v := range infos {
+		uri := ""
+		if len(v.URIs) > 0 {
+			uri = v.URIs[0]
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\n", v.Name, humanBytes(v.Size), v.Copies, humanBytes(v.ChunkSize), v.Chunks, uri)
+	}
+	return tw.Flush()
+}
+
+func volumeDelete(ctx context.Context, env Env, args []string) error {
+	name, a, _, err := volumeArgs(env, "delete", "NAME", args, nil)
+	if err != nil {
+		return err
+	}
+	if err := a.call(ctx, http.MethodDelete, node.AdminPrefix+"volumes/"+url.PathEscape(name), nil, nil); err != nil {
+		return explainMissingVolume(ctx, a, name, err)
+	}
+	fmt.Fprintf(env.Stdout, "volume %s deleted\n", name)
+	return nil
 }
 
 func printVolume(env Env, v node.VolumeInfo, asJSON bool) error {
 	if asJSON {
 		return json.NewEncoder(env.Stdout).Encode(v)
 	}
-	fmt.Fprintf(env.Stdout, "volume %s: %s, %d copies, %s chunks (%d)\n", v.Name, humanBytes(v.Size), v.Copies, humanBytes(v.ChunkSize), v.Chunks)
+	fmt.Fprintf(env.Stdout, "volume %s: %s, %s, %s chunks (%d)\n", v.Name, humanBytes(v.Size), plural(v.Copies, "copy", "copies"), humanBytes(v.ChunkSize), v.Chunks)
 	fmt.Fprintf(env.Stdout, "placed on: %s\n", strings.Join(v.Nodes, ", "))
 	if v.Writer != "" {
 		fmt.Fprintf(env.Stdout, "written through: %s (claim %d; a write through another node moves it there)\n", v.Writer, v.Epoch)

@@ -37,6 +37,9 @@ func Merge(label string, rs ...*Result) (*Result, error) {
 			out.End = r.End
 		}
 		out.Params.Objects += r.Params.Objects
+		// Loaders that split a listed dataset each saw their share's sizes.
+		out.Params.MinSize = min(out.Params.MinSize, r.Params.MinSize)
+		out.Params.MaxSize = max(out.Params.MaxSize, r.Params.MaxSize)
 		if r.Fill != nil {
 			fills = append(fills, r.Fill)
 		}

@@ -39,12 +39,15 @@ type Result struct {
 
 // Params records the run's configuration (without credentials).
 type Params struct {
-	Endpoint    string   `json:"endpoint"`
-	Bucket      string   `json:"bucket"`
-	Prefix      string   `json:"prefix"`
-	Workload    string   `json:"workload"`
-	PutPercent  int      `json:"put_percent"`
-	Workers     int      `json:"workers"`
+	Endpoint   string `json:"endpoint"`
+	Bucket     string `json:"bucket"`
+	Prefix     string `json:"prefix"`
+	Workload   string `json:"workload"`
+	PutPercent int    `json:"put_percent"`
+	Workers    int    `json:"workers"`
+	// MinSize and MaxSize are the object size range of the run: that of
+	// its fill and PUTs, or, over a dataset it listed, that of the objects
+	// it read (widened by its PUTs' range in a mixed run).
 	MinSize     int64    `json:"min_size"`
 	MaxSize     int64    `json:"max_size"`
 	Duration    string   `json:"duration,omitempty"`

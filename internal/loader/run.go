@@ -109,6 +109,7 @@ func (r *runner) run(ctx context.Context, res *Result) error {
 			return err
 		}
 		dataset = objs
+		res.Params.MinSize, res.Params.MaxSize = runSizes(cfg, objs)
 	}
 	res.Params.Objects = len(dataset)
 	if len(dataset) == 0 && (cfg.PutPercent < 100 || cfg.Epochs > 0) {
@@ -133,6 +134,23 @@ func (r *runner) createBucket(ctx context.Context) error {
 		return fmt.Errorf("loader: create bucket %s: %w", r.cfg.Bucket, err)
 	}
 	return nil
+}
+
+// runSizes is the object size range of a run over a listed dataset: the
+// sizes of the objects it reads (whatever --size says), widened by the size
+// range of its PUTs when it writes too.
+func runSizes(cfg Config, objs []object) (lo, hi int64) {
+	if len(objs) == 0 || cfg.PutPercent >= 100 {
+		return cfg.MinSize, cfg.MaxSize
+	}
+	lo, hi = objs[0].size, objs[0].size
+	for _, o := range objs[1:] {
+		lo, hi = min(lo, o.size), max(hi, o.size)
+	}
+	if cfg.PutPercent > 0 {
+		lo, hi = min(lo, cfg.MinSize), max(hi, cfg.MaxSize)
+	}
+	return lo, hi
 }
 
 // size returns the size of the object with the given number, in range.

@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -25,10 +26,23 @@ import (
 
 	"github.com/slipstream-io/slipstream/internal/cluster"
 	"github.com/slipstream-io/slipstream/internal/config"
+	"github.com/slipstream-io/slipstream/internal/peer"
 )
 
 // ErrNotReady is returned when the cluster does not become ready in time.
 var ErrNotReady = errors.New("localcluster: cluster not ready")
+
+// ErrPortInUse is returned by Start when an address a node would listen on
+// is taken (by another cluster, say): nothing is started.
+var ErrPortInUse = errors.New("localcluster: address already in use")
+
+// ErrNodeExited is returned when a node process exits while the cluster
+// starts or while WaitReady waits for it.
+var ErrNodeExited = errors.New("localcluster: node exited")
+
+// ErrNotOurs is returned by Start when a node address answers but not as
+// the node this cluster started (another cluster answers there).
+var ErrNotOurs = errors.New("localcluster: another node answers")
 
 // Spec describes the cluster to start.
 type Spec struct {
@@ -125,6 +139,12 @@ func Start(ctx context.Context, spec Spec) (*Cluster, error) {
 	}
 	c.procs = make([]*exec.Cmd, spec.Nodes)
 	c.exited = make([]chan struct{}, spec.Nodes)
+	// A node that cannot listen exits at once, but the health checks below
+	// would reach whatever else listens there: refuse to start over a
+	// running cluster.
+	if err := c.checkAddrsFree(); err != nil {
+		return nil, err
+	}
 	// The first node bootstraps; the others join through it.
 	for i := 0; i < spec.Initial; i++ {
 		if err := c.StartNode(i); err != nil {
@@ -142,7 +162,139 @@ func Start(ctx context.Context, spec Spec) (*Cluster, error) {
 		c.Stop()
 		return nil, err
 	}
+	// The nodes that answered must be the processes started here, still
+	// running.
+	for i := 0; i < spec.Initial; i++ {
+		if err := c.exitErr(i); err != nil {
+			c.Stop()
+			return nil, err
+		}
+		if err := c.checkOwn(ctx, i); err != nil {
+			c.Stop()
+			return nil, err
+		}
+	}
 	return c, nil
+}
+
+// listenAddrs lists every address node i listens on, with what for.
+func (c *Cluster) listenAddrs(i int) [][2]string {
+	cfg := c.Configs[i]
+	var out [][2]string
+	for _, a := range cfg.Public {
+		out = append(out, [2]string{a, "S3"})
+	}
+	for _, a := range cfg.Intra {
+		out = append(out, [2]string{a, "intra-cluster"})
+	}
+	if cfg.Raft != "" {
+		out = append(out, [2]string{cfg.Raft, "raft"})
+	}
+	for _, a := range cfg.NBD {
+		out = append(out, [2]string{a, "NBD"})
+	}
+	return out
+}
+
+// checkAddrsFree reports the first address a node would listen on that is
+// taken.
+func (c *Cluster) checkAddrsFree() error {
+	for i := range c.Configs {
+		for _, a := range c.listenAddrs(i) {
+			ln, err := net.Listen("tcp", a[0])
+			if errors.Is(err, syscall.EADDRINUSE) {
+				return fmt.Errorf("%w: %s (node%d's %s address)", ErrPortInUse, a[0], i+1, a[1])
+			}
+			if err != nil {
+				return fmt.Errorf("localcluster: cannot listen on %s (node%d's %s address): %w", a[0], i+1, a[1], err)
+			}
+			ln.Close()
+		}
+	}
+	return nil
+}
+
+// exitErr returns an ErrNodeExited error if node i was started and its
+// process has exited since, nil otherwise.
+func (c *Cluster) exitErr(i int) error {
+	c.mu.Lock()
+	cmd, done := c.procs[i], c.exited[i]
+	c.mu.Unlock()
+	if cmd == nil {
+		return nil
+	}
+	select {
+	case <-done:
+	default:
+		return nil
+	}
+	msg := logTail(c.logPath(i))
+	if msg == "" {
+		msg = "no output"
+	}
+	return fmt.Errorf("%w: node%d (%s): %s (log: %s)", ErrNodeExited, i+1, cmd.ProcessState, msg, c.logPath(i))
+}
+
+// logTail returns the last line of a node log, trimmed.
+func logTail(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	if len(b) > 4096 {
+		b = b[len(b)-4096:]
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
+}
+
+// checkOwn checks that node i's intra-cluster address is served by the
+// node this cluster configured (its ID and its mountpaths), not by another
+// cluster's node on the same address.
+func (c *Cluster) checkOwn(ctx context.Context, i int) error {
+	cfg := c.Configs[i]
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.IntraURL(i)+"/admin/v1/status", nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set(peer.SecretHeader, cfg.Secret)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("%w: node%d at %s: %v (log: %s)", ErrNotOurs, i+1, c.IntraURL(i), err, c.logPath(i))
+	}
+	defer resp.Body.Close()
+	var st struct {
+		Node       string
+		Mountpaths []struct{ Path string }
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%w: node%d at %s answers %s to this cluster's secret (log: %s)", ErrNotOurs, i+1, c.IntraURL(i), resp.Status, c.logPath(i))
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 4<<20)).Decode(&st); err != nil {
+		return fmt.Errorf("%w: node%d at %s: %v", ErrNotOurs, i+1, c.IntraURL(i), err)
+	}
+	want := map[string]bool{}
+	for _, p := range cfg.Mountpaths {
+		want[absPath(p)] = true
+	}
+	for _, mp := range st.Mountpaths {
+		if st.Node == cfg.ID && want[absPath(mp.Path)] {
+			return nil
+		}
+	}
+	var paths []string
+	for _, mp := range st.Mountpaths {
+		paths = append(paths, mp.Path)
+	}
+	return fmt.Errorf("%w: %s answers as %s with mountpaths %v, not as this cluster's node%d under %s (log: %s)",
+		ErrNotOurs, c.IntraURL(i), st.Node, paths, i+1, c.Spec.DataDir, c.logPath(i))
+}
+
+func absPath(p string) string {
+	if a, err := filepath.Abs(p); err == nil {
+		return a
+	}
+	return filepath.Clean(p)
 }
 
 func (c *Cluster) addr(i, k, port int) string {
@@ -290,6 +442,9 @@ func (c *Cluster) waitHealthy(ctx context.Context, i int) error {
 	defer cancel()
 	url := c.IntraURL(i) + "/health"
 	for {
+		if err := c.exitErr(i); err != nil {
+			return err
+		}
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		resp, err := http.DefaultClient.Do(req)
 		if err == nil {
@@ -329,6 +484,11 @@ func (c *Cluster) WaitReady(ctx context.Context, want int) error {
 	}
 	var last string
 	for {
+		for i := range c.Configs {
+			if err := c.exitErr(i); err != nil {
+				return err
+			}
+		}
 		for i := range c.Configs {
 			if c.PID(i) == 0 {
 				continue

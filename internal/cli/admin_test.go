@@ -1,0 +1,411 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/slipstream-io/slipstream/internal/cluster"
+	"github.com/slipstream-io/slipstream/internal/node"
+	"github.com/slipstream-io/slipstream/internal/peer"
+	"github.com/slipstream-io/slipstream/internal/store"
+)
+
+// fakeCluster is a three-node cluster's admin API, answering like the
+// nodes do (errors included), one HTTP server per node.
+type fakeCluster struct {
+	t       *testing.T
+	mu      sync.Mutex
+	m       *cluster.Map
+	srvs    []*httptest.Server
+	secret  string
+	mps     map[string][]store.MountpathStats
+	jobs    []string      // job requests seen
+	jobWait time.Duration // pause between a job's progress lines
+}
+
+func newFakeCluster(t *testing.T) *fakeCluster {
+	f := &fakeCluster{t: t, m: cluster.NewMap(), secret: "s3cret", mps: map[string][]store.MountpathStats{}}
+	f.m.Version = 7
+	for i := 1; i <= 3; i++ {
+		id := fmt.Sprintf("node%d", i)
+		srv := httptest.NewServer(f.handler(id))
+		t.Cleanup(srv.Close)
+		f.srvs = append(f.srvs, srv)
+		addr := strings.TrimPrefix(srv.URL, "http://")
+		f.m.Nodes[id] = cluster.NodeInfo{ID: id, IntraAddrs: []string{addr}, PublicAddrs: []string{fmt.Sprintf("127.0.%d.1:9000", i)},
+			State: cluster.StateUp, Voter: true}
+		f.mps[id] = []store.MountpathStats{
+			{Path: fmt.Sprintf("/data/%s/mp1", id), Used: 3 << 30, Capacity: 100 << 30, Objects: int64(i)},
+			{Path: fmt.Sprintf("/data/%s/mp2-longer-name", id), Used: 3 << 30, Capacity: 100 << 30, Objects: 10},
+		}
+	}
+	f.m.Buckets["data"] = cluster.BucketProps{Name: "data", Copies: 2, Mode: cluster.ModeLocal, Validate: "never"}
+	return f
+}
+
+// env returns the admin flags pointing at node1.
+func (f *fakeCluster) args(args ...string) []string {
+	return append(args, "--node", f.srvs[0].URL, "--secret", f.secret)
+}
+
+func fakeError(w http.ResponseWriter, status int, msg string) {
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": msg})
+}
+
+func (f *fakeCluster) handler(id string) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /cluster/map", func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		_ = json.NewEncoder(w).Encode(f.m)
+	})
+	admin := http.NewServeMux()
+	admin.HandleFunc("GET /admin/v1/status", func(w http.ResponseWriter, r *http.Request) {
+		_ = json.NewEncoder(w).Encode(node.Status{Node: id, Mountpaths: f.mps[id], Extra: map[string]any{
+			"scrub": map[string]int{"passes": 1}, "destage-backlog": map[string]int{"objects": 0}}})
+	})
+	admin.HandleFunc("GET /admin/v1/buckets", func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		var out []cluster.BucketProps
+		for _, n := range f.m.BucketNames() {
+			b, _ := f.m.Bucket(n)
+			out = append(out, b)
+		}
+		_ = json.NewEncoder(w).Encode(out)
+	})
+	admin.HandleFunc("POST /admin/v1/buckets", func(w http.ResponseWriter, r *http.Request) {
+		var b cluster.BucketProps
+		_ = json.NewDecoder(r.Body).Decode(&b)
+		b = b.WithDefaults() // as the node does: copies 0 is stored as 1
+		f.mu.Lock()
+		f.m.Buckets[b.Name] = b
+		f.mu.Unlock()
+		_ = json.NewEncoder(w).Encode(b)
+	})
+	admin.HandleFunc("DELETE /admin/v1/buckets/{name}", func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if _, ok := f.m.Buckets[r.PathValue("name")]; !ok {
+			fakeError(w, http.StatusNotFound, "object: no such bucket: "+r.PathValue("name"))
+			return
+		}
+		delete(f.m.Buckets, r.PathValue("name"))
+		_ = json.NewEncoder(w).Encode(struct{}{})
+	})
+	job := func(name string, lines func(bucket string) []any) {
+		admin.HandleFunc("POST /admin/v1/"+name, func(w http.ResponseWriter, r *http.Request) {
+			f.mu.Lock()
+			f.jobs = append(f.jobs, name+" "+r.URL.RawQuery)
+			f.mu.Unlock()
+			for _, l := range lines(r.URL.Query().Get("bucket")) {
+				_ = json.NewEncoder(w).Encode(l)
+				w.(http.Flusher).Flush()
+				time.Sleep(f.jobWait)
+			}
+		})
+	}
+	// Like the nodes: scrub and rebalance of an unknown bucket do nothing,
+	// prefetch reports the error as its last one.
+	job("scrub", func(string) []any {
+		return []any{node.ScrubProgress{Checked: 1}, node.ScrubProgress{Checked: 2}, node.ScrubProgress{Checked: 3, Done: true}}
+	})
+	job("rebalance", func(string) []any { return []any{node.RebalanceProgress{Scanned: 1, Done: true}} })
+	job("prefetch", func(b string) []any {
+		if b != "data" {
+			return []any{node.Progress{Done: true, LastErr: "object: no such bucket: " + b}}
+		}
+		return []any{node.Progress{Listed: 1, Filled: 1, Bytes: 10, Done: true}}
+	})
+	admin.HandleFunc("POST /admin/v1/evict", func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		f.jobs = append(f.jobs, "evict "+r.URL.RawQuery)
+		f.mu.Unlock()
+		if b := r.URL.Query().Get("bucket"); b != "data" {
+			fakeError(w, http.StatusNotFound, "object: no such bucket: "+b)
+			return
+		}
+		objs := 0
+		if id == "node1" {
+			objs = 1
+		}
+		_ = json.NewEncoder(w).Encode(node.EvictResult{Node: id, Objects: objs, Bytes: 100})
+	})
+	admin.HandleFunc("GET /admin/v1/volumes/{name}", func(w http.ResponseWriter, r *http.Request) {
+		fakeError(w, http.StatusBadRequest, fmt.Sprintf("object: invalid argument: volume %q", r.PathValue("name")))
+	})
+	admin.HandleFunc("POST /admin/v1/volumes", func(w http.ResponseWriter, r *http.Request) {
+		var v cluster.VolumeSpec
+		_ = json.NewDecoder(r.Body).Decode(&v)
+		if v.Copies > 3 {
+			fakeError(w, http.StatusServiceUnavailable, fmt.Sprintf("object: no live replica could serve the request: %d copies, 3 nodes up", v.Copies))
+			return
+		}
+		_ = json.NewEncoder(w).Encode(node.VolumeInfo{VolumeSpec: v})
+	})
+	mux.Handle("/admin/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get(peer.SecretHeader) != f.secret {
+			http.Error(w, "cluster secret required", http.StatusForbidden)
+			return
+		}
+		admin.ServeHTTP(w, r)
+	}))
+	return mux
+}
+
+// run runs the slipstream command line and returns its exit code and
+// output.
+func run(args ...string) (code int, stdout, stderr string) {
+	var o, e bytes.Buffer
+	code = Main(context.Background(), args, &o, &e)
+	return code, o.String(), e.String()
+}
+
+// admin status exits 1 when nodes did not answer, says why once at the
+// end, and keeps the table aligned.
+func TestAdminStatusFailsWhenNodesDoNotAnswer(t *testing.T) {
+	f := newFakeCluster(t)
+	code, out, errOut := run("admin", "status", "--node", f.srvs[0].URL, "--secret", "wrong")
+	if code != 1 {
+		t.Errorf("exit %d with a wrong secret, want 1\nstdout:\n%s", code, out)
+	}
+	if n := strings.Count(errOut, "cluster secret required"); n != 1 {
+		t.Errorf("the reason appears %d times on stderr, want once:\n%s", n, errOut)
+	}
+	if strings.Contains(out, "cluster secret required") {
+		t.Errorf("the error is repeated in the table:\n%s", out)
+	}
+	for _, want := range []string{"3 of 3 nodes did not answer", "node1, node2, node3", "--secret"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errOut)
+		}
+	}
+	checkAligned(t, out)
+}
+
+// checkAligned checks that the table's columns start at the same offset on
+// every row.
+func checkAligned(t *testing.T, out string) {
+	t.Helper()
+	var header string
+	var rows []string
+	for _, l := range strings.Split(out, "\n") {
+		switch {
+		case strings.HasPrefix(l, "NODE"):
+			header = l
+		case header != "" && l == "":
+			header += "\x00" // table ended
+		case header != "" && !strings.HasSuffix(header, "\x00"):
+			rows = append(rows, l)
+		}
+	}
+	header = strings.TrimSuffix(header, "\x00")
+	if header == "" || len(rows) == 0 {
+		t.Fatalf("no table in:\n%s", out)
+	}
+	col := strings.Index(header, "MOUNTPATH")
+	used := strings.Index(header, "USED")
+	for _, r := range rows {
+		if len(r) <= used || r[col-1] != ' ' || r[col] == ' ' || r[used-1] != ' ' || r[used] == ' ' {
+			t.Errorf("row not aligned with the header:\n%s\n%s", header, r)
+		}
+	}
+}
+
+// The status table stays aligned whatever the nodes' extra status is, and
+// says what USED and CAPACITY are.
+func TestAdminStatusAligned(t *testing.T) {
+	f := newFakeCluster(t)
+	code, out, errOut := run(append([]string{"admin", "status"}, f.args()...)...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	checkAligned(t, out)
+	if !strings.Contains(out, "USED and CAPACITY: the file system") {
+		t.Errorf("status does not say what USED and CAPACITY are:\n%s", out)
+	}
+	_, help, helpErr := run("admin", "status", "--help")
+	if !strings.Contains(help+helpErr, "file system") {
+		t.Errorf("status --help does not say what USED and CAPACITY are:\n%s", help+helpErr)
+	}
+	// A node that fails keeps the rows after it aligned.
+	f.srvs[1].Close()
+	code, out, errOut = run(append([]string{"admin", "status"}, f.args()...)...)
+	if code != 1 || !strings.Contains(errOut, "1 of 3 nodes did not answer: node2") {
+		t.Errorf("exit %d, stderr %q; want 1 and node2 named", code, errOut)
+	}
+	checkAligned(t, out)
+}
+
+// bucket create and set refuse --copies 0 instead of printing copies=0
+// while the map stores 1; they print what the map stores.
+func TestAdminBucketCopies(t *testing.T) {
+	f := newFakeCluster(t)
+	for _, sub := range []string{"create", "set"} {
+		code, out, errOut := run(append([]string{"admin", "bucket", sub, "data", "--copies", "0"}, f.args()...)...)
+		if code != 2 || strings.Contains(out, "copies=0") || !strings.Contains(errOut, "--copies 0") {
+			t.Errorf("bucket %s --copies 0: exit %d, stdout %q, stderr %q; want a usage error", sub, code, out, errOut)
+		}
+	}
+	code, out, errOut := run(append([]string{"admin", "bucket", "create", "fresh", "--copies", "3"}, f.args()...)...)
+	if code != 0 || out != "bucket fresh: copies=3 mode=local\n" {
+		t.Errorf("create: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	code, out, _ = run(append([]string{"admin", "bucket", "set", "data", "--mode", "local"}, f.args()...)...)
+	if code != 0 || out != "bucket data: copies=2 mode=local\n" {
+		t.Errorf("set keeps the stored copies: exit %d, stdout %q", code, out)
+	}
+}
+
+// Every admin command given an unknown bucket fails with exit 1, the same
+// message, and prints no result first.
+func TestAdminUnknownBucket(t *testing.T) {
+	f := newFakeCluster(t)
+	for _, args := range [][]string{
+		{"admin", "scrub", "--bucket", "nosuch"},
+		{"admin", "rebalance", "--bucket", "nosuch"},
+		{"admin", "prefetch", "nosuch"},
+		{"admin", "evict", "nosuch"},
+		{"admin", "bucket", "set", "nosuch", "--copies", "2"},
+		{"admin", "bucket", "rm", "nosuch"},
+	} {
+		code, out, errOut := run(f.args(args...)...)
+		if code != 1 || out != "" || errOut != "slipstream admin: no such bucket \"nosuch\"\n" {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want 1, nothing, no such bucket", args, code, out, errOut)
+		}
+	}
+	if len(f.jobs) > 0 {
+		t.Errorf("jobs started for an unknown bucket: %v", f.jobs)
+	}
+	code, out, errOut := run(f.args("admin", "scrub", "--bucket", "data")...)
+	if code != 0 || !strings.Contains(out, "scrub: 9 copies checked") {
+		t.Errorf("scrub of a known bucket: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}
+
+// Plurals, and a job's progress written as lines, without carriage
+// returns, when stderr is not a terminal.
+func TestAdminJobOutput(t *testing.T) {
+	f := newFakeCluster(t)
+	code, out, _ := run(f.args("admin", "evict", "data")...)
+	if code != 0 || out != "evicted 1 object, 300 B, from 3 nodes\n" {
+		t.Errorf("evict: exit %d, stdout %q", code, out)
+	}
+	old := progressEvery
+	progressEvery = 20 * time.Millisecond
+	defer func() { progressEvery = old }()
+	f.jobWait = 100 * time.Millisecond
+	code, out, errOut := run(f.args("admin", "scrub")...)
+	if code != 0 || out != "scrub: 9 copies checked (0 B), 0 corrupt, 0 repaired, 0 not repaired\n" {
+		t.Errorf("scrub: exit %d, stdout %q", code, out)
+	}
+	if strings.Contains(errOut, "\r") || strings.Contains(errOut, "\x1b") {
+		t.Errorf("progress written with terminal controls to a non-terminal: %q", errOut)
+	}
+	if !strings.Contains(errOut, "copies checked") || !strings.HasSuffix(errOut, "\n") {
+		t.Errorf("no progress lines: %q", errOut)
+	}
+}
+
+// -h, --help and help print the usage of their command level and exit 0;
+// a subcommand's help lists only its flags.
+func TestHelp(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want []string
+		not  []string
+	}{
+		{[]string{"admin", "--help"}, []string{"usage: slipstream admin", "prefetch", "scrub"}, nil},
+		{[]string{"admin", "-h"}, []string{"usage: slipstream admin"}, nil},
+		{[]string{"admin", "help"}, []string{"usage: slipstream admin"}, nil},
+		{[]string{"admin", "help", "bucket"}, []string{"usage: slipstream admin bucket", "create"}, nil},
+		{[]string{"admin", "bucket", "--help"}, []string{"usage: slipstream admin bucket", "rm NAME"}, nil},
+		{[]string{"admin", "bucket", "rm", "--help"}, []string{"admin bucket rm NAME", "-node", "-secret"}, []string{"-copies", "-mode", "-endpoint"}},
+		{[]string{"admin", "bucket", "create", "--help"}, []string{"-copies", "-mode", "-backend"}, nil},
+		{[]string{"admin", "bucket", "ls", "-h"}, []string{"-node"}, []string{"-copies"}},
+		{[]string{"admin", "node", "--help"}, []string{"drain|undrain|rm ID"}, nil},
+		{[]string{"admin", "node", "drain", "--help"}, []string{"drain|undrain|rm ID"}, nil},
+		{[]string{"volume", "-h"}, []string{"usage: slipstream volume", "create NAME", "resize"}, nil},
+		{[]string{"volume", "--help"}, []string{"usage: slipstream volume"}, nil},
+		{[]string{"volume", "help", "create"}, []string{"-size", "-chunk", "-copies"}, nil},
+		{[]string{"volume", "list", "--help"}, []string{"-json", "-node"}, []string{"-size", "-chunk", "-copies"}},
+		{[]string{"volume", "info", "--help"}, []string{"-json"}, []string{"-size", "-chunk", "-copies"}},
+		{[]string{"volume", "delete", "--help"}, []string{"-node"}, []string{"-size", "-chunk", "-copies", "-json"}},
+		{[]string{"volume", "resize", "--help"}, []string{"-size"}, []string{"-chunk", "-copies"}},
+	} {
+		code, out, errOut := run(tc.args...)
+		all := out + errOut
+		if code != 0 {
+			t.Errorf("%v: exit %d, want 0:\n%s", tc.args, code, all)
+		}
+		if strings.Contains(all, "unknown") {
+			t.Errorf("%v: %s", tc.args, all)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(all, w) {
+				t.Errorf("%v: output lacks %q:\n%s", tc.args, w, all)
+			}
+		}
+		for _, w := range tc.not {
+			if strings.Contains(all, w) {
+				t.Errorf("%v: output lists %q:\n%s", tc.args, w, all)
+			}
+		}
+	}
+	// Missing and unknown commands are still usage errors.
+	for _, args := range [][]string{{"admin"}, {"admin", "frob"}, {"volume"}, {"volume", "frob"}, {"admin", "bucket", "frob"}} {
+		if code, _, _ := run(args...); code != 2 {
+			t.Errorf("%v: exit %d, want 2", args, code)
+		}
+	}
+}
+
+// Error messages: no internal package labels or doubled parts, one
+// wording per error, each printed once.
+func TestMessages(t *testing.T) {
+	f := newFakeCluster(t)
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string // the whole of stderr
+	}{
+		{[]string{"volume", "create", "vol5"}, 2, "slipstream volume: usage: --size is required (e.g. --size 10GiB)\n"},
+		{[]string{"volume", "create", "vol5", "--size", "0"}, 2, "slipstream volume: usage: --size 0: a volume needs a size above 0 (e.g. 10GiB)\n"},
+		{[]string{"volume", "create", "vol5", "--size", "lots"}, 2, "slipstream volume: usage: --size \"lots\": give a size such as 10GiB or 512MiB\n"},
+		{[]string{"volume", "info", "nosuch"}, 1, "slipstream volume: no such volume \"nosuch\"\n"},
+		{[]string{"volume", "create", "v4", "--size", "1GiB", "--copies", "4"}, 1, "slipstream volume: --copies 4 needs 4 nodes up, and the cluster has 3 up\n"},
+		{[]string{"admin", "prefetch", "nosuch"}, 1, "slipstream admin: no such bucket \"nosuch\"\n"},
+	} {
+		code, _, errOut := run(f.args(tc.args...)...)
+		if code != tc.code || errOut != tc.want {
+			t.Errorf("%v: exit %d, stderr %q; want %d, %q", tc.args, code, errOut, tc.code, tc.want)
+		}
+	}
+	code, _, errOut := run("report", "/nonexistent/r.json")
+	if code != 1 || strings.Contains(errOut, "loader:") || !strings.Contains(errOut, "no such file") {
+		t.Errorf("report of a missing file: exit %d, stderr %q", code, errOut)
+	}
+	code, _, errOut = run("node", "--confg", "x")
+	if code != 2 || strings.Count(errOut, "-confg") != 1 {
+		t.Errorf("node --confg: exit %d, the error printed %d times, want 2 and once:\n%s", code, strings.Count(errOut, "-confg"), errOut)
+	}
+	for in, want := range map[string]string{
+		"object: no such key: object: no such key: single/one":                       "no such key: single/one",
+		"loader: open r.json: no such file or directory":                             "open r.json: no such file or directory",
+		"http://h:1: 0 failed, last error: object: no such bucket: b\nhttp://h:2: x": "http://h:1: 0 failed, last error: no such bucket: b\nhttp://h:2: x",
+		`bucket "a": copies must be 1..16`:                                           `bucket "a": copies must be 1..16`,
+	} {
+		if got := cleanMessage(in); got != want {
+			t.Errorf("cleanMessage(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
