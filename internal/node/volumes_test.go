@@ -256,3 +256,40 @@ func TestLookupWaitsForTheLeadersMap(t *testing.T) {
 		t.Fatalf("Lookup: %v, after %d catch-ups (want 1)", err, synced)
 	}
 }
+
+// TestOpenVolumeFollowsClearedMarks: a node that has a volume open (it
+// serves a client) and learns from the map that another writer left a
+// mirror stale reads no chunk of that mirror; once that writer has
+// resynchronised the mirror and the map no longer lists the mark, the
+// node's volume takes the mirror as current again (it holds no mark of
+// its own on it).
+func TestOpenVolumeFollowsClearedMarks(t *testing.T) {
+	ctx := context.Background()
+	m := cluster.NewMap()
+	spec := cluster.VolumeSpec{Name: "v", Size: 1 << 20, ChunkSize: 4096, Copies: 2, ID: "01", Nodes: []string{"a", "b"}, Writer: "b", Epoch: 1}
+	m.Volumes["v"] = spec
+	vs := testVolumes(t, m)
+	dev, err := vs.Lookup(ctx, "v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := dev.(*volume.Volume)
+	marked := spec
+	marked.Stale, marked.StaleBy = []string{"a"}, map[string][]string{"a": {"b"}}
+	m2 := m.Clone()
+	m2.Volumes["v"] = marked
+	vs.noteStale(ctx, m2)
+	if got := v.StaleChunks()["a"]; got != 256 {
+		t.Fatalf("a's stale chunks after b's mark: %d, want every one (256)", got)
+	}
+	m3 := m.Clone()
+	m3.Volumes["v"] = spec
+	vs.noteStale(ctx, m3)
+	if got := v.StaleChunks(); len(got) != 0 {
+		t.Errorf("stale chunks after the map cleared b's mark: %v, want none", got)
+	}
+	p := make([]byte, 4)
+	if err := v.ReadAt(ctx, p, 0); err != nil {
+		t.Errorf("reading chunk 0 from a's mirror: %v", err)
+	}
+}

@@ -488,7 +488,16 @@ func (c *Client) Delete(ctx context.Context, vol string) error {
 	return c.do(ctx, http.MethodDelete, c.url(vol, -1, "", ""), nil, nil)
 }
 
-// Ping implements Replica.
+// Ping implements Replica. It also dials the chunk stream connections
+// that are down, so that a node that restarted since this client last
+// reached it is found by the Ping (ErrReplicaRestarted, once) rather than
+// by the next call.
 func (c *Client) Ping(ctx context.Context) error {
-	return c.do(ctx, http.MethodGet, c.base+"/volume/_ping", nil, nil)
+	if err := c.do(ctx, http.MethodGet, c.base+"/volume/_ping", nil, nil); err != nil {
+		return err
+	}
+	if c.stream != nil {
+		return c.stream.ready(ctx)
+	}
+	return nil
 }

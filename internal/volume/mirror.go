@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/slipstream-io/slipstream/internal/placement"
@@ -129,6 +130,11 @@ type mirror struct {
 	local    bool
 	down     atomic.Bool
 	failedAt atomic.Int64 // unix ns of the last failure
+	// quick: the last failure sent nothing the node could still apply
+	// (it refused the connection, or a new boot ID answered the dial), so
+	// the mirror is probed again at once rather than after OpTimeout.
+	quick    atomic.Bool
+	reviveMu sync.Mutex // serialises revive
 	inflight atomic.Int64
 
 	markMu sync.Mutex   // serialises StaleMarks calls for the mirror
@@ -367,7 +373,7 @@ func (v *Volume) ReadAt(ctx context.Context, p []byte, off int64) error {
 
 func (v *Volume) readChunk(ctx context.Context, chunk int64, p []byte, off int64) error {
 	owners := v.ownersOf(chunk)
-	tried := 0
+	tried, revived := 0, 0
 	for {
 		var best *mirror
 		for _, m := range owners {
@@ -382,6 +388,13 @@ func (v *Volume) readChunk(ctx context.Context, chunk int64, p []byte, off int64
 			}
 		}
 		if best == nil {
+			// A mirror that failed only because its node restarted or
+			// was not listening may answer again by now: bring it back
+			// rather than fail the read (once per read).
+			if back := v.reviveQuick(ctx, owners, chunk, &revived); back != 0 {
+				tried &^= back
+				continue
+			}
 			return fmt.Errorf("%w: chunk %d of %s", ErrNoMirror, chunk, v.spec.Name)
 		}
 		tried |= 1 << indexOf(owners, best)
@@ -438,12 +451,83 @@ func indexOf(ms []*mirror, m *mirror) int {
 	return 0
 }
 
-// fail marks m down; the probe loop brings it back.
+// fail marks m down; the probe loop brings it back (see quickFailure).
 func (v *Volume) fail(m *mirror, err error) {
+	quick := quickFailure(err)
 	m.failedAt.Store(time.Now().UnixNano())
+	m.quick.Store(quick)
 	if !m.down.Swap(true) {
 		v.cfg.Logger.Warn("volume mirror failed", "volume", v.spec.Name, "node", m.id, "err", err)
 	}
+	if quick {
+		v.poke()
+	}
+}
+
+// quickFailure reports whether err failed a call before the node could
+// apply any of it, in a way that says the node may well answer the next
+// call: it refused the connection (it is restarting), or it answered the
+// dial with a new boot ID (it restarted; what it had not synced is marked
+// stale when the mirror comes back). Such a mirror is probed again at
+// once; after any other failure (a call timed out or broke off, and may
+// still be applied) it is probed again only after OpTimeout.
+func quickFailure(err error) bool {
+	return errors.Is(err, ErrReplicaRestarted) || errors.Is(err, syscall.ECONNREFUSED)
+}
+
+// reviveQuick tries to bring back the owners of chunk that are down after
+// a quick failure and in sync for the chunk, skipping those whose bit (by
+// owner index) is set in *done and setting the bits of those it tries. It
+// returns the bits of those that are back.
+func (v *Volume) reviveQuick(ctx context.Context, owners []*mirror, chunk int64, done *int) int {
+	back := 0
+	for i, m := range owners {
+		if *done&(1<<i) != 0 || !m.down.Load() || !m.quick.Load() || v.stale.isStale(m.id, chunk) {
+			continue
+		}
+		*done |= 1 << i
+		if v.revive(ctx, m) {
+			back |= 1 << i
+		}
+	}
+	return back
+}
+
+// revive brings m, a failed mirror, back if its node answers: before it
+// is used again, it is fenced at this node's claim (a claim it may have
+// missed) and marked stale for every chunk with writes it may have lost
+// (markUnsynced). A node found restarted by the probe counts as
+// answering: what it lost is what markUnsynced marks. It reports whether
+// m is up.
+func (v *Volume) revive(ctx context.Context, m *mirror) bool {
+	m.reviveMu.Lock()
+	defer m.reviveMu.Unlock()
+	if !m.down.Load() {
+		return true
+	}
+	pctx, cancel := v.opCtx(ctx)
+	err := m.r.Ping(pctx)
+	if errors.Is(err, ErrReplicaRestarted) {
+		err = nil
+	}
+	if ep := v.epoch.Load(); err == nil && ep != 0 {
+		// Fenced before it is used again: it may have missed the
+		// announce of this node's claim.
+		if err = m.r.Fence(pctx, v.key, ep); errors.Is(err, ErrFenced) {
+			v.lose(ep)
+		}
+	}
+	cancel()
+	if err != nil {
+		return false
+	}
+	if err := v.markUnsynced(ctx, m); err != nil {
+		v.cfg.Logger.Warn("saving the stale map", "volume", v.spec.Name, "err", err)
+		return false
+	}
+	v.cfg.Logger.Info("volume mirror is back", "volume", v.spec.Name, "node", m.id)
+	m.down.Store(false)
+	return true
 }
 
 // mutate runs op on every live in-sync mirror of chunk in parallel and
@@ -459,6 +543,15 @@ func (v *Volume) mutate(ctx context.Context, chunk int64, op func(ctx context.Co
 	}
 	ep := v.epoch.Load()
 	owners := v.ownersOf(chunk)
+	live := false
+	for _, m := range owners {
+		live = live || !m.down.Load() && !v.stale.isStale(m.id, chunk)
+	}
+	if !live {
+		// As a read: a mirror whose node restarted may answer again.
+		var done int
+		v.reviveQuick(ctx, owners, chunk, &done)
+	}
 	lk := &v.locks[chunk&255]
 	lk.RLock()
 	defer lk.RUnlock()
@@ -862,33 +955,24 @@ func (v *Volume) resyncLoop(ctx context.Context) {
 				// Its mark stays made while it is away (another node may
 				// clear it); like a write, with the back-off of failed calls.
 				v.record(ctx, m, true)
-				// A write that hung on the failed mirror may still land
-				// there; wait out the replica timeout before copying over it.
-				if time.Since(time.Unix(0, m.failedAt.Load())) < v.cfg.OpTimeout {
+				// A mirror whose calls timed out or broke off is probed
+				// again once the replica timeout has passed, not by every
+				// tick meanwhile; one that refused the connection or
+				// restarted (quick), at once.
+				if !m.quick.Load() && time.Since(time.Unix(0, m.failedAt.Load())) < v.cfg.OpTimeout {
 					continue
 				}
-				pctx, cancel := v.opCtx(ctx)
-				err := m.r.Ping(pctx)
-				if ep := v.epoch.Load(); err == nil && ep != 0 {
-					// Fenced before it is used again: it may have missed
-					// the announce of this node's claim.
-					if err = m.r.Fence(pctx, v.key, ep); errors.Is(err, ErrFenced) {
-						v.lose(ep)
-					}
-				}
-				cancel()
-				if err != nil {
+				if !v.revive(ctx, m) {
 					continue
 				}
-				if err := v.markUnsynced(ctx, m); err != nil {
-					v.cfg.Logger.Warn("saving the stale map", "volume", v.spec.Name, "err", err)
-					continue
-				}
-				v.cfg.Logger.Info("volume mirror is back", "volume", v.spec.Name, "node", id)
-				m.down.Store(false)
 			}
 			if m.noted.Load() || v.fencedOff() {
 				continue // the writer resynchronises it
+			}
+			// A write that hung on the failed mirror may still land
+			// there; wait out the replica timeout before copying over it.
+			if time.Since(time.Unix(0, m.failedAt.Load())) < v.cfg.OpTimeout {
+				continue
 			}
 			if err := v.resyncNode(ctx, m); err != nil && ctx.Err() == nil {
 				v.fail(m, err)

@@ -340,7 +340,27 @@ func newStreamClient(baseURL string, n int, timeout time.Duration) (*streamClien
 
 // conn returns a live connection, dialing if its slot is empty or broken.
 func (sc *streamClient) conn(ctx context.Context) (*streamConn, error) {
-	slot := &sc.conns[sc.next.Add(1)%uint64(len(sc.conns))]
+	return sc.slotConn(ctx, &sc.conns[sc.next.Add(1)%uint64(len(sc.conns))])
+}
+
+// ready makes every slot hold a live connection, dialing those that are
+// empty or broken, so that a restart of the node is found now (it fails
+// with ErrReplicaRestarted once) rather than by the next call.
+func (sc *streamClient) ready(ctx context.Context) error {
+	var restarted error
+	for i := range sc.conns {
+		_, err := sc.slotConn(ctx, &sc.conns[i])
+		switch {
+		case errors.Is(err, ErrReplicaRestarted):
+			restarted = err
+		case err != nil:
+			return err
+		}
+	}
+	return restarted
+}
+
+func (sc *streamClient) slotConn(ctx context.Context, slot *streamSlot) (*streamConn, error) {
 	slot.mu.Lock()
 	defer slot.mu.Unlock()
 	if slot.c != nil && !slot.c.broken.Load() {

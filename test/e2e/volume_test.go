@@ -7,12 +7,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/slipstream-io/slipstream/internal/cluster"
 	"github.com/slipstream-io/slipstream/internal/localcluster"
+	"github.com/slipstream-io/slipstream/internal/placement"
+	"github.com/slipstream-io/slipstream/internal/volume"
 )
 
 // volumeCmd runs `slipstream volume` against node i.
@@ -228,4 +231,185 @@ func TestVolumeWriterMoves(t *testing.T) {
 			}
 		}
 	}
+}
+
+// volumeStates is every node's view of its open volumes in `admin status`
+// (by node ID, then volume).
+func volumeStates(t *testing.T, c *localcluster.Cluster) map[string]map[string]struct {
+	Stale map[string]int
+	Down  []string
+} {
+	t.Helper()
+	var st []struct {
+		Node   struct{ ID string }
+		Status struct {
+			Extra struct {
+				Volumes map[string]struct {
+					Stale map[string]int
+					Down  []string
+				}
+			}
+		}
+	}
+	for i := range c.Configs {
+		if c.PID(i) == 0 {
+			continue
+		}
+		// It exits 1 when a node is down, after the others' status.
+		cmd := exec.Command(binary, "admin", "status", "--json")
+		cmd.Env = append(os.Environ(), "SLIPSTREAM_NODE="+c.IntraURL(i), "SLIPSTREAM_SECRET=local-cluster-secret")
+		out, err := cmd.Output()
+		if jerr := json.Unmarshal(out, &st); jerr != nil {
+			t.Fatalf("admin status --json: %v, %v: %s", err, jerr, out)
+		}
+		break
+	}
+	out := map[string]map[string]struct {
+		Stale map[string]int
+		Down  []string
+	}{}
+	for _, n := range st {
+		out[n.Node.ID] = n.Status.Extra.Volumes
+	}
+	return out
+}
+
+// qemuRead reads [off, off+n) of uri with qemu-io and checks that every
+// byte is pattern; it returns qemu-io's complaint, or "".
+func qemuRead(uri string, off, n int64, pattern byte) string {
+	out, err := exec.Command("qemu-io", "-f", "raw", "-r", "-c",
+		fmt.Sprintf("read -P 0x%x %d %d", pattern, off, n), uri).CombinedOutput()
+	s := string(out)
+	if err != nil || !strings.Contains(s, fmt.Sprintf("read %d/%d bytes", n, n)) || strings.Contains(s, "failed") {
+		return fmt.Sprintf("%v: %s", err, s)
+	}
+	return ""
+}
+
+// TestVolumeStaleMarkCleared: a node that has a volume open (an NBD
+// server for a client) learns from the map that another node's write
+// left a mirror stale, and then that the writer resynchronised it. When
+// the writer dies afterwards, the resynchronised mirror is current for
+// every node: a chunk whose mirrors were the dead writer and the
+// resynchronised node reads at once through each node that is up.
+func TestVolumeStaleMarkCleared(t *testing.T) {
+	c := startCluster(t, localcluster.Spec{})
+	const name = "vol3"
+	volumeCmd(t, c, 0, "create", name, "--size", "64MiB", "--copies", "2", "--chunk", "4MiB")
+	uri := func(i int) string { return fmt.Sprintf("nbd://%s/%s", c.Configs[i].NBD[0], name) }
+	// A chunk mirrored on node1 and node2.
+	chunk := int64(-1)
+	for i := range int64(16) {
+		o := placement.Owners([]string{"node1", "node2", "node3"}, volume.ChunkName(name, i), 2)
+		if slices.Contains(o, "node1") && slices.Contains(o, "node2") {
+			chunk = i
+			break
+		}
+	}
+	if chunk < 0 {
+		t.Fatal("no chunk on node1 and node2")
+	}
+	off, n := chunk<<22, int64(4<<20)
+	// node3 serves a client: the volume is open there from now on.
+	runTool(t, "qemu-io", "-f", "raw", "-c", "write -P 0x11 0 64M", uri(2))
+
+	c.Kill(0)
+	runTool(t, "qemu-io", "-f", "raw", "-c", fmt.Sprintf("write -P 0x5a %d %d", off, n), uri(1))
+	if m := clusterMap(t, c, 1).Volumes[name]; !slices.Contains(m.StaleBy["node1"], "node2") {
+		t.Fatalf("node2 did not mark node1 stale in the map: %+v", m.StaleBy)
+	}
+	if err := c.StartNode(0); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitReady(t.Context(), 3); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, "node2 to resynchronise node1 and clear its mark", func() bool {
+		return len(clusterMap(t, c, 1).Volumes[name].Stale) == 0
+	})
+	// Every node's open volume follows the map.
+	waitFor(t, 5*time.Second, "the nodes to drop the mark the map cleared", func() bool {
+		for id, vs := range volumeStates(t, c) {
+			if v, ok := vs[name]; ok && (len(v.Stale) != 0 || len(v.Down) != 0) {
+				t.Logf("%s: %+v", id, v)
+				return false
+			}
+		}
+		return true
+	})
+	c.Kill(1)
+	for _, i := range []int{2, 0} {
+		start := time.Now()
+		for {
+			msg := qemuRead(uri(i), off, n, 0x5a)
+			if msg == "" {
+				break
+			}
+			if time.Since(start) > 3*time.Second {
+				t.Fatalf("chunk %d through node%d after node2's loss: %s", chunk, i+1, msg)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+}
+
+// TestVolumeWriterLostAfterResync: node2 dies, a client writes the whole
+// volume through node3, node2 returns and node3 resynchronises it, then
+// node3 dies. node1, which had the volume open all along, and node2 read
+// every chunk at once from the mirrors left (node2 current again), and
+// once node3 is back every node reads every chunk and reports no mirror
+// down or stale for long.
+func TestVolumeWriterLostAfterResync(t *testing.T) {
+	c := startCluster(t, localcluster.Spec{})
+	const name = "vol4"
+	volumeCmd(t, c, 0, "create", name, "--size", "64MiB", "--copies", "2", "--chunk", "4MiB")
+	uri := func(i int) string { return fmt.Sprintf("nbd://%s/%s", c.Configs[i].NBD[0], name) }
+	runTool(t, "qemu-io", "-f", "raw", "-c", "write -P 0x11 0 64M", uri(0)) // open on node1
+
+	c.Kill(1)
+	runTool(t, "qemu-io", "-f", "raw", "-c", "write -P 0x33 0 64M", uri(2))
+	if err := c.StartNode(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitReady(t.Context(), 3); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, "node3 to resynchronise node2 and clear its mark", func() bool {
+		return len(clusterMap(t, c, 0).Volumes[name].Stale) == 0
+	})
+	c.Kill(2)
+	readAll := func(i int, within time.Duration) {
+		t.Helper()
+		start := time.Now()
+		for {
+			msg := qemuRead(uri(i), 0, 64<<20, 0x33)
+			if msg == "" {
+				return
+			}
+			if time.Since(start) > within {
+				t.Fatalf("reading the volume through node%d: %s (states %+v)", i+1, msg, volumeStates(t, c))
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	for _, i := range []int{0, 1} {
+		readAll(i, 3*time.Second)
+	}
+	if err := c.StartNode(2); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitReady(t.Context(), 3); err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range []int{0, 1, 2} {
+		readAll(i, 3*time.Second)
+	}
+	waitFor(t, 5*time.Second, "no node to report a mirror down or stale", func() bool {
+		for _, vs := range volumeStates(t, c) {
+			if v, ok := vs[name]; ok && (len(v.Stale) != 0 || len(v.Down) != 0) {
+				return false
+			}
+		}
+		return true
+	})
 }
