@@ -266,7 +266,7 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 	}
 	n.vols = &volumes{
 		self: cfg.ID, meta: cl, marks: cl, local: vl, handler: volume.NewHandler(vl), stateDir: filepath.Join(cfg.DataDir, "volumes"),
-		log: log, open: map[string]openVolume{}, clients: map[string]*volume.Client{}, sync: leaderSync(cl),
+		log: log, open: map[string]openVolume{}, clients: map[string]*volume.Client{}, sync: leaderSync(cl), secret: cfg.Secret,
 	}
 	n.registerVolumeAdmin()
 	n.wg.Add(1)
@@ -281,7 +281,7 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 	intra.Handle(StatsPath, stats)
 	intra.Handle(sysstat.PagePath, live)
 	intra.Handle(AdminPrefix, requireSecret(cfg.Secret, n.adminHandler()))
-	intra.Handle("/volume/", n.vols.handler)
+	intra.Handle("/volume/", requireSecret(cfg.Secret, n.vols.handler))
 	intra.Handle("/debug/pprof/", requireSecret(cfg.Secret, http.HandlerFunc(pprof.Index)))
 	intra.Handle("/debug/pprof/profile", requireSecret(cfg.Secret, http.HandlerFunc(pprof.Profile)))
 	intra.HandleFunc(nbdInfoPath, func(w http.ResponseWriter, r *http.Request) { writeAdmin(w, cfg.NBD, nil) })

@@ -20,6 +20,7 @@ import (
 
 	"github.com/slipstream-io/slipstream/internal/cluster"
 	"github.com/slipstream-io/slipstream/internal/object"
+	"github.com/slipstream-io/slipstream/internal/peer"
 	"github.com/slipstream-io/slipstream/internal/placement"
 	"github.com/slipstream-io/slipstream/internal/volume"
 	"github.com/slipstream-io/slipstream/internal/volume/nbd"
@@ -35,6 +36,7 @@ type volumes struct {
 	local    *volume.Local
 	handler  *volume.Handler
 	stateDir string
+	secret   string // the cluster secret, sent to other nodes' chunk endpoints
 	log      *slog.Logger
 	// sync catches this node's map up with the leader's before a volume
 	// is opened (nil: no-op).
@@ -69,7 +71,11 @@ func (vs *volumes) replica(m *cluster.Map, id string) volume.Replica {
 	if len(ni.IntraAddrs) > 0 {
 		base = cluster.BaseURL(ni.IntraAddrs[0])
 	}
-	c, err := volume.NewClientConfig(volume.ClientConfig{BaseURL: base})
+	var hdr http.Header
+	if vs.secret != "" {
+		hdr = http.Header{peer.SecretHeader: {vs.secret}}
+	}
+	c, err := volume.NewClientConfig(volume.ClientConfig{BaseURL: base, Header: hdr})
 	if err != nil {
 		vs.log.Warn("volume replica client", "node", id, "err", err)
 		c = volume.NewClient(base, nil)

@@ -261,6 +261,7 @@ func httpError(w http.ResponseWriter, err error) {
 type Client struct {
 	base   string
 	hc     *http.Client
+	header http.Header
 	stream *streamClient
 }
 
@@ -279,6 +280,9 @@ type ClientConfig struct {
 	// Timeout fails a stream connection (and every call on it) when one
 	// call waits longer than this. Default 10s.
 	Timeout time.Duration
+	// Header is added to every request, stream upgrades included (the
+	// cluster secret).
+	Header http.Header
 }
 
 // NewClient returns a replica client for the node at baseURL with the
@@ -302,7 +306,14 @@ func NewClientConfig(cfg ClientConfig) (*Client, error) {
 		tr.Proxy = nil
 		hc = &http.Client{Transport: tr}
 	}
-	c := &Client{base: strings.TrimRight(cfg.BaseURL, "/"), hc: hc}
+	for k, vs := range cfg.Header {
+		for _, v := range vs {
+			if strings.ContainsAny(k+v, "\r\n") {
+				return nil, fmt.Errorf("volume: header %q has a line break", k)
+			}
+		}
+	}
+	c := &Client{base: strings.TrimRight(cfg.BaseURL, "/"), hc: hc, header: cfg.Header.Clone()}
 	if cfg.StreamConns >= 0 {
 		n := cfg.StreamConns
 		if n == 0 {
@@ -315,6 +326,7 @@ func NewClientConfig(cfg ClientConfig) (*Client, error) {
 		if err != nil {
 			return nil, err
 		}
+		s.header = c.header
 		c.stream = s
 	}
 	return c, nil
@@ -386,6 +398,9 @@ func (c *Client) do(ctx context.Context, method, url string, body []byte, into [
 	req, err := http.NewRequestWithContext(ctx, method, url, rd)
 	if err != nil {
 		return err
+	}
+	for k, vs := range c.header {
+		req.Header[k] = vs
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -206,5 +207,42 @@ func TestFullDriveIsENOSPC(t *testing.T) {
 	}
 	if st := v.StaleChunks(); len(st) != 0 {
 		t.Errorf("a write no mirror took marked mirrors stale: %v", st)
+	}
+}
+
+// TestClientSendsHeader: the client's header (the cluster secret) goes
+// with plain requests and with the chunk stream's upgrade, so a node can
+// refuse chunk I/O from whoever lacks it.
+func TestClientSendsHeader(t *testing.T) {
+	ctx := context.Background()
+	l, err := volume.NewLocal(volume.LocalConfig{Mountpaths: []string{t.TempDir()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	h := volume.NewHandler(l)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Secret") != "s3cret" {
+			http.Error(w, "secret required", http.StatusForbidden)
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	for _, streams := range []int{0, -1} { // the chunk stream, plain HTTP
+		for _, hdr := range []http.Header{nil, {"X-Secret": {"s3cret"}}} {
+			c, err := volume.NewClientConfig(volume.ClientConfig{BaseURL: srv.URL, StreamConns: streams, Header: hdr})
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = c.WriteAt(ctx, "v@1", 0, 0, []byte("data"), 0, false)
+			c.Close()
+			if (hdr == nil) != (err != nil) {
+				t.Errorf("write with header %v (streams %d): %v", hdr, streams, err)
+			}
+		}
+	}
+	if _, err := volume.NewClientConfig(volume.ClientConfig{BaseURL: srv.URL, Header: http.Header{"X-Secret": {"a\r\nb"}}}); err == nil {
+		t.Error("a header value with a line break was accepted")
 	}
 }

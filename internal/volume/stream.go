@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -314,6 +315,7 @@ var ErrReplicaRestarted = fmt.Errorf("%w: the node restarted", ErrReplicaError)
 // calls over them.
 type streamClient struct {
 	host    string
+	header  http.Header // added to the upgrade request
 	timeout time.Duration
 	conns   []streamSlot
 	next    atomic.Uint64
@@ -366,7 +368,7 @@ func (sc *streamClient) slotConn(ctx context.Context, slot *streamSlot) (*stream
 	if slot.c != nil && !slot.c.broken.Load() {
 		return slot.c, nil
 	}
-	c, err := dialStream(ctx, sc.host, sc.timeout)
+	c, err := dialStream(ctx, sc.host, sc.header, sc.timeout)
 	if err != nil {
 		return nil, err
 	}
@@ -443,7 +445,7 @@ func (sc *streamConn) watchdog(timeout time.Duration) {
 	}
 }
 
-func dialStream(ctx context.Context, host string, timeout time.Duration) (*streamConn, error) {
+func dialStream(ctx context.Context, host string, header http.Header, timeout time.Duration) (*streamConn, error) {
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "tcp", host)
 	if err != nil {
@@ -452,7 +454,13 @@ func dialStream(ctx context.Context, host string, timeout time.Duration) (*strea
 	if tc, ok := c.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
-	req := "POST /volume/_stream HTTP/1.1\r\nHost: " + host + "\r\nConnection: Upgrade\r\nUpgrade: " + streamProto + "\r\nContent-Length: 0\r\n\r\n"
+	var extra strings.Builder
+	for k, vs := range header { // line breaks refused by NewClientConfig
+		for _, v := range vs {
+			extra.WriteString(k + ": " + v + "\r\n")
+		}
+	}
+	req := "POST /volume/_stream HTTP/1.1\r\nHost: " + host + "\r\nConnection: Upgrade\r\nUpgrade: " + streamProto + "\r\nContent-Length: 0\r\n" + extra.String() + "\r\n"
 	if dl, ok := ctx.Deadline(); ok {
 		_ = c.SetDeadline(dl)
 	}

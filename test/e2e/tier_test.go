@@ -813,4 +813,13 @@ func TestClusterEndpointsNeedTheSecret(t *testing.T) {
 			t.Errorf("POST %s without the cluster secret: %d, want 403", path, resp.StatusCode)
 		}
 	}
+	// Nor are volume chunks read or written without it.
+	resp, err := http.Get(c.IntraURL(0) + "/volume/v@1/0?off=0&n=16")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("GET of a volume chunk without the cluster secret: %d, want 403", resp.StatusCode)
+	}
 }
