@@ -359,7 +359,7 @@ func adminBucket(ctx context.Context, env Env, args []string) error {
 func bucketPropFlags(fs *flag.FlagSet, b *cluster.BucketProps) {
 	fs.IntVar(&b.Copies, "copies", 1, "copies on distinct nodes (1 to 16)")
 	fs.StringVar(&b.Mode, "mode", "local", "local, cache or writeback")
-	fs.StringVar(&b.Validate, "validate", "never", "warm-copy validation: never, always or ttl:<duration>")
+	fs.StringVar(&b.Validate, "validate", "never", "warm-copy validation: never, always, ttl:<duration>, or ttl (the nodes' tier.ttl)")
 	fs.StringVar(&b.Backend.Kind, "backend", "", "backend kind: s3 or fs")
 	fs.StringVar(&b.Backend.Endpoint, "endpoint", "", "s3 backend endpoint URL")
 	fs.StringVar(&b.Backend.Region, "region", "us-east-1", "s3 backend region")

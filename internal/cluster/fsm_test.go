@@ -372,7 +372,7 @@ func TestParseValidate(t *testing.T) {
 		{"ttl:1h30m", ValidateTTL, 90 * time.Minute, true},
 		{"ttl:", "", 0, false},
 		{"ttl:0s", "", 0, false},
-		{"ttl", "", 0, false},
+		{"ttl", ValidateTTL, 0, true}, // each node's tier.ttl
 		{"Always", "", 0, false},
 	}
 	for _, tt := range tests {
@@ -395,7 +395,11 @@ func FuzzParseValidate(f *testing.F) {
 			}
 			return
 		}
-		if p == ValidateTTL {
+		if p == ValidateTTL && s == "ttl" {
+			if d != 0 {
+				t.Fatalf("bare ttl parsed as %v", d)
+			}
+		} else if p == ValidateTTL {
 			if d <= 0 {
 				t.Fatalf("ttl %v accepted", d)
 			}

@@ -179,19 +179,22 @@ const (
 	ValidateTTL    ValidatePolicy = "ttl"
 )
 
-// ParseValidate parses a bucket's validation setting: "never", "always" or
-// "ttl:<duration>" (a positive Go duration such as "ttl:30s"). An empty
-// string means "never".
+// ParseValidate parses a bucket's validation setting: "never", "always",
+// "ttl:<duration>" (a positive Go duration such as "ttl:30s"), or "ttl"
+// (duration 0: each node's configured default, tier.ttl). An empty string
+// means "never".
 func ParseValidate(s string) (ValidatePolicy, time.Duration, error) {
 	switch s {
 	case "", string(ValidateNever):
 		return ValidateNever, 0, nil
 	case string(ValidateAlways):
 		return ValidateAlways, 0, nil
+	case string(ValidateTTL):
+		return ValidateTTL, 0, nil
 	}
 	rest, ok := strings.CutPrefix(s, "ttl:")
 	if !ok {
-		return "", 0, fmt.Errorf("%w: validate must be never, always or ttl:<duration>, got %q", object.ErrInvalidArgument, s)
+		return "", 0, fmt.Errorf("%w: validate must be never, always, ttl or ttl:<duration>, got %q", object.ErrInvalidArgument, s)
 	}
 	d, err := time.ParseDuration(rest)
 	if err != nil || d <= 0 {

@@ -198,7 +198,7 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 	local.rejoin = rj
 	bgCtx, bgCancel := context.WithCancel(context.Background())
 	n.bgCancel = bgCancel
-	ts := &tierSync{tier: n.tier, log: log, base: bgCtx, props: map[string]cluster.BucketProps{}, taking: map[string]bool{},
+	ts := &tierSync{tier: n.tier, log: log, ttl: cfg.Tier.TTL, base: bgCtx, props: map[string]cluster.BucketProps{}, taking: map[string]bool{},
 		purge: func(ctx context.Context, bucket string) {
 			if err := st.PurgeBucket(ctx, bucket, time.Now()); err != nil {
 				log.Warn("removing what is left of a deleted bucket", "bucket", bucket, "err", err)

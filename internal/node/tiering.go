@@ -22,6 +22,7 @@ import (
 type tierSync struct {
 	tier *tier.Tier
 	log  *slog.Logger
+	ttl  time.Duration // what a bucket's "ttl" validation means here (tier.ttl)
 
 	// base is the context take-overs run with: they outlive the request
 	// or map change that started them.
@@ -46,7 +47,7 @@ func (s *tierSync) apply(ctx context.Context, m *cluster.Map) {
 			continue
 		}
 		tb := tier.Bucket{Mode: tier.Mode(b.Mode), Copies: b.Copies}
-		v, err := tier.ParseValidate(b.Validate)
+		v, err := tier.ParseValidate(b.Validate, s.ttl)
 		if err != nil {
 			s.log.Error("bucket validation policy", "bucket", name, "err", err)
 			continue

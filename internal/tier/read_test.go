@@ -263,7 +263,7 @@ func TestStaleness(t *testing.T) {
 		for _, pol := range []string{"never", "always", "ttl:300ms"} {
 			t.Run(pol, func(t *testing.T) {
 				e := newEnv(t, kind)
-				v, err := tier.ParseValidate(pol)
+				v, err := tier.ParseValidate(pol, 0)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -325,9 +325,10 @@ func TestParseValidate(t *testing.T) {
 	}{
 		{"", "never", true}, {"never", "never", true}, {"always", "always", true},
 		{"ttl:5m", "ttl:5m0s", true}, {"ttl:0s", "", false}, {"ttl:x", "", false}, {"sometimes", "", false},
+		{"ttl", "ttl:1m0s", true}, // the node's default, here 1m
 	}
 	for _, c := range cases {
-		v, err := tier.ParseValidate(c.in)
+		v, err := tier.ParseValidate(c.in, time.Minute)
 		if (err == nil) != c.ok || (c.ok && v.String() != c.want) {
 			t.Errorf("ParseValidate(%q) = %v, %v", c.in, v, err)
 		}

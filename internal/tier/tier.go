@@ -82,13 +82,16 @@ type Validate struct {
 	TTL    time.Duration // for ValidateTTL
 }
 
-// ParseValidate parses "never", "always" or "ttl:<duration>" ("" = never).
-func ParseValidate(s string) (Validate, error) {
+// ParseValidate parses "never", "always", "ttl:<duration>" or "ttl" ("" =
+// never). "ttl" takes the duration dflt (the node's configured default).
+func ParseValidate(s string, dflt time.Duration) (Validate, error) {
 	switch {
 	case s == "" || s == "never":
 		return Validate{Policy: ValidateNever}, nil
 	case s == "always":
 		return Validate{Policy: ValidateAlways}, nil
+	case s == "ttl" && dflt > 0:
+		return Validate{Policy: ValidateTTL, TTL: dflt}, nil
 	case strings.HasPrefix(s, "ttl:"):
 		d, err := time.ParseDuration(strings.TrimPrefix(s, "ttl:"))
 		if err != nil || d <= 0 {
@@ -96,7 +99,7 @@ func ParseValidate(s string) (Validate, error) {
 		}
 		return Validate{Policy: ValidateTTL, TTL: d}, nil
 	}
-	return Validate{}, fmt.Errorf("%w: validate %q: want never, always or ttl:<duration>", object.ErrInvalidArgument, s)
+	return Validate{}, fmt.Errorf("%w: validate %q: want never, always, ttl or ttl:<duration>", object.ErrInvalidArgument, s)
 }
 
 func (v Validate) String() string {
