@@ -85,6 +85,12 @@ func (n *Node) adminHandler() http.Handler {
 				return
 			}
 		}
+		if cur, ok := n.cluster.Map().Bucket(b.Name); update && ok && cur.Mode != b.Mode {
+			if err := n.checkEmpty(r.Context(), b.Name); err != nil {
+				writeAdmin(w, nil, err)
+				return
+			}
+		}
 		var err error
 		if update {
 			err = n.cluster.UpdateBucket(r.Context(), b)
@@ -118,6 +124,23 @@ func redact(s string) string {
 		return ""
 	}
 	return cluster.RedactedSecret
+}
+
+// checkEmpty refuses a change of mode of a bucket that holds objects (in
+// the cluster or, for a tiered bucket, in its backend): a local bucket's
+// objects were never uploaded, so a tiered mode would drop them as clean
+// copies, and a tiered bucket's objects that only the backend holds would
+// be gone in a local one.
+func (n *Node) checkEmpty(ctx context.Context, bucket string) error {
+	m := n.cluster.Map()
+	res, err := n.gw.listAll(ctx, m, bucket, object.ListOptions{MaxKeys: 1}, nil)
+	if err != nil {
+		return err
+	}
+	if len(res.Objects) > 0 {
+		return fmt.Errorf("%w: %s holds objects, and changing its mode would lose them; create a bucket with the new mode and copy them", object.ErrBucketNotEmpty, bucket)
+	}
+	return nil
 }
 
 // checkBackend lists one key of b's backend, so that a tiered bucket is

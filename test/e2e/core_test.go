@@ -561,6 +561,22 @@ func TestAdminBucketUpdate(t *testing.T) {
 	if got.Copies != 2 || !got.Created.Equal(before.Created) {
 		t.Errorf("update answered copies %d created %v; want 2, %v (the stored creation time)", got.Copies, got.Created, before.Created)
 	}
+
+	// The mode of a bucket that holds objects does not change: a local
+	// bucket's objects were never uploaded, and a tiered mode would drop
+	// them as clean copies.
+	ctx := context.Background()
+	if err := putObject(ctx, s3Client(c, c.Endpoint(0)), "upd", "k", []byte("only here")); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(binary, "admin", "bucket", "set", "upd", "--mode", "cache", "--backend", "fs", "--path", t.TempDir())
+	cmd.Env = append(os.Environ(), "SLIPSTREAM_NODE="+c.IntraURL(0), "SLIPSTREAM_SECRET=local-cluster-secret")
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "holds objects") {
+		t.Fatalf("changing the mode of a bucket with objects: %v\n%s", err, out)
+	}
+	if got, err := getObject(ctx, s3Client(c, c.Endpoint(1)), "upd", "k"); err != nil || string(got) != "only here" {
+		t.Fatalf("the object after the refused change: %q %v", got, err)
+	}
 }
 
 // TestPartNumberReads: an object the AWS CLI uploads in parts into a
