@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -150,6 +151,16 @@ func (n *Node) checkEmpty(ctx context.Context, bucket string) error {
 func checkBackend(ctx context.Context, b cluster.BucketProps) error {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
+	if b.Backend.Kind == cluster.BackendFS {
+		// The fs backend makes its directory: an NFS mount that is
+		// missing would silently become a local directory.
+		if fi, err := os.Stat(b.Backend.Path); err != nil || !fi.IsDir() {
+			if err == nil {
+				err = fmt.Errorf("%s is not a directory", b.Backend.Path)
+			}
+			return fmt.Errorf("%w: bucket %s: its fs backend must be an existing directory (mounted): %v", object.ErrInvalidArgument, b.Name, err)
+		}
+	}
 	be, err := open.New(ctx, b.Backend)
 	if err == nil {
 		_, err = be.List(ctx, backend.ListOptions{Limit: 1})

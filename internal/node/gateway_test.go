@@ -375,7 +375,7 @@ func TestCheckBackend(t *testing.T) {
 		ok   bool
 	}{
 		{"a directory", dir, true},
-		{"a directory it makes", filepath.Join(dir, "new"), true},
+		{"no such directory (an NFS mount missing)", filepath.Join(dir, "missing"), false},
 		{"under a file", filepath.Join(file, "dir"), false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
