@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/slipstream-io/slipstream/internal/object"
@@ -200,6 +201,14 @@ func errorCode(err error) string {
 func codeError(code, msg string) error {
 	for _, c := range codes {
 		if c.code == code {
+			// The message is the error's text on the other node, which
+			// starts with the sentinel's own text: keep it once.
+			if rest, ok := strings.CutPrefix(msg, c.err.Error()); ok {
+				msg = strings.TrimPrefix(rest, ": ")
+				if msg == "" {
+					return c.err
+				}
+			}
 			return fmt.Errorf("%w: %s", c.err, msg)
 		}
 	}

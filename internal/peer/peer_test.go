@@ -486,3 +486,16 @@ func TestPutBodyNotItsSize(t *testing.T) {
 		}
 	}
 }
+
+// TestErrorTextOnce: an error from the other node keeps its sentinel (for
+// errors.Is) and says what it says once, not the sentinel's text twice.
+func TestErrorTextOnce(t *testing.T) {
+	rem, _ := setup(t)
+	_, err := rem.Stat(context.Background(), "b", "missing")
+	if !errors.Is(err, object.ErrNotFound) {
+		t.Fatalf("Stat of a missing key: %v", err)
+	}
+	if n := strings.Count(err.Error(), object.ErrNotFound.Error()); n != 1 {
+		t.Errorf("error %q names %q %d times", err, object.ErrNotFound, n)
+	}
+}
