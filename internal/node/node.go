@@ -268,6 +268,7 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 		self: cfg.ID, meta: cl, marks: cl, local: vl, handler: volume.NewHandler(vl), stateDir: filepath.Join(cfg.DataDir, "volumes"),
 		log: log, open: map[string]openVolume{}, clients: map[string]*volume.Client{}, sync: leaderSync(cl), secret: cfg.Secret,
 	}
+	n.vols.initState() // before the node serves any chunk request
 	n.registerVolumeAdmin()
 	n.wg.Add(1)
 	go func() { defer n.wg.Done(); n.vols.collect(bgCtx) }()

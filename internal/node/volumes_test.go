@@ -293,3 +293,55 @@ func TestOpenVolumeFollowsClearedMarks(t *testing.T) {
 		t.Errorf("reading chunk 0 from a's mirror: %v", err)
 	}
 }
+
+// TestWipedNodeTreatsWrittenVolumesAsLost: a node that starts from an
+// empty data directory and empty mountpaths, listed as a mirror of a
+// volume written before, does not take its (missing) chunks as in sync:
+// they are lost, never read, and the volume is opened to mark the mirror
+// stale in the map. A volume created after it started is not lost.
+func TestWipedNodeTreatsWrittenVolumesAsLost(t *testing.T) {
+	m := cluster.NewMap()
+	for _, id := range []string{"a", "b"} {
+		m.Nodes[id] = cluster.NodeInfo{ID: id, State: cluster.StateUp}
+	}
+	before := time.Now().Add(-time.Hour).UTC()
+	m.Volumes["old"] = cluster.VolumeSpec{Name: "old", Size: 1 << 20, ChunkSize: 4096, Copies: 2, ID: "01", Nodes: []string{"a", "b"},
+		Created: before, Writer: "b", Epoch: 1}
+	m.Volumes["new"] = cluster.VolumeSpec{Name: "new", Size: 1 << 20, ChunkSize: 4096, Copies: 2, ID: "02", Nodes: []string{"a", "b"},
+		Created: time.Now().Add(time.Hour).UTC(), Writer: "b", Epoch: 1}
+	vs := testVolumes(t, m)
+	vs.initState()
+	oldKey, newKey := m.Volumes["old"].Key(), m.Volumes["new"].Key()
+	ctx := context.Background()
+	if err := vs.local.Fence(ctx, oldKey, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := vs.local.Fence(ctx, newKey, 1); err != nil {
+		t.Fatal(err)
+	}
+	if lost, err := vs.local.Lost(oldKey); err != nil || !lost {
+		t.Fatalf("old volume: Lost = %v, %v; want true (the wiped node may have held its chunks)", lost, err)
+	}
+	if err := vs.local.ReadAt(ctx, oldKey, 0, make([]byte, 4096), 0); err == nil {
+		t.Error("the wiped node's chunks of the old volume read as current")
+	}
+	if lost, err := vs.local.Lost(newKey); err != nil || lost {
+		t.Fatalf("new volume: Lost = %v, %v; want false", lost, err)
+	}
+	waitFor := func(name string) {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			vs.mu.Lock()
+			_, ok := vs.open[name]
+			vs.mu.Unlock()
+			if ok {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("volume %s not opened to mark its lost mirror", name)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	waitFor("old")
+}

@@ -44,6 +44,12 @@ type Local struct {
 
 	fences *fences // the writer epoch of each volume
 
+	// Volume identities (ident.go); set before serving.
+	stateDir string
+	prior    func(vol string) bool
+	onLost   func(vol string)
+	ids      sync.Map // volume key -> *identity
+
 	mu    sync.Mutex
 	files map[fileKey]*openFile
 }
@@ -195,6 +201,9 @@ func (l *Local) ReadAt(_ context.Context, vol string, chunk int64, p []byte, off
 	if err := l.check(off, int64(len(p))); err != nil {
 		return err
 	}
+	if err := l.readable(vol); err != nil {
+		return err
+	}
 	of, err := l.open(vol, chunk, false)
 	if err != nil {
 		return err
@@ -215,6 +224,9 @@ func (l *Local) ReadAt(_ context.Context, vol string, chunk int64, p []byte, off
 // never written is one hole).
 func (l *Local) Extents(_ context.Context, vol string, chunk, off, n int64) ([]nbd.Extent, error) {
 	if err := l.check(off, n); err != nil {
+		return nil, err
+	}
+	if err := l.readable(vol); err != nil {
 		return nil, err
 	}
 	of, err := l.open(vol, chunk, false)
@@ -238,7 +250,25 @@ func (l *Local) mutation(vol string, epoch uint64, off, n int64) (done func(), e
 	if err := ValidKey(vol); err != nil {
 		return nil, err
 	}
+	if _, err := l.ident(vol, true); err != nil {
+		return nil, err
+	}
 	return l.fences.enter(vol, epoch)
+}
+
+// readable fails (ErrLost) while this replica's chunks of vol are lost.
+func (l *Local) readable(vol string) error {
+	if l.stateDir == "" {
+		return nil
+	}
+	if err := ValidKey(vol); err != nil {
+		return err
+	}
+	lost, err := l.ident(vol, false)
+	if err == nil && lost {
+		err = fmt.Errorf("%w: %s", ErrLost, vol)
+	}
+	return err
 }
 
 // WriteAt implements Replica.
@@ -295,6 +325,9 @@ func (l *Local) Fence(_ context.Context, vol string, epoch uint64) error {
 	if err := ValidKey(vol); err != nil {
 		return err
 	}
+	if _, err := l.ident(vol, true); err != nil {
+		return err
+	}
 	return l.fences.raise(vol, epoch)
 }
 
@@ -331,6 +364,9 @@ func (l *Local) Delete(_ context.Context, vol string) error {
 	}
 	l.mu.Unlock()
 	l.fences.forget(vol)
+	if err := l.forgetIdent(vol); err != nil {
+		return err
+	}
 	for _, mp := range l.cfg.Mountpaths {
 		if err := os.RemoveAll(l.dir(mp, vol)); err != nil {
 			return err

@@ -149,6 +149,21 @@ type mirror struct {
 	// for others (under markMu): the full resync covers their marks only
 	// if the volume was not claimed again since.
 	coverEpoch uint64
+
+	// lost: the local mirror lost its chunks (lostReplica), every chunk
+	// is stale until it is resynchronised in full. lostMarked: its own
+	// mark for it was made; lostSeen: the marks seen since list it.
+	lost, lostMarked, lostSeen atomic.Bool
+	// selfMarked: the marks list the mirror's own node for it (it lost
+	// its chunks): never a source of last resort (rescue).
+	selfMarked atomic.Bool
+}
+
+// lostReplica is a replica that notices when its chunks of a volume are
+// gone (Local, see ident.go).
+type lostReplica interface {
+	Lost(vol string) (bool, error)
+	Repaired(vol string) error
 }
 
 var (
@@ -211,6 +226,28 @@ func Open(ctx context.Context, cfg Config) (*Volume, error) {
 			v.epoch.Store(cfg.Epoch)
 		} else {
 			v.other.Store(true)
+		}
+	}
+	for _, m := range v.nodes {
+		lr, ok := m.r.(lostReplica)
+		if !m.local || !ok {
+			continue
+		}
+		lost, err := lr.Lost(v.key)
+		if err != nil {
+			return nil, err
+		}
+		if lost {
+			// Every chunk is stale, saved, and marked in StaleMarks (by
+			// the resync loop) as missed through this node: the others
+			// read another mirror and resynchronise this one in full.
+			m.lost.Store(true)
+			v.stale.markAll(m.id, false)
+			if err := v.stale.save(); err != nil {
+				return nil, err
+			}
+			cfg.Logger.Warn("this node lost its chunks of the volume (drive replaced or wiped): not read until resynchronised",
+				"volume", cfg.Spec.Name, "node", m.id)
 		}
 	}
 	v.noteStale(cfg.Stale, true)
@@ -966,6 +1003,9 @@ func (v *Volume) resyncLoop(ctx context.Context) {
 					continue
 				}
 			}
+			if m.lost.Load() && !m.lostMarked.Load() {
+				v.recordLost(ctx, m)
+			}
 			if m.noted.Load() || v.fencedOff() {
 				continue // the writer resynchronises it
 			}
@@ -1067,10 +1107,63 @@ func (v *Volume) record(ctx context.Context, m *mirror, write bool) {
 		}
 		m.shared.Store(stale)
 		m.listed.Store(stale)
+		if stale && m.lost.Load() {
+			m.lostMarked.Store(true)
+		}
 		if !stale {
 			v.cfg.Logger.Info("volume mirror resynchronised", "volume", v.spec.Name, "node", m.id)
+			if m.lost.Load() {
+				v.repaired(m) // every chunk was copied back since Open
+			}
 		}
 	}
+}
+
+// recordLost marks m, the local mirror whose chunks were lost, stale in
+// StaleMarks as missed through this node (the same mark as missed
+// writes), so that every node that reads the volume avoids it and the
+// writer resynchronises it in full. It is made once (a failed call is
+// retried by the resync loop after marksBackoff); the mark goes when a
+// full resync covered it.
+func (v *Volume) recordLost(ctx context.Context, m *mirror) {
+	if v.cfg.Marks == nil {
+		m.lostMarked.Store(true)
+		return
+	}
+	if time.Since(time.Unix(0, m.markAt.Load())) <= marksBackoff {
+		return
+	}
+	m.markMu.Lock()
+	defer m.markMu.Unlock()
+	if !m.lost.Load() || m.lostMarked.Load() {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, marksTimeout)
+	err := v.cfg.Marks.SetStale(cctx, m.id, true)
+	cancel()
+	if err != nil {
+		m.markAt.Store(time.Now().UnixNano())
+		v.cfg.Logger.Warn("could not record in the cluster that this node lost its chunks; will try again", "volume", v.spec.Name, "node", m.id, "err", err)
+		return
+	}
+	m.shared.Store(true)
+	m.listed.Store(true)
+	m.lostMarked.Store(true)
+}
+
+// repaired ends m's loss: every chunk of it has been resynchronised.
+func (v *Volume) repaired(m *mirror) {
+	lr, ok := m.r.(lostReplica)
+	if !ok || !m.lost.Load() {
+		return
+	}
+	if err := lr.Repaired(v.key); err != nil {
+		v.cfg.Logger.Warn("could not record that the volume's chunks are back", "volume", v.spec.Name, "err", err)
+		return
+	}
+	m.lost.Store(false)
+	m.lostSeen.Store(false)
+	v.cfg.Logger.Info("this node's chunks of the volume are resynchronised", "volume", v.spec.Name, "node", m.id)
 }
 
 // NoteStale tells the volume which writers StaleMarks lists for each
@@ -1096,6 +1189,19 @@ func (v *Volume) noteStale(marks map[string][]string, atOpen bool) {
 		own := slices.Contains(marks[id], v.cfg.Self)
 		others := slices.DeleteFunc(slices.Clone(marks[id]), func(w string) bool { return w == v.cfg.Self })
 		wasListed := m.shared.Load() || len(m.others) > 0
+		m.selfMarked.Store(slices.Contains(marks[id], id))
+		// A lost mirror is repaired once its mark, seen listed, is
+		// gone: a writer resynchronised it in full and cleared it.
+		lostDone := false
+		if m.lost.Load() {
+			switch {
+			case own:
+				m.lostSeen.Store(true)
+				m.lostMarked.Store(true)
+			case m.lostSeen.Load() && len(others) == 0:
+				lostDone = true
+			}
+		}
 		if atOpen && own && v.stale.count(id) == 0 {
 			// Its own mark, but its stale map was lost: which chunks it
 			// missed is not known any more.
@@ -1128,7 +1234,7 @@ func (v *Volume) noteStale(marks map[string][]string, atOpen bool) {
 		case len(m.others) > 0:
 			m.others = nil
 			if m.noted.Swap(false) {
-				if own {
+				if own || m.lost.Load() && !lostDone {
 					v.stale.keep(id)
 					v.poke()
 				} else {
@@ -1136,7 +1242,12 @@ func (v *Volume) noteStale(marks map[string][]string, atOpen bool) {
 				}
 			}
 		}
-		if !own && len(others) == 0 && wasListed && v.fencedOff() {
+		if lostDone {
+			v.stale.clearAll(id)
+			m.noted.Store(false)
+			m.shared.Store(false)
+			v.repaired(m)
+		} else if !own && len(others) == 0 && wasListed && v.fencedOff() && !m.lost.Load() {
 			// Another node writes the volume and no mark on the mirror is
 			// left: it resynchronised the mirror in full before it
 			// cleared them, so what this node knew it missed is past.
@@ -1377,14 +1488,20 @@ func (v *Volume) resyncChunk(ctx context.Context, ep uint64, dst *mirror, c int6
 // Marks learnt from StaleMarks are left to the writer. The caller holds
 // the chunk's lock; rescue returns the new source, or nil.
 func (v *Volume) rescue(dst *mirror, c int64) *mirror {
+	// A mirror whose node lost its chunks is never taken: its copy is
+	// zeros, not an older version.
+	gone := func(m *mirror) bool { return m.lost.Load() || m.selfMarked.Load() }
 	src := dst
 	for _, m := range v.ownersOf(c) {
 		if !v.stale.isStale(m.id, c) || m.noted.Load() {
 			return nil
 		}
-		if m.local && !m.down.Load() {
+		if !gone(m) && !m.down.Load() && (m.local || gone(src)) {
 			src = m
 		}
+	}
+	if gone(src) {
+		return nil
 	}
 	v.cfg.Logger.Warn("volume chunk was stale on every mirror; taking one mirror's copy as current",
 		"volume", v.spec.Name, "chunk", c, "node", src.id)

@@ -413,3 +413,52 @@ func TestVolumeWriterLostAfterResync(t *testing.T) {
 		return true
 	})
 }
+
+// TestVolumeDriveReplaced: a node whose drive is replaced (its mountpaths
+// emptied while it is stopped, its data directory kept) comes back
+// without the chunks it held. It must not serve its empty copy as current
+// (zeros): every node keeps reading the pattern, and the node is
+// resynchronised from the other mirrors.
+func TestVolumeDriveReplaced(t *testing.T) {
+	c := startCluster(t, localcluster.Spec{})
+	const name = "vol5"
+	volumeCmd(t, c, 0, "create", name, "--size", "32MiB", "--copies", "2", "--chunk", "4MiB")
+	uri := func(i int) string { return fmt.Sprintf("nbd://%s/%s", c.Configs[i].NBD[0], name) }
+	runTool(t, "qemu-io", "-f", "raw", "-c", "write -P 0x33 0 32M", "-c", "flush", uri(0))
+	if err := c.StopNode(1); err != nil {
+		t.Fatal(err)
+	}
+	for _, mp := range c.Configs[1].Mountpaths {
+		ents, err := os.ReadDir(mp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range ents {
+			if err := os.RemoveAll(filepath.Join(mp, e.Name())); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := c.StartNode(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitReady(t.Context(), 3); err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range []int{1, 0, 2} {
+		if msg := qemuRead(uri(i), 0, 32<<20, 0x33); msg != "" {
+			t.Fatalf("the volume through node%d after node2's drive was replaced: %s", i+1, msg)
+		}
+	}
+	waitFor(t, 60*time.Second, "node2 to be resynchronised", func() bool {
+		return len(clusterMap(t, c, 0).Volumes[name].Stale) == 0
+	})
+	c.Kill(0)
+	var msg string
+	for start := time.Now(); time.Since(start) < 20*time.Second; time.Sleep(500 * time.Millisecond) { // a new leader, if node1 led
+		if msg = qemuRead(uri(1), 0, 32<<20, 0x33); msg == "" {
+			return
+		}
+	}
+	t.Fatalf("the volume through node2 once resynchronised, node1 down: %s", msg)
+}
