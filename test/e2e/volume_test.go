@@ -83,12 +83,7 @@ func TestVolumeNBD(t *testing.T) {
 		t.Fatal(err)
 	}
 	runTool(t, "qemu-img", "convert", "-n", "-f", "raw", "-O", "raw", img, uri)
-	if err := c.StartNode(2); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.WaitReady(t.Context(), 3); err != nil {
-		t.Fatal(err)
-	}
+	startAgain(t, c, 2)
 	waitFor(t, 60*time.Second, "node1 to resynchronise node3", func() bool {
 		var st []struct {
 			Node   struct{ ID string }
@@ -131,12 +126,7 @@ func TestVolumeNBD(t *testing.T) {
 	if info := runTool(t, "nbdinfo", uri); !strings.Contains(info, "100663296") {
 		t.Fatalf("nbdinfo after growing to 96 MiB: %s", info)
 	}
-	if err := c.StartNode(1); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.WaitReady(t.Context(), 3); err != nil {
-		t.Fatal(err)
-	}
+	startAgain(t, c, 1)
 	// node3 is down when vol1 is deleted and a new vol1 created: when it
 	// returns it serves the new volume (zeros), not the old one's chunks
 	// it still has, and then removes those.
@@ -162,12 +152,7 @@ func TestVolumeNBD(t *testing.T) {
 		t.Fatalf("volume listed after delete: %s", out)
 	}
 	volumeCmd(t, c, 0, "create", "vol1", "--size", "16MiB", "--copies", "2", "--chunk", "1MiB")
-	if err := c.StartNode(2); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.WaitReady(t.Context(), 3); err != nil {
-		t.Fatal(err)
-	}
+	startAgain(t, c, 2)
 	uri3 := fmt.Sprintf("nbd://%s/vol1", c.Configs[2].NBD[0])
 	waitFor(t, 30*time.Second, "node3 to export the new vol1", func() bool {
 		out, err := exec.Command("nbdinfo", "--size", uri3).Output()
@@ -276,6 +261,18 @@ func volumeStates(t *testing.T, c *localcluster.Cluster) map[string]map[string]s
 
 // qemuRead reads [off, off+n) of uri with qemu-io and checks that every
 // byte is pattern; it returns qemu-io's complaint, or "".
+// startAgain starts node i of c again and waits for the cluster to be
+// ready with its three nodes.
+func startAgain(t *testing.T, c *localcluster.Cluster, i int) {
+	t.Helper()
+	if err := c.StartNode(i); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitReady(t.Context(), 3); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func qemuRead(uri string, off, n int64, pattern byte) string {
 	out, err := exec.Command("qemu-io", "-f", "raw", "-r", "-c",
 		fmt.Sprintf("read -P 0x%x %d %d", pattern, off, n), uri).CombinedOutput()
@@ -318,12 +315,7 @@ func TestVolumeStaleMarkCleared(t *testing.T) {
 	if m := clusterMap(t, c, 1).Volumes[name]; !slices.Contains(m.StaleBy["node1"], "node2") {
 		t.Fatalf("node2 did not mark node1 stale in the map: %+v", m.StaleBy)
 	}
-	if err := c.StartNode(0); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.WaitReady(t.Context(), 3); err != nil {
-		t.Fatal(err)
-	}
+	startAgain(t, c, 0)
 	waitFor(t, 60*time.Second, "node2 to resynchronise node1 and clear its mark", func() bool {
 		return len(clusterMap(t, c, 1).Volumes[name].Stale) == 0
 	})
@@ -368,12 +360,7 @@ func TestVolumeWriterLostAfterResync(t *testing.T) {
 
 	c.Kill(1)
 	runTool(t, "qemu-io", "-f", "raw", "-c", "write -P 0x33 0 64M", uri(2))
-	if err := c.StartNode(1); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.WaitReady(t.Context(), 3); err != nil {
-		t.Fatal(err)
-	}
+	startAgain(t, c, 1)
 	waitFor(t, 60*time.Second, "node3 to resynchronise node2 and clear its mark", func() bool {
 		return len(clusterMap(t, c, 0).Volumes[name].Stale) == 0
 	})
@@ -395,12 +382,7 @@ func TestVolumeWriterLostAfterResync(t *testing.T) {
 	for _, i := range []int{0, 1} {
 		readAll(i, 3*time.Second)
 	}
-	if err := c.StartNode(2); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.WaitReady(t.Context(), 3); err != nil {
-		t.Fatal(err)
-	}
+	startAgain(t, c, 2)
 	for _, i := range []int{0, 1, 2} {
 		readAll(i, 3*time.Second)
 	}
@@ -439,12 +421,7 @@ func TestVolumeDriveReplaced(t *testing.T) {
 			}
 		}
 	}
-	if err := c.StartNode(1); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.WaitReady(t.Context(), 3); err != nil {
-		t.Fatal(err)
-	}
+	startAgain(t, c, 1)
 	for _, i := range []int{1, 0, 2} {
 		if msg := qemuRead(uri(i), 0, 32<<20, 0x33); msg != "" {
 			t.Fatalf("the volume through node%d after node2's drive was replaced: %s", i+1, msg)
