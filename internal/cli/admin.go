@@ -216,15 +216,22 @@ func adminStatus(ctx context.Context, env Env, args []string) error {
 		rows = append(rows, r)
 		all = append(all, map[string]any{"node": ni, "status": r.st, "error": errString(r.err)})
 	}
-	// failed says why nodes did not answer, once per reason.
+	// failed says why nodes did not answer, once per reason. A node that
+	// cannot be reached (down, or cut off) is part of the status: the
+	// reason goes to stderr and the command succeeds, as long as some node
+	// answered. One that answered with an error (a wrong secret) fails it.
 	failed := func() error {
 		var ids []string
 		why := map[string][]string{}
 		var order []string
+		refused, answered := false, 0
 		for _, r := range rows {
 			if r.err == nil {
+				answered++
 				continue
 			}
+			var ue *url.Error
+			refused = refused || !errors.As(r.err, &ue)
 			ids = append(ids, r.id)
 			msg := stripURL(r.err.Error())
 			if _, ok := why[msg]; !ok {
@@ -239,7 +246,12 @@ func adminStatus(ctx context.Context, env Env, args []string) error {
 		for _, msg := range order {
 			parts = append(parts, fmt.Sprintf("%s: %s", strings.Join(why[msg], ", "), msg))
 		}
-		return fmt.Errorf("%d of %s did not answer: %s", len(ids), plural(len(rows), "node"), strings.Join(parts, "; "))
+		err := fmt.Errorf("%d of %s did not answer: %s", len(ids), plural(len(rows), "node"), strings.Join(parts, "; "))
+		if !refused && answered > 0 {
+			fmt.Fprintf(env.Stderr, "slipstream admin status: %v\n", err)
+			return nil
+		}
+		return err
 	}
 	if *asJSON {
 		if err := json.NewEncoder(env.Stdout).Encode(all); err != nil {

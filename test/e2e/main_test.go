@@ -5,6 +5,7 @@
 package e2e
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -83,14 +84,17 @@ func awsEnv(c *localcluster.Cluster, i int) []string {
 	)
 }
 
-// admin runs `slipstream admin` against node i.
+// admin runs `slipstream admin` against node i and returns its standard
+// output (progress and notes go to stderr).
 func admin(t *testing.T, c *localcluster.Cluster, i int, args ...string) string {
 	t.Helper()
 	cmd := exec.Command(binary, append([]string{"admin"}, args...)...)
 	cmd.Env = append(os.Environ(), "SLIPSTREAM_NODE="+c.IntraURL(i), "SLIPSTREAM_SECRET=local-cluster-secret")
-	out, err := cmd.CombinedOutput()
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("slipstream admin %v: %v\n%s", args, err, out)
+		t.Fatalf("slipstream admin %v: %v\n%s%s", args, err, out, stderr.Bytes())
 	}
 	return string(out)
 }
