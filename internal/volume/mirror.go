@@ -133,7 +133,10 @@ type mirror struct {
 	// quick: the last failure sent nothing the node could still apply
 	// (it refused the connection, or a new boot ID answered the dial), so
 	// the mirror is probed again at once rather than after OpTimeout.
-	quick    atomic.Bool
+	quick atomic.Bool
+	// slow: the last failure was a call that timed out (the node may be
+	// hung): a read or write does not wait on it again inline.
+	slow     atomic.Bool
 	reviveMu sync.Mutex // serialises revive
 	inflight atomic.Int64
 
@@ -493,6 +496,7 @@ func (v *Volume) fail(m *mirror, err error) {
 	quick := quickFailure(err)
 	m.failedAt.Store(time.Now().UnixNano())
 	m.quick.Store(quick)
+	m.slow.Store(errors.Is(err, ErrTimeout) || errors.Is(err, context.DeadlineExceeded))
 	if !m.down.Swap(true) {
 		v.cfg.Logger.Warn("volume mirror failed", "volume", v.spec.Name, "node", m.id, "err", err)
 	}
@@ -512,14 +516,19 @@ func quickFailure(err error) bool {
 	return errors.Is(err, ErrReplicaRestarted) || errors.Is(err, syscall.ECONNREFUSED)
 }
 
-// reviveQuick tries to bring back the owners of chunk that are down after
-// a quick failure and in sync for the chunk, skipping those whose bit (by
-// owner index) is set in *done and setting the bits of those it tries. It
-// returns the bits of those that are back.
+// reviveQuick tries to bring back the owners of chunk that are down and
+// in sync for the chunk, after a failure that was not a timeout (a quick
+// one, or a connection that broke: its node died and may have restarted,
+// which the revive's probe finds out), skipping those whose bit (by owner
+// index) is set in *done and setting the bits of those it tries. It
+// returns the bits of those that are back. Bringing one back inline is
+// safe for reads and writes: a chunk it may have missed a write to is
+// stale on it and skipped, and the resync of such a chunk still waits
+// OpTimeout after the failure (a write sent before it may still land).
 func (v *Volume) reviveQuick(ctx context.Context, owners []*mirror, chunk int64, done *int) int {
 	back := 0
 	for i, m := range owners {
-		if *done&(1<<i) != 0 || !m.down.Load() || !m.quick.Load() || v.stale.isStale(m.id, chunk) {
+		if *done&(1<<i) != 0 || !m.down.Load() || !m.quick.Load() && m.slow.Load() || v.stale.isStale(m.id, chunk) {
 			continue
 		}
 		*done |= 1 << i
