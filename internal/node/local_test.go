@@ -165,10 +165,22 @@ func TestSlowKeepNewerCopyRefusedAfterDelete(t *testing.T) {
 }
 
 // flakyReplicator fails its first Replicate and stores nothing; later
-// ones read the body and name one holder.
+// ones read the body and name one holder. Notices to holders succeed.
 type flakyReplicator struct {
-	tier.Replicator // the other calls are not made here
-	calls           atomic.Int32
+	calls atomic.Int32
+}
+
+func (f *flakyReplicator) ReplicateDelete(context.Context, string, uint64, string, string, int) ([]string, error) {
+	return nil, nil
+}
+func (f *flakyReplicator) Destaged(context.Context, string, uint64, string, string, []string) error {
+	return nil
+}
+func (f *flakyReplicator) Abandoned(context.Context, string, uint64, string, string, []string) error {
+	return nil
+}
+func (f *flakyReplicator) Deleted(context.Context, string, uint64, string, string, []string) error {
+	return nil
 }
 
 func (f *flakyReplicator) Replicate(ctx context.Context, req tier.ReplicaPut) ([]string, error) {
@@ -237,5 +249,11 @@ func TestRetriedCompletionAfterReplicasFailed(t *testing.T) {
 	// A completion retried with other parts is still refused.
 	if _, err := l.CompleteUpload(ctx, "wback", "mp", id, []object.CompletePart{{PartNumber: 1, ETag: strings.Repeat("0", 32)}}); !errors.Is(err, object.ErrUploadNotFound) {
 		t.Errorf("completion of a gone upload with other parts: %v, want ErrUploadNotFound", err)
+	}
+	// Let the destager finish with the remote directory before it goes.
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := tr.WaitDestaged(wctx); err != nil {
+		t.Fatal(err)
 	}
 }
