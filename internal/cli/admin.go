@@ -183,7 +183,7 @@ func adminStatus(ctx context.Context, env Env, args []string) error {
 	client := newAdminClient(fs)
 	asJSON := fs.Bool("json", false, "print JSON")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: slipstream admin status [--json]\n\nOne row per node and mountpath. "+spaceNote+"\nExits 1 when a node does not answer.\n\nflags:")
+		fmt.Fprintln(fs.Output(), "usage: slipstream admin status [--json]\n\nOne row per node and mountpath. "+spaceNote+"\nNodes that cannot be reached are named on stderr; exits 1 when a node\nanswers with an error (such as a wrong secret) or none answers.\n\nflags:")
 		fs.PrintDefaults()
 	}
 	if err := parseFlags(fs, args); err != nil {
