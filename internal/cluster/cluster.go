@@ -30,6 +30,7 @@ import (
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
+	"github.com/slipstream-io/slipstream/internal/cluster/raftlink"
 	"github.com/slipstream-io/slipstream/internal/object"
 )
 
@@ -107,6 +108,11 @@ type Config struct {
 	// node's own HTTPClient must carry the credentials: it joins and
 	// forwards changes to the leader through these endpoints.
 	Authorized func(r *http.Request) bool
+	// RaftSecret, when set, puts the raft transport on TLS and admits only
+	// peers that prove they hold it (package raftlink); every node of a
+	// cluster must set the same one. Empty keeps plain TCP, which anyone
+	// who reaches RaftBind can talk raft to: the node always sets it.
+	RaftSecret string
 }
 
 func (cfg *Config) setDefaults() error {
@@ -214,22 +220,10 @@ func New(ctx context.Context, cfg Config) (*Cluster, error) {
 		cleanup()
 		return nil, fmt.Errorf("cluster: open snapshot store: %w", err)
 	}
-	bind, err := net.ResolveTCPAddr("tcp", cfg.RaftBind)
+	c.trans, err = newTransport(cfg, hlog)
 	if err != nil {
 		cleanup()
-		return nil, fmt.Errorf("cluster: raft bind %q: %w", cfg.RaftBind, err)
-	}
-	var adv net.Addr
-	if cfg.RaftAdvertise != "" {
-		if adv, err = net.ResolveTCPAddr("tcp", cfg.RaftAdvertise); err != nil {
-			cleanup()
-			return nil, fmt.Errorf("cluster: raft advertise %q: %w", cfg.RaftAdvertise, err)
-		}
-	}
-	c.trans, err = raft.NewTCPTransportWithLogger(bind.String(), adv, 3, 5*time.Second, hlog)
-	if err != nil {
-		cleanup()
-		return nil, fmt.Errorf("cluster: raft transport on %s: %w", cfg.RaftBind, err)
+		return nil, err
 	}
 	c.self = cfg.Self
 	c.self.RaftAddr = string(c.trans.LocalAddr())
@@ -841,4 +835,32 @@ func (w slogWriter) Write(p []byte) (int, error) {
 	}
 	w.l.Log(context.Background(), lvl, line)
 	return len(p), nil
+}
+
+// newTransport starts the raft transport cfg asks for: TLS with the
+// secret's proof when cfg.RaftSecret is set, plain TCP otherwise.
+func newTransport(cfg Config, hlog hclog.Logger) (*raft.NetworkTransport, error) {
+	bind, err := net.ResolveTCPAddr("tcp", cfg.RaftBind)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: raft bind %q: %w", cfg.RaftBind, err)
+	}
+	var adv net.Addr
+	if cfg.RaftAdvertise != "" {
+		if adv, err = net.ResolveTCPAddr("tcp", cfg.RaftAdvertise); err != nil {
+			return nil, fmt.Errorf("cluster: raft advertise %q: %w", cfg.RaftAdvertise, err)
+		}
+	}
+	const maxPool, timeout = 3, 5 * time.Second
+	if cfg.RaftSecret == "" {
+		t, err := raft.NewTCPTransportWithLogger(bind.String(), adv, maxPool, timeout, hlog)
+		if err != nil {
+			return nil, fmt.Errorf("cluster: raft transport on %s: %w", cfg.RaftBind, err)
+		}
+		return t, nil
+	}
+	link, err := raftlink.Listen(bind.String(), cfg.RaftSecret, raftlink.Options{Advertise: adv, Log: cfg.Log})
+	if err != nil {
+		return nil, fmt.Errorf("cluster: raft transport on %s: %w", cfg.RaftBind, err)
+	}
+	return raft.NewNetworkTransportWithLogger(link, maxPool, timeout, hlog), nil
 }

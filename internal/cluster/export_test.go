@@ -38,3 +38,6 @@ func SyncVoters(ctx context.Context, c *Cluster) {
 func PutNodeRecord(ctx context.Context, c *Cluster, n NodeInfo) error {
 	return c.applyLocal(ctx, command{Op: opNodePut, Node: &n})
 }
+
+// RaftTerm is c's current raft term.
+func RaftTerm(c *Cluster) uint64 { return c.raft.CurrentTerm() }

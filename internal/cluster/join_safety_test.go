@@ -35,6 +35,7 @@ func startExtra(t *testing.T, id string, bootstrap bool, seeds []string) *cluste
 		HeartbeatInterval: 100 * time.Millisecond,
 		DownAfter:         800 * time.Millisecond,
 		Raft:              clustertest.FastRaft(),
+		RaftSecret:        clustertest.RaftSecret,
 	})
 	if err != nil {
 		ln.Close()

@@ -51,6 +51,10 @@ type Options struct {
 	Raft                         cluster.RaftTimeouts
 }
 
+// minSecretLen is the shortest cluster secret the node takes without a
+// warning.
+const minSecretLen = 16
+
 // Node is one running Slipstream node.
 type Node struct {
 	cfg       config.Node
@@ -86,6 +90,9 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	log = log.With("node", cfg.ID)
+	if len(cfg.Secret) < minSecretLen {
+		log.Warn("cluster_secret is short: whoever reaches the raft or intra addresses can guess it; use a long random one (openssl rand -hex 32)", "length", len(cfg.Secret))
+	}
 	n := &Node{
 		cfg: cfg, log: log, reg: prometheus.NewRegistry(),
 		statusExtras: map[string]func() any{}, adminExtras: map[string]http.Handler{},
@@ -145,6 +152,7 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 		Voters:            cfg.Voters,
 		HTTPClient:        hc,
 		Authorized:        func(r *http.Request) bool { return hasSecret(cfg.Secret, r) },
+		RaftSecret:        cfg.Secret,
 		Log:               log,
 		HeartbeatInterval: opts.HeartbeatInterval,
 		DownAfter:         opts.DownAfter,

@@ -34,6 +34,9 @@ const (
 	fastDownAfter = 800 * time.Millisecond
 )
 
+// RaftSecret is the secret every test cluster's raft link runs with.
+const RaftSecret = "clustertest-raft-secret"
+
 // Options shape a test cluster. Zero values pick defaults.
 type Options struct {
 	N          int    // nodes to start (default 3)
@@ -253,6 +256,7 @@ func (tc *Cluster) start(n *Node, bootstrap bool, httpAddr string, seeds []strin
 		HeartbeatInterval: tc.opts.HeartbeatInterval,
 		DownAfter:         tc.opts.DownAfter,
 		Raft:              tc.opts.Raft,
+		RaftSecret:        RaftSecret,
 	}
 	if tc.opts.Announce != nil {
 		tc.opts.Announce(n, &cfg.Self)
