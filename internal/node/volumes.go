@@ -347,7 +347,9 @@ func (vs *volumes) collect(ctx context.Context) {
 // noteStale passes the map's stale marks to the open volumes. A volume
 // the map lists this node as a writer of, which it does not have open (it
 // restarted), is opened: it resynchronises the chunks its stale map holds
-// and clears its mark, which only it can do while it is up.
+// and clears its mark, which only it can do while it is up. So is a
+// volume with stale marks whose claim this node holds, and one this node
+// lost its chunks of.
 func (vs *volumes) noteStale(ctx context.Context, m *cluster.Map) {
 	vs.mu.Lock()
 	var reopen []string
@@ -358,6 +360,13 @@ func (vs *volumes) noteStale(ctx context.Context, m *cluster.Map) {
 			ov.vol.NoteClaim(spec.Writer, spec.Epoch)
 			ov.vol.NoteStale(spec.StaleMarks())
 		case spec.MarkedBy(vs.self):
+			reopen = append(reopen, name)
+		case spec.Writer == vs.self && len(spec.Stale) > 0:
+			// This node holds the claim, which fences every other node
+			// off the resync, but it restarted since and has not opened
+			// the volume again: marks another writer left (a node that
+			// lost its chunks marks its own mirror) would wait for a
+			// client to open it here.
 			reopen = append(reopen, name)
 		case slices.Contains(spec.Nodes, vs.self):
 			// Chunks this node lost (a drive replaced, the node wiped):

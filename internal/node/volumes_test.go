@@ -188,7 +188,9 @@ func TestClaimTakenRightAfter(t *testing.T) {
 // TestCollectOpensVolumesMarkedByThisNode: a node the map lists as the
 // writer of a stale mark opens that volume when it sees the map (after a
 // restart), so that it resynchronises the chunks and clears its mark: no
-// other node can while it is alive.
+// other node can while it is alive. So does the node that holds the claim
+// of a volume another node marked (one that lost its chunks marks its own
+// mirror): the claim fences every other node off the resync.
 func TestCollectOpensVolumesMarkedByThisNode(t *testing.T) {
 	m := cluster.NewMap()
 	for _, id := range []string{"a", "b"} {
@@ -198,27 +200,37 @@ func TestCollectOpensVolumesMarkedByThisNode(t *testing.T) {
 		Stale: []string{"b"}, StaleBy: map[string][]string{"b": {"a"}}}
 	m.Volumes["other"] = cluster.VolumeSpec{Name: "other", Size: 1 << 20, ChunkSize: 4096, Copies: 2, ID: "02", Nodes: []string{"a", "b"},
 		Stale: []string{"a"}, StaleBy: map[string][]string{"a": {"b"}}}
+	m.Volumes["claimed"] = cluster.VolumeSpec{Name: "claimed", Size: 1 << 20, ChunkSize: 4096, Copies: 2, ID: "03", Nodes: []string{"a", "b"},
+		Writer: "a", Epoch: 4, Stale: []string{"b"}, StaleBy: map[string][]string{"b": {"b"}}}
+	m.Volumes["claimed-by-b"] = cluster.VolumeSpec{Name: "claimed-by-b", Size: 1 << 20, ChunkSize: 4096, Copies: 2, ID: "04", Nodes: []string{"a", "b"},
+		Writer: "b", Epoch: 4, Stale: []string{"b"}, StaleBy: map[string][]string{"b": {"b"}}}
+	m.Volumes["claimed-clean"] = cluster.VolumeSpec{Name: "claimed-clean", Size: 1 << 20, ChunkSize: 4096, Copies: 2, ID: "05", Nodes: []string{"a", "b"},
+		Writer: "a", Epoch: 4}
 	vs := testVolumes(t, m)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); vs.collect(ctx) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		vs.mu.Lock()
-		_, marked := vs.open["marked"]
-		vs.mu.Unlock()
-		if marked {
-			break
+	for _, name := range []string{"marked", "claimed"} {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			vs.mu.Lock()
+			_, open := vs.open[name]
+			vs.mu.Unlock()
+			if open {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("volume %q was not opened", name)
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the volume this node marked was not opened")
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 	cancel()
 	<-done
-	if _, other := vs.open["other"]; other {
-		t.Error("opened a volume only another writer marked")
+	for _, name := range []string{"other", "claimed-by-b", "claimed-clean"} {
+		if _, open := vs.open[name]; open {
+			t.Errorf("opened volume %q, which this node neither marked nor holds the claim of with marks", name)
+		}
 	}
 }
 

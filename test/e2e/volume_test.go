@@ -421,3 +421,57 @@ func TestVolumeDriveReplaced(t *testing.T) {
 	}
 	t.Fatalf("the volume through node2 once resynchronised, node1 down: %s", msg)
 }
+
+// TestVolumeDriveReplacedWhileWriterRestarts: the node that holds a
+// volume's claim (its last writer) restarts, and so does a mirror node
+// whose drives were emptied meanwhile. No client opens the volume again,
+// yet the emptied mirror is copied back: the claim holder opens the
+// volume by itself once the map shows the lost mirror's mark, since it
+// alone may resynchronise it. Afterwards the volume reads back through
+// the emptied node with the claim holder down.
+func TestVolumeDriveReplacedWhileWriterRestarts(t *testing.T) {
+	c := startCluster(t, localcluster.Spec{})
+	const name = "vol6"
+	volumeCmd(t, c, 0, "create", name, "--size", "32MiB", "--copies", "2", "--chunk", "4MiB")
+	uri := func(i int) string { return fmt.Sprintf("nbd://%s/%s", c.Configs[i].NBD[0], name) }
+	runTool(t, "qemu-io", "-f", "raw", "-c", "write -P 0x5a 0 32M", "-c", "flush", uri(0))
+	if w := clusterMap(t, c, 0).Volumes[name].Writer; w != "node1" {
+		t.Fatalf("the volume's claim is held by %q, want node1 (it wrote)", w)
+	}
+	for _, i := range []int{1, 0} {
+		if err := c.StopNode(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, mp := range c.Configs[1].Mountpaths {
+		ents, err := os.ReadDir(mp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range ents {
+			if err := os.RemoveAll(filepath.Join(mp, e.Name())); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, i := range []int{0, 1} {
+		if err := c.StartNode(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.WaitReady(t.Context(), 3); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, "node2's lost mirror to be marked and then resynchronised without a client", func() bool {
+		_, open := volumeStates(t, c)["node1"][name]
+		return open && len(clusterMap(t, c, 2).Volumes[name].Stale) == 0
+	})
+	c.Kill(0)
+	var msg string
+	for start := time.Now(); time.Since(start) < 20*time.Second; time.Sleep(500 * time.Millisecond) { // a new leader, if node1 led
+		if msg = qemuRead(uri(1), 0, 32<<20, 0x5a); msg == "" {
+			return
+		}
+	}
+	t.Fatalf("the volume through node2, resynchronised with no client, node1 down: %s", msg)
+}
