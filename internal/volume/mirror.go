@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
+	"net"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -655,9 +657,13 @@ func (v *Volume) mutate(ctx context.Context, chunk int64, op func(ctx context.Co
 		// failed too: the call may still land there (a remote node
 		// applies what it was sent), and the resync waits out the
 		// replica timeout before it copies over it.
+		if ok == 0 {
+			v.markDiverged(ctx, chunk, owners, errs[:len(owners)], skipped)
+			return ctx.Err()
+		}
 		newly := false
 		for i, m := range owners {
-			if ok > 0 && errs[i] != nil && errs[i] != skipped {
+			if errs[i] != nil && errs[i] != skipped {
 				newly = v.stale.mark(m.id, chunk) || newly
 				v.fail(m, errs[i])
 			}
@@ -673,10 +679,10 @@ func (v *Volume) mutate(ctx context.Context, chunk int64, op func(ctx context.Co
 		}
 	}
 	if ok == 0 {
-		// No mirror took it: none is newer than another, so none is
-		// marked (that could leave the chunk without a good copy). The
-		// mirrors' errors go with it (a full drive reaches the client as
-		// ENOSPC).
+		// No mirror took it, but a call that timed out may still land:
+		// those are marked (markDiverged). The mirrors' errors go with it
+		// (a full drive reaches the client as ENOSPC).
+		v.markDiverged(ctx, chunk, owners, errs[:len(owners)], skipped)
 		var failed []error
 		for _, err := range errs[:len(owners)] {
 			if err != skipped {
@@ -707,6 +713,85 @@ func (v *Volume) mutate(ctx context.Context, chunk int64, op func(ctx context.Co
 		return v.marksDurable(ctx, missed[:n]...)
 	}
 	return nil
+}
+
+// markDiverged follows a mutation of chunk that no mirror took (errs by
+// owner; skipped: not tried). A mirror that answered with an error, or
+// could not be reached, applied none of it; one whose call timed out or
+// broke off may have applied it, or may still (mayLand). Left alone, such
+// mirrors would serve the write nobody acknowledged while the others
+// serve the data before it, and readers through different nodes would
+// disagree for good. So the mirrors it may land on are marked and failed,
+// and the resync, which waits out the replica timeout, copies a mirror
+// that did not take it over them. When the write may land on every mirror
+// tried, the first of those is kept and every other owner is marked:
+// all then agree on the kept one. Marks are recorded without holding up
+// the error (a mutation no mirror took is not acknowledged).
+func (v *Volume) markDiverged(ctx context.Context, chunk int64, owners []*mirror, errs []error, skipped error) {
+	keep, landing, definite := -1, 0, 0
+	for i, err := range errs {
+		switch {
+		case err == skipped:
+		case mayLand(err):
+			landing++
+			if keep < 0 {
+				keep = i
+			}
+		default:
+			definite++
+		}
+	}
+	if landing == 0 {
+		return
+	}
+	var marked [8]*mirror
+	n, newly := 0, false
+	for i, m := range owners {
+		landed := errs[i] != skipped && mayLand(errs[i])
+		if definite > 0 && !landed || definite == 0 && i == keep {
+			continue // keeps what it had
+		}
+		if errs[i] == skipped && v.stale.isStale(m.id, chunk) {
+			continue
+		}
+		newly = v.stale.mark(m.id, chunk) || newly
+		if errs[i] != skipped {
+			v.fail(m, errs[i])
+		}
+		marked[n] = m
+		n++
+	}
+	if n == 0 {
+		return
+	}
+	if newly {
+		v.poke()
+	}
+	if err := v.marksDurable(context.WithoutCancel(ctx), marked[:n]...); err != nil {
+		v.cfg.Logger.Warn("marking the mirrors a failed write may still land on", "volume", v.spec.Name, "chunk", chunk, "err", err)
+	}
+}
+
+// mayLand reports whether a call that failed with err may have been
+// applied by its mirror, or be applied later: it timed out, its context
+// ended, or its connection broke off before the answer. A refused
+// connection or a restarted node (quickFailure), an error answer, or a
+// local write that failed applied none of it.
+func mayLand(err error) bool {
+	if quickFailure(err) {
+		return false
+	}
+	if errors.Is(err, ErrTimeout) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return true
+	}
+	// A connection that broke off; not one that was never made (a dial
+	// sends nothing), nor a local drive's error (syscall.Errno is a
+	// net.Error too).
+	var oe *net.OpError
+	if errors.As(err, &oe) {
+		return oe.Op != "dial"
+	}
+	return errors.Is(err, net.ErrClosed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 // fenced ends a mutation of chunk that a mirror refused because another
