@@ -109,10 +109,11 @@ func (a *adminClient) callURL(ctx context.Context, method, url string, in, out a
 	return json.NewDecoder(resp.Body).Decode(out)
 }
 
-// clusterMap fetches the cluster map.
+// clusterMap fetches the cluster map, caught up with the leader's: a
+// bucket or volume just made through another node is in it.
 func (a *adminClient) clusterMap(ctx context.Context) (*cluster.Map, error) {
 	var m cluster.Map
-	if err := a.call(ctx, http.MethodGet, "/cluster/map", nil, &m); err != nil {
+	if err := a.call(ctx, http.MethodGet, cluster.PathMap+"?sync", nil, &m); err != nil {
 		return nil, err
 	}
 	return &m, nil
@@ -388,8 +389,10 @@ func bucketCmd(ctx context.Context, env Env, sub string, args []string) error {
 	fs := newFlagSet(env, "admin bucket "+sub, synopsis)
 	client := newAdminClient(fs)
 	var b cluster.BucketProps
+	var noCheck bool
 	if sub == "create" || sub == "set" {
 		bucketPropFlags(fs, &b)
+		fs.BoolVar(&noCheck, "no-check", false, "do not list the backend first (it is known to be down for now)")
 	}
 	// Go's flag package stops at the first positional argument; accept the
 	// bucket name first, then flags.
@@ -454,9 +457,16 @@ func bucketCmd(ctx context.Context, env Env, sub string, args []string) error {
 			return usagef("--copies %d: a bucket keeps at least 1 copy", b.Copies)
 		}
 		b.Name = name
-		path := node.AdminPrefix + "buckets"
+		q := url.Values{}
 		if sub == "set" {
-			path += "?update=true"
+			q.Set("update", "true")
+		}
+		if noCheck {
+			q.Set("check", "false")
+		}
+		path := node.AdminPrefix + "buckets"
+		if len(q) > 0 {
+			path += "?" + q.Encode()
 		}
 		var stored cluster.BucketProps
 		if err := a.call(ctx, http.MethodPost, path, b, &stored); err != nil {

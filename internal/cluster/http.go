@@ -150,7 +150,9 @@ type Health struct {
 //	POST /cluster/apply   body: a mutation (forwarded to the leader)
 //	POST /cluster/leave   body {"id"}: remove a node (forwarded to the leader)
 //	GET  /cluster/map     the map as JSON; ?after=V waits (up to ?wait=, default
-//	                      30s, max 60s) for a version newer than V
+//	                      30s, max 60s) for a version newer than V; ?sync first
+//	                      catches up with the leader (every change acknowledged
+//	                      anywhere is in it; 503 if no leader answers)
 //	GET  /cluster/health  this node's raft state, leader and map version; with
 //	                      ?sync, a leader answers with a version that holds
 //	                      every acknowledged change (what Sync waits for)
@@ -278,6 +280,17 @@ func checkApply(cmd command) error {
 }
 
 func (c *Cluster) serveMap(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Query().Has("sync") {
+		// Read-your-writes for a caller that changed the map through
+		// another node: this node catches up with the leader first.
+		ctx, cancel := context.WithTimeout(r.Context(), syncMapTimeout)
+		err := c.Sync(ctx)
+		cancel()
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+	}
 	m, changed := c.pub.snapshot()
 	if s := r.URL.Query().Get("after"); s != "" {
 		after, err := strconv.ParseUint(s, 10, 64)
@@ -315,6 +328,9 @@ func (c *Cluster) serveMap(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set(HeaderVersion, strconv.FormatUint(m.Version, 10))
 	writeJSON(w, http.StatusOK, m)
 }
+
+// syncMapTimeout bounds the catch-up of GET /cluster/map?sync.
+const syncMapTimeout = 10 * time.Second
 
 func (c *Cluster) serveHealth(w http.ResponseWriter, r *http.Request) {
 	var version uint64

@@ -1,6 +1,7 @@
 package cluster_test
 
 import (
+	"encoding/json"
 	"io"
 	"net/http"
 	"testing"
@@ -125,5 +126,54 @@ func TestSyncNeedsAQuorum(t *testing.T) {
 	code, body := health()
 	if code == http.StatusOK {
 		t.Fatalf("?sync on a leader that lost its quorum answered a version after %v: %s", time.Since(start).Round(time.Millisecond), body)
+	}
+}
+
+// TestMapSyncReadsYourWrites: GET /cluster/map?sync on a follower that has
+// not applied a bucket created a moment ago through the leader waits until
+// it has, and then shows it; the plain map shows only what the follower
+// applied.
+func TestMapSyncReadsYourWrites(t *testing.T) {
+	tc := clustertest.Start(t, clustertest.Options{N: 3})
+	ctx := testCtx(t, 30*time.Second)
+	lead, err := tc.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var follower *clustertest.Node
+	for _, n := range tc.Nodes() {
+		if n != lead {
+			follower = n
+			break
+		}
+	}
+	release := cluster.HoldApply(follower.Cluster())
+	defer release()
+	if err := lead.Cluster().CreateBucket(ctx, cluster.BucketProps{Name: "fresh"}); err != nil {
+		t.Fatal(err)
+	}
+	hasFresh := func(query string) bool {
+		resp, err := http.Get(follower.URL + cluster.PathMap + query)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var m cluster.Map
+		if resp.StatusCode != http.StatusOK {
+			b, _ := io.ReadAll(resp.Body)
+			t.Fatalf("GET %s%s: %d %s", cluster.PathMap, query, resp.StatusCode, b)
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&m); err != nil {
+			t.Fatal(err)
+		}
+		_, ok := m.Bucket("fresh")
+		return ok
+	}
+	if hasFresh("") {
+		t.Fatal("the held follower's map already has the bucket: the test shows nothing")
+	}
+	time.AfterFunc(300*time.Millisecond, release)
+	if !hasFresh("?sync") {
+		t.Fatal("GET /cluster/map?sync on a follower behind the leader lacks a bucket the leader acknowledged")
 	}
 }
