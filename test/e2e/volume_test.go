@@ -409,8 +409,13 @@ func TestVolumeDriveReplaced(t *testing.T) {
 			t.Fatalf("the volume through node%d after node2's drive was replaced: %s", i+1, msg)
 		}
 	}
+	// node2 has the volume open (the read above) and knows its own
+	// mirror lost every chunk; once node1 has copied them back, node2
+	// learns it from the map. (The map alone can show no mark before
+	// node2 has made its own.)
 	waitFor(t, 60*time.Second, "node2 to be resynchronised", func() bool {
-		return len(clusterMap(t, c, 0).Volumes[name].Stale) == 0
+		st, open := volumeStates(t, c)["node2"][name]
+		return open && st.Stale["node2"] == 0 && len(clusterMap(t, c, 0).Volumes[name].Stale) == 0
 	})
 	c.Kill(0)
 	var msg string
