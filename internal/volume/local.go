@@ -64,6 +64,9 @@ type fileKey struct {
 type openFile struct {
 	f    *os.File
 	refs int
+	// dropped: taken out of the table (Delete, Close) while in use; the
+	// last release closes it. Both under Local.mu.
+	dropped bool
 
 	directOnce sync.Once
 	direct     *os.File // O_DIRECT descriptor, nil if unavailable
@@ -186,11 +189,27 @@ func (l *Local) open(vol string, chunk int64, create bool) (*openFile, error) {
 func (l *Local) release(of *openFile) {
 	l.mu.Lock()
 	of.refs--
+	if of.dropped && of.refs == 0 {
+		of.close()
+	}
 	l.mu.Unlock()
 }
 
+// drop takes of out of the table (l.mu held) and closes it, or leaves it
+// to the last release while a call still uses its descriptors: closed
+// under it, their numbers could go to another file that then takes the
+// call's write or sync.
+func (l *Local) drop(k fileKey, of *openFile) {
+	delete(l.files, k)
+	if of.refs > 0 {
+		of.dropped = true
+		return
+	}
+	of.close()
+}
+
 func (l *Local) check(off, n int64) error {
-	if off < 0 || n < 0 || off+n > l.cfg.MaxChunkSize {
+	if off < 0 || n < 0 || off > l.cfg.MaxChunkSize || n > l.cfg.MaxChunkSize-off { // no off+n: it can overflow
 		return fmt.Errorf("%w: [%d, +%d)", ErrOutOfRange, off, n)
 	}
 	return nil
@@ -358,8 +377,7 @@ func (l *Local) Delete(_ context.Context, vol string) error {
 	l.mu.Lock()
 	for k, of := range l.files {
 		if k.vol == vol {
-			of.close()
-			delete(l.files, k)
+			l.drop(k, of)
 		}
 	}
 	l.mu.Unlock()
@@ -407,8 +425,7 @@ func (l *Local) Close() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for k, of := range l.files {
-		of.close()
-		delete(l.files, k)
+		l.drop(k, of)
 	}
 	return nil
 }

@@ -90,7 +90,7 @@ func parseStreamReq(h []byte) (r streamReq, volLen, payLen int, err error) {
 	r.off = int64(binary.BigEndian.Uint64(h[24:32]))
 	r.n = int64(binary.BigEndian.Uint64(h[32:40]))
 	r.epoch = binary.BigEndian.Uint64(h[40:48])
-	if r.op < opRead || r.op > opFence || volLen > 128 || payLen > MaxTransfer || r.op == opRead && (r.n < 0 || r.n > MaxTransfer) {
+	if r.op < opRead || r.op > opFence || volLen > maxKeyLen || payLen > MaxTransfer || r.op == opRead && (r.n < 0 || r.n > MaxTransfer) {
 		return r, 0, 0, fmt.Errorf("%w: stream request op %d vol %d payload %d n %d", ErrOutOfRange, r.op, volLen, payLen, r.n)
 	}
 	return r, volLen, payLen, nil
@@ -559,7 +559,7 @@ func (sc *streamConn) readLoop(br *bufio.Reader) {
 
 // pendingReq is a request waiting to be written.
 type pendingReq struct {
-	hdr     [streamReqLen + 128]byte
+	hdr     [streamReqLen + maxKeyLen]byte
 	n       int
 	payload []byte
 }

@@ -109,6 +109,10 @@ func ValidName(name string) error {
 	return nil
 }
 
+// maxKeyLen is the length of the longest valid storage key: a name of 128
+// characters, '@' and an ID of 64.
+const maxKeyLen = 128 + 1 + 64
+
 // ValidKey checks a storage key (see Spec.Key): a valid name, optionally
 // followed by '@' and an ID of 1–64 letters and digits.
 func ValidKey(key string) error {
