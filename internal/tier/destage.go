@@ -43,6 +43,21 @@ func (o *op) record() Record {
 		ETag: o.etag, Owner: o.owner, Holders: o.holders}
 }
 
+// supersededRecords returns the records that keep o.notify across a
+// compaction (which drops the records of the superseded operations they
+// were rebuilt from): KindSuperseded records of o's seq, to follow o's own
+// record (d.mu held).
+func (o *op) supersededRecords() []Record {
+	var recs []Record
+	for h := o.notify; len(h) > 0; {
+		n := min(len(h), maxHolders)
+		recs = append(recs, Record{Kind: KindSuperseded, Seq: o.seq, Time: o.time, Bucket: o.bucket, Key: o.key,
+			Holders: slices.Clone(h[:n])})
+		h = h[n:]
+	}
+	return recs
+}
+
 func (o *op) bytes() int64 {
 	if o.kind == KindPut || o.kind == KindReplicaPut {
 		return o.size
@@ -122,6 +137,13 @@ func (d *destager) replay(recs []Record) {
 		case KindSeqMark:
 		case KindPut, KindDelete:
 			d.setPending(k, o)
+		case KindSuperseded:
+			// Written by a compaction right after the operation it adds
+			// to: the holders of the writes it superseded, whose records
+			// the compaction dropped.
+			if ks := d.keys[k]; ks != nil && ks.pending != nil && ks.pending.seq == r.Seq {
+				ks.pending.supersede(&op{holders: r.Holders})
+			}
 		case KindDone:
 			if ks := d.keys[k]; ks != nil && ks.pending != nil && ks.pending.seq <= r.Seq {
 				d.dirty -= ks.pending.bytes()
@@ -228,8 +250,11 @@ func (d *destager) reconcile(ctx context.Context) error {
 			leftovers = append(leftovers, i)
 			return nil
 		}
+		// A replica delete leaves a copy behind only if no write of the
+		// key is pending here: a late notice never removes this node's own
+		// write, or another owner's replica (see DeleteReplica).
 		for _, m := range d.replicas {
-			if o := m[k]; o != nil && o.kind == KindReplicaDelete && !i.ModTime.After(o.time) {
+			if o := m[k]; o != nil && o.kind == KindReplicaDelete && !i.ModTime.After(o.time) && d.kindLocked(k) != KindPut {
 				leftovers = append(leftovers, i)
 				return nil
 			}
@@ -278,6 +303,7 @@ func (d *destager) compact() error {
 			for _, o := range []*op{ks.running, ks.pending} {
 				if o != nil {
 					recs = append(recs, o.record())
+					recs = append(recs, o.supersededRecords()...)
 				}
 			}
 		}

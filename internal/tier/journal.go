@@ -52,6 +52,7 @@ const (
 	KindNotice        Kind = 8  // holder Owner missed the notice that Seq of Bucket/Key was destaged
 	KindNoticeDelete  Kind = 9  // holder Owner missed the notice that Seq deleted Bucket/Key
 	KindNoticeDone    Kind = 10 // the notices of Seq and before reached holder Owner (or expired)
+	KindSuperseded    Kind = 11 // owned operation Seq of Bucket/Key must also tell Holders (holders of writes it superseded)
 )
 
 // Limits the decoder enforces.
@@ -211,7 +212,7 @@ func framePayload(b []byte) ([]byte, error) {
 func decodePayload(payload []byte, skip bool) (Record, error) {
 	var r Record
 	r.Kind = Kind(payload[0])
-	if r.Kind < KindPut || r.Kind > KindNoticeDone {
+	if r.Kind < KindPut || r.Kind > KindSuperseded {
 		if skip {
 			return Record{}, ErrCorrupt
 		}

@@ -504,7 +504,11 @@ func (t *Tier) adopt(ctx context.Context, owner string, ro *op) (bool, error) {
 		d.replicaDone(owner, okey(ro.bucket, ro.key), ro.seq)
 		d.mu.Unlock()
 	}
-	if p := d.pendingOp(ro.bucket, ro.key); p != nil && p.time.After(ro.time) {
+	// A replica delete's time is when this node heard of it, not when the
+	// owner deleted: one that found a write of this node pending was a
+	// late notice, which DeleteReplica let that write outlive (it kept
+	// the copy); adopted, it would delete an acknowledged write.
+	if p := d.pendingOp(ro.bucket, ro.key); p != nil && (p.time.After(ro.time) || ro.kind == KindReplicaDelete) {
 		t.log.Info("tier: a newer write of the key is pending here; the taken-over operation is dropped",
 			"bucket", ro.bucket, "key", ro.key, "owner", owner, "seq", ro.seq)
 		return false, d.j.append(true, markDone, done)
