@@ -120,7 +120,10 @@ type Config struct {
 	// may be used. By default a remote address in the subnet of some local
 	// interfaces is reached only from those; others from every interface.
 	PairFilter func(local, remote string) bool
-	// PairTTL drops the state of pairs unused for this long (default 5m).
+	// PairTTL drops the state of pairs unused for this long (default 5m):
+	// no request had them among its candidates. A pair that is down is
+	// still used while requests to its peer pass it over, so it is not
+	// forgotten (and re-created up) while its address stays dead.
 	PairTTL time.Duration
 	// Log receives state changes (default: discarded).
 	Log *slog.Logger
@@ -166,7 +169,6 @@ type Transport struct {
 	lists   map[string][]*pair // peer address list -> usable pairs
 	peers   map[string]Peer    // by ID and by every address
 
-	rr     atomic.Uint64
 	kick   chan *pair // pairs to probe at once (see fail)
 	closed atomic.Bool
 	ctx    context.Context
@@ -192,6 +194,7 @@ type endpoint struct {
 	addr     string // host:port
 	scheme   string // from a URL-form address; "" = the request's
 	inflight atomic.Int64
+	rr       atomic.Uint64 // round-robin of the picks among pair lists that start here (see pick)
 }
 
 // ParseAddr splits a peer address, either "host:port" or a base URL
@@ -233,6 +236,7 @@ type pair struct {
 	requests, errors atomic.Uint64
 	lastProgress     atomic.Int64 // unix ns of the last byte moved
 	lastUsed         atomic.Int64 // unix ns of the last request started
+	wanted           atomic.Int64 // unix ns a request last had it among its candidates (PairTTL)
 	down             atomic.Bool
 
 	mu        sync.Mutex
@@ -538,6 +542,7 @@ func (t *Transport) pairsFor(addrs []string) ([]*pair, error) {
 	}
 	t.mu.Unlock()
 	if ok {
+		markWanted(ps)
 		return ps, nil
 	}
 	ps = nil
@@ -556,7 +561,17 @@ func (t *Transport) pairsFor(addrs []string) ([]*pair, error) {
 	t.mu.Lock()
 	t.lists[key] = ps
 	t.mu.Unlock()
+	markWanted(ps)
 	return ps, nil
+}
+
+// markWanted records that a request has ps among its candidates: they are in
+// use (see Config.PairTTL) even if the picker passes them over.
+func markWanted(ps []*pair) {
+	now := time.Now().UnixNano()
+	for _, p := range ps {
+		p.wanted.Store(now)
+	}
 }
 
 func (t *Transport) usableLocals(remote string) []*iface {
@@ -590,10 +605,13 @@ func (t *Transport) usableLocals(remote string) []*iface {
 
 // pick returns the least-loaded untried pair, preferring pairs that are up;
 // ties go round-robin. Load is the requests in flight on the local interface
-// plus those in flight to the remote address.
+// plus those in flight to the remote address. The round-robin is per peer
+// (kept on the endpoint of its first address): one counter shared by all
+// peers would, with requests going to two peers in turn, advance by two
+// between two picks for the same peer and give it the same pair every time.
 func (t *Transport) pick(ps []*pair, tried map[*pair]bool) *pair {
 	n := len(ps)
-	start := int(t.rr.Add(1) % uint64(n))
+	start := int(ps[0].rem.rr.Add(1) % uint64(n))
 	var best *pair
 	var bestLoad, bestOwn int64
 	bestDown := false
@@ -949,7 +967,8 @@ func (t *Transport) check(now time.Time) {
 	ps := make([]*pair, 0, len(t.pairs))
 	var dropped []*pair
 	for k, p := range t.pairs {
-		if p.inflight.Load() == 0 && now.Sub(time.Unix(0, p.lastUsed.Load())) > t.cfg.PairTTL {
+		used := max(p.lastUsed.Load(), p.wanted.Load())
+		if p.inflight.Load() == 0 && now.Sub(time.Unix(0, used)) > t.cfg.PairTTL {
 			delete(t.pairs, k)
 			dropped = append(dropped, p)
 			continue

@@ -1,0 +1,64 @@
+package netx
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+)
+
+// TestDownPairNotForgottenWhileAvoided: a pair taken out is avoided by the
+// picker, so no request starts on it; that must not count as "unused" for
+// PairTTL. Dropping its state would re-create it up, and the next request
+// picked onto it (here one that cannot be replayed) would fail on the dead
+// address again, once every PairTTL for as long as the address is dead.
+func TestDownPairNotForgottenWhileAvoided(t *testing.T) {
+	dead, err := net.Listen("tcp", "127.0.0.3:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadAddr := dead.Addr().String()
+	dead.Close()
+	s := startServer(t, "127.0.0.2:0", 0)
+	tr := newTestTransport(t, Config{
+		LocalAddrs: []string{"127.0.0.5"}, FailAfter: 200 * time.Millisecond,
+		ProbeInterval: 50 * time.Millisecond, PairTTL: 300 * time.Millisecond,
+	})
+	peer := Peer{ID: "n1", Addrs: []string{s.addr, deadAddr}}
+	ctx := context.Background()
+	deadDown := func() bool {
+		for _, p := range tr.Pairs() {
+			if p.Remote == deadAddr {
+				return p.State == StateDown
+			}
+		}
+		return false
+	}
+	for i := 0; i < 10 && !deadDown(); i++ { // GETs are retried on the live address
+		if _, err := get(ctx, tr, peer, "/obj"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !deadDown() {
+		t.Fatalf("pair to the dead address not down: %+v", tr.Pairs())
+	}
+	failed := 0
+	for end := time.Now().Add(1500 * time.Millisecond); time.Now().Before(end); {
+		req, _ := http.NewRequest(http.MethodPost, "/obj", nil) // not replayable
+		resp, err := tr.Do(ctx, peer, req)
+		if err != nil {
+			failed++
+			t.Logf("POST failed: %v", err)
+		} else {
+			resp.Body.Close()
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if failed > 0 {
+		t.Errorf("%d POSTs failed on a pair known down (its state was dropped as unused)", failed)
+	}
+	if !deadDown() {
+		t.Errorf("pair to the dead address no longer known down: %+v", tr.Pairs())
+	}
+}
