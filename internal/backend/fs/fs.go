@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/slipstream-io/slipstream/internal/backend"
@@ -42,6 +43,8 @@ type Backend struct {
 	escapes error       // os.Root's error for a name that leads out of the directory
 	keys    keylock.Set // serialises the commits of Puts and Deletes of one key
 	g       *guard      // bounds the wait for a file system that stopped answering
+
+	beforeCommit func(key string) // tests: runs in a Put's commit call, before its fsync
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -308,7 +311,15 @@ func (b *Backend) Put(ctx context.Context, key string, r io.Reader, size int64, 
 		return backend.Attrs{}, fmt.Errorf("fs backend: put %s: %w", key, object.ErrTooLarge)
 	}
 	etag := hex.EncodeToString(h.Sum(nil))
+	// gaveUp is set once this Put has returned without waiting for its
+	// commit (a stalled file system, or its context ended): the commit must
+	// then not land, since the caller may have written the key again since
+	// (a destager that moved on to the next write of the key).
+	var gaveUp atomic.Bool
 	fi, err := call(ctx, b.g, "commit "+key, func() (os.FileInfo, error) {
+		if b.beforeCommit != nil {
+			b.beforeCommit(key)
+		}
 		if err := tmp.Sync(); err != nil {
 			return nil, failed(err)
 		}
@@ -320,15 +331,17 @@ func (b *Backend) Put(ctx context.Context, key string, r io.Reader, size int64, 
 			return nil, failed(err)
 		}
 		sc := sidecar{Key: filepath.ToSlash(rel), ETag: etag, Size: n, MTime: fi.ModTime().UnixNano(), ContentType: pa.ContentType, UserMeta: pa.UserMeta, Headers: pa.Headers}
-		if err := b.commit(key, rel, tmpRel, sc); err != nil {
+		if err := b.commit(key, rel, tmpRel, sc, &gaveUp); err != nil {
 			return nil, err
 		}
 		return fi, nil
 	}, nil)
 	if err != nil {
-		// An abandoned commit owns the temp file and may still land:
-		// the write is then in place, as if its answer had been lost.
-		ok = abandoned(ctx, err)
+		// An abandoned commit owns the temp file; it removes it once it
+		// finds gaveUp set.
+		if ok = abandoned(ctx, err); ok {
+			gaveUp.Store(true)
+		}
 		return backend.Attrs{}, err
 	}
 	ok = true
@@ -364,14 +377,20 @@ func (b *Backend) createTemp(prefix string) (*os.File, string, error) {
 // also writes the last sidecar. The old sidecar is removed before the rename
 // and the new one written after it: a sidecar only ever describes the data
 // in place, and a crash in between leaves a derived ETag, never another
-// write's.
-func (b *Backend) commit(key, rel, tmpRel string, sc sidecar) error {
+// write's. A commit whose Put has given up (gaveUp set before it takes the
+// lock) removes its temp file instead: a later Put of the key, which its
+// caller may have made since, holds the lock after it, never before.
+func (b *Backend) commit(key, rel, tmpRel string, sc sidecar, gaveUp *atomic.Bool) error {
 	meta := metaName(rel)
 	if err := b.root.MkdirAll(filepath.Dir(meta), 0o755); err != nil {
 		return failed(err)
 	}
 	unlock := b.keys.Lock(rel)
 	defer unlock()
+	if gaveUp.Load() {
+		b.root.Remove(tmpRel)
+		return fmt.Errorf("fs backend: put %s: %w: given up by its caller", key, object.ErrBackend)
+	}
 	if err := b.removeMeta(rel); err != nil {
 		return err
 	}
@@ -430,9 +449,13 @@ func (b *Backend) Delete(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	return b.g.do(ctx, "delete "+key, func() error {
+	var gaveUp atomic.Bool // as in Put: a Delete given up must not land after a later Put
+	err = b.g.do(ctx, "delete "+key, func() error {
 		unlock := b.keys.Lock(rel)
 		defer unlock()
+		if gaveUp.Load() {
+			return fmt.Errorf("fs backend: delete %s: %w: given up by its caller", key, object.ErrBackend)
+		}
 		if err := b.root.Remove(rel); err != nil && !b.missing(err) {
 			return failed(err)
 		}
@@ -444,6 +467,10 @@ func (b *Backend) Delete(ctx context.Context, key string) error {
 		}
 		return nil
 	})
+	if err != nil && abandoned(ctx, err) {
+		gaveUp.Store(true)
+	}
+	return err
 }
 
 // listBase returns the directory (relative to root, slash-separated) that a

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -194,5 +196,87 @@ func TestAbandonedReadsAndWritesShareNoMemory(t *testing.T) {
 	big := make([]byte, maxIO+10)
 	if n, err := g.readAt(context.Background(), "read k", f, big, 0); err != nil || n != maxIO || big[0] != 0xee || big[maxIO] != 0 {
 		t.Fatalf("read of %d bytes: %d, %v", len(big), n, err)
+	}
+}
+
+// TestAbandonedCommitDoesNotLand: a Put whose commit stalls (its fsync
+// blocks in the file system) returns ErrStalled; its caller then writes the
+// key again (a destager moving on to the next write), which lands. When
+// the stalled commit finally goes on, it must not put its older data over
+// the newer write, and it leaves no temp file behind.
+func TestAbandonedCommitDoesNotLand(t *testing.T) {
+	b, _ := newStallable(t)
+	gate := make(chan struct{})
+	var first atomic.Bool
+	b.beforeCommit = func(string) {
+		if first.CompareAndSwap(false, true) {
+			<-gate
+		}
+	}
+	ctx := context.Background()
+	_, err := within2(t, func() (backend.Attrs, error) {
+		return b.Put(ctx, "k", bytes.NewReader([]byte("v1")), 2, backend.PutAttrs{})
+	})
+	if !errors.Is(err, ErrStalled) {
+		t.Fatalf("Put whose commit stalls: %v, want ErrStalled", err)
+	}
+	if _, err := b.Put(ctx, "k", bytes.NewReader([]byte("v2")), 2, backend.PutAttrs{}); err != nil {
+		t.Fatal(err)
+	}
+	close(gate)
+	waitStuck(t, b, 0)
+	rc, _, err := b.Get(ctx, "k", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(rc)
+	rc.Close()
+	if string(got) != "v2" {
+		t.Fatalf("key holds %q after the stalled commit went on, want the later write %q", got, "v2")
+	}
+	tmps, err := os.ReadDir(filepath.Join(b.dir, reserved, "tmp"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tmps) != 0 {
+		t.Errorf("temp files left: %d", len(tmps))
+	}
+}
+
+func within2[T any](t *testing.T, fn func() (T, error)) (T, error) {
+	t.Helper()
+	var v T
+	err := within(t, 5*time.Second, "a stalled call", func() error {
+		var err error
+		v, err = fn()
+		return err
+	})
+	return v, err
+}
+
+// TestAbandonedDeleteDoesNotLand: a Delete that waits too long for its key
+// (another call on it is stuck in the file system) returns ErrStalled, and
+// its caller may write the key again; once the key is free, the given-up
+// Delete must not remove what is there.
+func TestAbandonedDeleteDoesNotLand(t *testing.T) {
+	b, _ := newStallable(t)
+	ctx := context.Background()
+	if _, err := b.Put(ctx, "k", bytes.NewReader([]byte("v1")), 2, backend.PutAttrs{}); err != nil {
+		t.Fatal(err)
+	}
+	rel, err := b.name("k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlock := b.keys.Lock(rel) // a call stuck on the key
+	err = within(t, 5*time.Second, "a Delete behind a stuck call", func() error { return b.Delete(ctx, "k") })
+	if !errors.Is(err, ErrStalled) {
+		unlock()
+		t.Fatalf("Delete behind a stuck call: %v, want ErrStalled", err)
+	}
+	unlock()
+	waitStuck(t, b, 0)
+	if _, err := b.Stat(ctx, "k"); err != nil {
+		t.Fatalf("the given-up Delete landed: Stat %v", err)
 	}
 }
