@@ -613,7 +613,9 @@ func (c *Cluster) Close(ctx context.Context) error {
 	c.closeOnce.Do(func() {
 		c.cancel()
 		c.wg.Wait()
-		errs := []error{c.raft.Shutdown().Error(), c.trans.Close(), c.store.Close()}
+		err := c.raft.Shutdown().Error()
+		c.trans.CloseStreams() // pooled connections to peers: their readers end too
+		errs := []error{err, c.trans.Close(), c.store.Close()}
 		c.closeErr = errors.Join(errs...)
 		c.log.Info("cluster node stopped", "id", c.self.ID)
 	})

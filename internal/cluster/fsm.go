@@ -219,6 +219,10 @@ func applyCommand(m *Map, c command) (*Map, error) {
 			if old.equal(nv) {
 				return m, nil
 			}
+		} else if nv.ID != "" && slices.Contains(m.DeletedVolumes, nv.Key()) {
+			// A deleted volume never comes back: a resize (or a retried
+			// create) that commits after its delete finds it gone.
+			return m, fmt.Errorf("%w: %q was deleted", ErrVolumeNotFound, nv.Name)
 		}
 		mut = func(n *Map) error { n.Volumes[nv.Name] = nv; return nil }
 	case opVolumeStale:

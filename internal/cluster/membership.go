@@ -160,8 +160,11 @@ func (c *Cluster) removeMember(ctx context.Context, id string) error {
 // replaceVoter promotes a non-voter that is up (the first by ID) before
 // voter id leaves, if the cluster would otherwise have fewer than
 // Config.Voters voters: the health round would promote one too, but only
-// later, and a voter going down meanwhile would cost the quorum. The
-// caller holds memberMu.
+// later, and a voter going down meanwhile would cost the quorum. As in
+// the health round, only a non-voter that answers its probe naming this
+// node its raft leader qualifies: one whose raft address does not reach
+// it would count towards a quorum it can never be part of. The caller
+// holds memberMu.
 func (c *Cluster) replaceVoter(ctx context.Context, id string, timeout time.Duration) error {
 	cf := c.raft.GetConfiguration()
 	if err := cf.Error(); err != nil {
@@ -185,7 +188,12 @@ func (c *Cluster) replaceVoter(ctx context.Context, id string, timeout time.Dura
 	if !leaving || voters > c.cfg.Voters || len(candidates) == 0 {
 		return nil
 	}
-	s := slices.MinFunc(candidates, func(a, b raft.Server) int { return strings.Compare(string(a.ID), string(b.ID)) })
+	slices.SortFunc(candidates, func(a, b raft.Server) int { return strings.Compare(string(a.ID), string(b.ID)) })
+	i := slices.IndexFunc(candidates, func(s raft.Server) bool { return c.follows(ctx, m.Nodes[string(s.ID)]) })
+	if i < 0 {
+		return nil
+	}
+	s := candidates[i]
 	if err := c.raft.AddVoter(s.ID, s.Address, 0, timeout).Error(); err != nil {
 		return err
 	}
@@ -194,6 +202,16 @@ func (c *Cluster) replaceVoter(ctx context.Context, id string, timeout time.Dura
 		c.log.Warn("recording suffrage failed", "node", s.ID, "err", err)
 	}
 	return nil
+}
+
+// follows reports whether n answers its health probe naming this node its
+// raft leader (or just answers, on another health path), as the health
+// round requires of a non-voter it promotes.
+func (c *Cluster) follows(ctx context.Context, n NodeInfo) bool {
+	pctx, cancel := context.WithTimeout(ctx, min(max(c.cfg.HeartbeatInterval, 100*time.Millisecond), c.cfg.DownAfter))
+	defer cancel()
+	alive, leader := c.probe(pctx, n)
+	return alive && (leader == c.self.ID || c.cfg.HealthPath != PathHealth)
 }
 
 // announceLoop makes sure the map holds this node with its current addresses:

@@ -56,6 +56,9 @@ const (
 	// DefaultMaxPending bounds the incoming handshakes in progress; more
 	// connections are closed at once.
 	DefaultMaxPending = 64
+	// DefaultMaxPendingPerHost bounds the incoming handshakes in progress
+	// from one IP address, so that one host cannot take every slot.
+	DefaultMaxPendingPerHost = 8
 )
 
 const (
@@ -71,7 +74,9 @@ type Options struct {
 	HandshakeTimeout time.Duration
 	// MaxPending bounds the incoming handshakes in progress.
 	MaxPending int
-	Log        *slog.Logger
+	// MaxPendingPerHost bounds those from one IP address.
+	MaxPendingPerHost int
+	Log               *slog.Logger
 }
 
 // Layer is a raft.StreamLayer whose connections are authenticated and
@@ -84,7 +89,9 @@ type Layer struct {
 	client  *tls.Config
 	opts    Options
 	log     *slog.Logger
-	pending chan struct{}   // a slot per incoming handshake in progress
+	pending chan struct{} // a slot per incoming handshake in progress
+	mu      sync.Mutex
+	perHost map[string]int  // incoming handshakes in progress by remote IP
 	conns   chan net.Conn   // connections that passed their handshake
 	ctx     context.Context // cancelled by Close
 	cancel  context.CancelFunc
@@ -105,6 +112,9 @@ func Listen(bind, secret string, opts Options) (*Layer, error) {
 	}
 	if opts.MaxPending <= 0 {
 		opts.MaxPending = DefaultMaxPending
+	}
+	if opts.MaxPendingPerHost <= 0 {
+		opts.MaxPendingPerHost = DefaultMaxPendingPerHost
 	}
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
@@ -135,6 +145,7 @@ func Listen(bind, secret string, opts Options) (*Layer, error) {
 		opts:    opts,
 		log:     opts.Log,
 		pending: make(chan struct{}, opts.MaxPending),
+		perHost: map[string]int{},
 		conns:   make(chan net.Conn),
 	}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
@@ -218,9 +229,8 @@ func (l *Layer) acceptLoop() {
 			}
 			continue
 		}
-		select {
-		case l.pending <- struct{}{}:
-		default:
+		host := remoteHost(raw)
+		if !l.reserve(host) {
 			l.log.Warn("raft link: too many handshakes in progress, closing a connection", "remote", raw.RemoteAddr())
 			raw.Close()
 			continue
@@ -228,10 +238,47 @@ func (l *Layer) acceptLoop() {
 		l.wg.Add(1)
 		go func() {
 			defer l.wg.Done()
-			defer func() { <-l.pending }()
+			defer l.release(host)
 			l.admit(raw)
 		}()
 	}
+}
+
+// reserve takes a handshake slot for a connection from host, unless every
+// slot, or host's share of them, is taken.
+func (l *Layer) reserve(host string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.perHost[host] >= l.opts.MaxPendingPerHost {
+		return false
+	}
+	select {
+	case l.pending <- struct{}{}:
+	default:
+		return false
+	}
+	l.perHost[host]++
+	return true
+}
+
+// release gives back a slot reserve took.
+func (l *Layer) release(host string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	<-l.pending
+	if l.perHost[host]--; l.perHost[host] <= 0 {
+		delete(l.perHost, host)
+	}
+}
+
+// remoteHost is the IP address c comes from (its whole address if it has
+// no port).
+func remoteHost(c net.Conn) string {
+	a := c.RemoteAddr().String()
+	if h, _, err := net.SplitHostPort(a); err == nil {
+		return h
+	}
+	return a
 }
 
 // admit runs an incoming connection's handshake and hands it to Accept.
