@@ -518,7 +518,7 @@ func (g *gateway) DeleteObject(ctx context.Context, bucket, key string) error {
 		})
 	}
 	wg.Wait()
-	if b.Mode == cluster.ModeLocal && missedHolder(m, b, key, errs) {
+	if b.Mode == cluster.ModeLocal && missedHolder(m, errs) {
 		g.tombstone(ctx, m, targets, errs, bucket, key, at)
 	}
 	for i, err := range errs[primary:] {
@@ -529,11 +529,15 @@ func (g *gateway) DeleteObject(ctx context.Context, bucket, key string) error {
 	return firstError(errs[:primary])
 }
 
-// missedHolder reports whether a node that may hold a copy of bucket/key
-// (the first copies+readFallback in HRW order) did not take its delete.
-func missedHolder(m *cluster.Map, b cluster.BucketProps, key string, errs []error) bool {
-	order := placement.Order(m.NodeIDs(), placement.ObjectName(b.Name, key))
-	for _, id := range order[:min(len(order), b.Copies+readFallback)] {
+// missedHolder reports whether a node that may hold a copy of a local
+// bucket's object did not take its delete (errs: the targets' answers):
+// a target that failed, or any node not up, not only one among the first
+// copies+readFallback in HRW order. After nodes join, a copy stays outside
+// those until the rebalance moves it (reads ask every node for the same
+// reason), and a node down during the delete that held one would serve it
+// again when it comes back.
+func missedHolder(m *cluster.Map, errs []error) bool {
+	for _, id := range m.NodeIDs() {
 		if n, _ := m.Node(id); n.State != cluster.StateUp {
 			return true
 		}
@@ -884,6 +888,7 @@ func (g *gateway) replicate(ctx context.Context, m *cluster.Map, src peer.Local,
 		PutOptions: info.PutOptions(),
 		ModTime:    info.ModTime, ETag: info.ETag, Dirty: info.Dirty, Replica: true, Owner: owner,
 		BackendETag: info.BackendETag, BackendVersion: info.BackendVersion, KeepNewer: true,
+		Checksum: info.Checksum,
 	}
 	_, err = g.at(m, id).Put(ctx, info.Bucket, info.Key, rd, o)
 	if errors.Is(err, object.ErrPrecondition) {

@@ -128,6 +128,7 @@ func storePutOptions(o peer.PutOptions, b cluster.BucketProps) store.PutOptions 
 		BackendETag: o.BackendETag, BackendVersion: o.BackendVersion, Dirty: o.Dirty, Pinned: !tiered(b),
 		NoCache:   o.Replica, // reads go to the owner first
 		KeepNewer: o.KeepNewer,
+		Checksum:  o.Checksum,
 	}
 }
 

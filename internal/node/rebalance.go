@@ -168,12 +168,16 @@ func (r *rebalancer) observe(m *cluster.Map) string {
 }
 
 // watch runs a pass whenever the set of nodes that count has changed and
-// stayed changed for settle, until ctx ends.
+// stayed changed for settle, until ctx ends. A pass that left copies
+// unplaced or waiting is made again even if the set goes back to the one
+// last passed for: the copies it moved meanwhile (and the holders that
+// dropped theirs) are placed for the set it saw, not for that one.
 func (r *rebalancer) watch(ctx context.Context) {
 	maps := r.meta.Watch(ctx)
 	last := r.observe(r.meta.Map())
 	var changed time.Time // when the set first differed from last; zero if it does not
 	retry := r.settle     // the wait after a pass that left copies unplaced, doubling
+	unsettled := false    // the last pass left copies unplaced or waiting
 	tick := time.NewTicker(min(r.settle, time.Second))
 	defer tick.Stop()
 	for {
@@ -188,7 +192,7 @@ func (r *rebalancer) watch(ctx context.Context) {
 		}
 		cur := r.observe(r.meta.Map())
 		switch {
-		case cur == last:
+		case cur == last && !unsettled:
 			changed = time.Time{}
 		case changed.IsZero():
 			changed = r.now()
@@ -198,10 +202,10 @@ func (r *rebalancer) watch(ctx context.Context) {
 			r.log.Info("rebalance pass done", "scanned", p.Scanned, "sent", p.Sent, "bytes", p.Bytes,
 				"dropped", p.Dropped, "skipped", p.Skipped, "failed", p.Failed, "lastError", p.LastErr)
 			if p.Failed == 0 && p.Skipped == 0 && ctx.Err() == nil {
-				last, changed, retry = cur, time.Time{}, r.settle
+				last, changed, retry, unsettled = cur, time.Time{}, r.settle, false
 			} else {
 				// Pass again after retry (settle counts from changed).
-				changed = r.now().Add(retry - r.settle)
+				changed, unsettled = r.now().Add(retry-r.settle), true
 				retry = min(2*retry, rebalanceMaxRetry)
 			}
 		}
@@ -337,7 +341,9 @@ var (
 )
 
 // ask reports whether node id holds info's version of the object or a
-// newer one; errDeletedThere if it remembers deleting the key later.
+// newer one; errDeletedThere if it remembers deleting the key later. A
+// copy a scrub marked damaged is not held: it is not served, and this
+// copy may be the only good one left.
 func (r *rebalancer) ask(ctx context.Context, m *cluster.Map, id string, info object.Info) (bool, error) {
 	if ni, _ := m.Node(id); ni.State != cluster.StateUp {
 		return false, fmt.Errorf("%w: %s", errHolderDown, id)
@@ -348,7 +354,7 @@ func (r *rebalancer) ask(ctx context.Context, m *cluster.Map, id string, info ob
 	var deleted *peer.DeletedError
 	switch {
 	case err == nil:
-		return !other.ModTime.Before(info.ModTime), nil
+		return !other.ModTime.Before(info.ModTime) && (!other.Damaged || other.ModTime.After(info.ModTime)), nil
 	case errors.As(err, &deleted) && !deleted.At.Before(info.ModTime):
 		return false, errDeletedThere
 	case errors.Is(err, object.ErrNotFound):
@@ -383,6 +389,7 @@ func (r *rebalancer) send(ctx context.Context, m *cluster.Map, id string, info o
 		PutOptions: info.PutOptions(),
 		ModTime:    info.ModTime, ETag: info.ETag, BackendETag: info.BackendETag, BackendVersion: info.BackendVersion,
 		Replica: replica, KeepNewer: true,
+		Checksum: info.Checksum, // bytes that rotted here are refused, not spread
 	}
 	opts.Digest = dr.Digest
 	sctx, cancel := context.WithTimeout(ctx, rebalanceSendTimeout+time.Duration(info.Size>>20)*time.Second)
@@ -396,7 +403,7 @@ func (r *rebalancer) send(ctx context.Context, m *cluster.Map, id string, info o
 	case err != nil:
 		return err
 	case !held:
-		return fmt.Errorf("%w: %s refused the copy but holds an older one", object.ErrUnavailable, id)
+		return fmt.Errorf("%w: %s refused the copy but holds an older or damaged one", object.ErrUnavailable, id)
 	}
 	return nil
 }

@@ -49,6 +49,12 @@ type PutOptions struct {
 	// ModTime and remembers no later delete of it; otherwise the answer
 	// is object.ErrPrecondition.
 	KeepNewer bool `json:"keepNewer,omitempty"`
+	// Checksum, if set, is the CRC32C the body must have ("crc32c:<hex>",
+	// as object.Info.Checksum): a copy of a stored object (a rebalance, a
+	// completed upload's replica) carries the checksum its source recorded
+	// when it was written, so that bytes that rotted on the source's drive
+	// are refused (store.ErrCorrupt) instead of stored as a good copy.
+	Checksum string `json:"checksum,omitempty"`
 }
 
 // Replica operations an owner sends to the holders of its writeback
