@@ -208,7 +208,10 @@ func (r *rejoin) check(ctx context.Context, info object.Info) bool {
 		if id == r.self {
 			continue
 		}
-		if asked == max(b.Copies, 1) {
+		// As far as reads fall back: with copies=1, the node that took
+		// the last write may be the third one, behind one that has since
+		// dropped the copy it took while this one was away.
+		if asked == max(b.Copies, 1)+readFallback {
 			break
 		}
 		asked++

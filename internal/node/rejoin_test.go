@@ -168,3 +168,49 @@ func TestRejoinDropsOnlyOutOfDateCopies(t *testing.T) {
 		t.Fatalf("read from a node that knows of a newer down mark: %v, want the out-of-date copy not found", err)
 	}
 }
+
+// TestRejoinAsksPastAHolderThatDroppedItsCopy: with copies=1, the key was
+// overwritten on the second node while this one was down, and again on a
+// third while the second was down too; the second has since returned and
+// dropped its out-of-date copy. This node, back last, finds nothing on the
+// first node it asks: it must ask on (as far as reads fall back), find the
+// newer version, and drop its own rather than serve it first.
+func TestRejoinAsksPastAHolderThatDroppedItsCopy(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, store.Config{Mountpaths: []string{filepath.Join(t.TempDir(), "mp")}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	m := cluster.NewMap()
+	for _, id := range []string{"a", "b", "c", "d"} {
+		m.Nodes[id] = cluster.NodeInfo{ID: id, State: cluster.StateUp}
+	}
+	m.Buckets["one"] = cluster.BucketProps{Name: "one", Copies: 1, Mode: cluster.ModeLocal}
+	t0 := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
+	info, err := st.Put(ctx, "one", "k", bytes.NewReader([]byte("v1")), store.PutOptions{PutOptions: object.PutOptions{Size: 2}, ModTime: t0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	up, _ := placementOf(m, "one", "k")
+	var others []string
+	for _, id := range up {
+		if id != "a" {
+			others = append(others, id)
+		}
+	}
+	newest := others[len(others)-1] // asked last
+	peers := map[string]peer.Local{}
+	for _, id := range others {
+		p := statPeer{infos: map[string]object.Info{}}
+		if id == newest {
+			p.infos["k"] = object.Info{Bucket: "one", Key: "k", ModTime: t0.Add(2 * time.Second)}
+		}
+		peers[id] = p
+	}
+	r := &rejoin{self: "a", meta: fixedMap{m}, store: st, log: slog.New(slog.DiscardHandler),
+		at: func(_ *cluster.Map, id string) peer.Local { return peers[id] }}
+	if !r.check(ctx, info) {
+		t.Fatalf("kept a copy overwritten on %s (asked in order %v)", newest, others)
+	}
+}
