@@ -392,17 +392,7 @@ func TestVolumeDriveReplaced(t *testing.T) {
 	if err := c.StopNode(1); err != nil {
 		t.Fatal(err)
 	}
-	for _, mp := range c.Configs[1].Mountpaths {
-		ents, err := os.ReadDir(mp)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, e := range ents {
-			if err := os.RemoveAll(filepath.Join(mp, e.Name())); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	emptyMountpaths(t, c, 1)
 	startAgain(t, c, 1)
 	for _, i := range []int{1, 0, 2} {
 		if msg := qemuRead(uri(i), 0, 32<<20, 0x33); msg != "" {
@@ -418,13 +408,9 @@ func TestVolumeDriveReplaced(t *testing.T) {
 		return open && st.Stale["node2"] == 0 && len(clusterMap(t, c, 0).Volumes[name].Stale) == 0
 	})
 	c.Kill(0)
-	var msg string
-	for start := time.Now(); time.Since(start) < 20*time.Second; time.Sleep(500 * time.Millisecond) { // a new leader, if node1 led
-		if msg = qemuRead(uri(1), 0, 32<<20, 0x33); msg == "" {
-			return
-		}
+	if msg := readsBack(uri(1), 32<<20, 0x33); msg != "" {
+		t.Fatalf("the volume through node2 once resynchronised, node1 down: %s", msg)
 	}
-	t.Fatalf("the volume through node2 once resynchronised, node1 down: %s", msg)
 }
 
 // TestVolumeDriveReplacedWhileWriterRestarts: the node that holds a
@@ -448,17 +434,7 @@ func TestVolumeDriveReplacedWhileWriterRestarts(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, mp := range c.Configs[1].Mountpaths {
-		ents, err := os.ReadDir(mp)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, e := range ents {
-			if err := os.RemoveAll(filepath.Join(mp, e.Name())); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	emptyMountpaths(t, c, 1)
 	for _, i := range []int{0, 1} {
 		if err := c.StartNode(i); err != nil {
 			t.Fatal(err)
@@ -472,11 +448,37 @@ func TestVolumeDriveReplacedWhileWriterRestarts(t *testing.T) {
 		return open && len(clusterMap(t, c, 2).Volumes[name].Stale) == 0
 	})
 	c.Kill(0)
-	var msg string
-	for start := time.Now(); time.Since(start) < 20*time.Second; time.Sleep(500 * time.Millisecond) { // a new leader, if node1 led
-		if msg = qemuRead(uri(1), 0, 32<<20, 0x5a); msg == "" {
-			return
+	if msg := readsBack(uri(1), 32<<20, 0x5a); msg != "" {
+		t.Fatalf("the volume through node2, resynchronised with no client, node1 down: %s", msg)
+	}
+}
+
+// emptyMountpaths removes everything on node i's mountpaths (a replaced
+// drive); the node must be stopped.
+func emptyMountpaths(t *testing.T, c *localcluster.Cluster, i int) {
+	t.Helper()
+	for _, mp := range c.Configs[i].Mountpaths {
+		ents, err := os.ReadDir(mp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range ents {
+			if err := os.RemoveAll(filepath.Join(mp, e.Name())); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
-	t.Fatalf("the volume through node2, resynchronised with no client, node1 down: %s", msg)
+}
+
+// readsBack reads the first n bytes of uri until they are all pattern, for
+// up to 20 s (a new leader may be elected meanwhile); it returns qemu-io's
+// last complaint, or "".
+func readsBack(uri string, n int64, pattern byte) string {
+	var msg string
+	for start := time.Now(); time.Since(start) < 20*time.Second; time.Sleep(500 * time.Millisecond) {
+		if msg = qemuRead(uri, 0, n, pattern); msg == "" {
+			return ""
+		}
+	}
+	return msg
 }
