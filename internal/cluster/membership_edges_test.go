@@ -96,16 +96,7 @@ func TestRemoveVoterKeepsVoters(t *testing.T) {
 	if len(st.Voters) != 3 || len(st.NonVoters) != 1 {
 		t.Fatalf("voters %v, non-voters %v", st.Voters, st.NonVoters)
 	}
-	var others []*clustertest.Node
-	for _, id := range st.Voters {
-		if id != leader.ID {
-			for _, n := range tc.Nodes() {
-				if n.ID == id {
-					others = append(others, n)
-				}
-			}
-		}
-	}
+	others := otherVoters(tc, leader)
 	removed, next := others[0], others[1]
 	resp, err := http.Post(leader.URL+cluster.PathLeave, "application/json", bytes.NewReader([]byte(`{"id":"`+removed.ID+`"}`)))
 	if err != nil {
@@ -389,4 +380,20 @@ func TestJoinWithDeadRaftAddressKeepsQuorum(t *testing.T) {
 	if err := leader.Cluster().CreateBucket(bctx, cluster.BucketProps{Name: "after-ghost"}); err != nil {
 		t.Fatalf("the cluster no longer commits changes: %v", err)
 	}
+}
+
+// otherVoters are tc's voting nodes other than leader, in the order the
+// leader's status lists them.
+func otherVoters(tc *clustertest.Cluster, leader *clustertest.Node) []*clustertest.Node {
+	var others []*clustertest.Node
+	for _, id := range leader.Cluster().Status().Voters {
+		if id != leader.ID {
+			for _, n := range tc.Nodes() {
+				if n.ID == id {
+					others = append(others, n)
+				}
+			}
+		}
+	}
+	return others
 }

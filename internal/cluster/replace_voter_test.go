@@ -74,16 +74,7 @@ func TestRemoveVoterReplacesWithFollowingNode(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var others []*clustertest.Node
-	for _, id := range st.Voters {
-		if id != leader.ID {
-			for _, n := range tc.Nodes() {
-				if n.ID == id {
-					others = append(others, n)
-				}
-			}
-		}
-	}
+	others := otherVoters(tc, leader)
 	removed, next := others[0], others[1]
 	resp, err = http.Post(leader.URL+cluster.PathLeave, "application/json", bytes.NewReader([]byte(`{"id":"`+removed.ID+`"}`)))
 	if err != nil {
