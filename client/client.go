@@ -309,9 +309,10 @@ func (c *Client) Nodes() []NodeInfo {
 }
 
 // Owner returns the node that serves bucket/key: the first node in the HRW
-// order over every member that is up (the order the nodes themselves use),
-// or the first in that order when none is up. The zero NodeInfo means the
-// map has no nodes.
+// order over every member that takes new copies, up and not draining (the
+// order the nodes themselves use); else the first that is up (a draining
+// node still serves), else the first in that order. The zero NodeInfo means
+// the map has no nodes.
 func (c *Client) Owner(bucket, key string) NodeInfo {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
@@ -321,6 +322,11 @@ func (c *Client) Owner(bucket, key string) NodeInfo {
 
 func (c *Client) ownerLocked(bucket, key string) (cluster.NodeInfo, bool) {
 	order := placement.Order(c.id, placement.ObjectName(bucket, key))
+	for _, id := range order {
+		if n := c.m.Nodes[id]; n.Places() && len(n.PublicAddrs) > 0 {
+			return n, true
+		}
+	}
 	for _, id := range order {
 		if n := c.m.Nodes[id]; n.State == cluster.StateUp && len(n.PublicAddrs) > 0 {
 			return n, true

@@ -126,7 +126,10 @@ func (s *Store) Mountpaths() []MountpathStats {
 // reserve sets n bytes aside on mp for a write in progress, evicting on mp
 // if they do not fit; object.ErrNoSpace if eviction cannot make room. A
 // write that all of mp's evictable copies could not make room for fails
-// before any is evicted.
+// before any is evicted. Concurrent writes may take the room an eviction
+// made before this one looks again: it then evicts more, as long as
+// evicting frees anything, up to reserveAttempts times (a filesystem that
+// is slow to show freed blocks must not cost the whole cache).
 func (s *Store) reserve(ctx context.Context, mp *mountpath, n int64) error {
 	for attempt := 0; ; attempt++ {
 		var short int64
@@ -145,18 +148,23 @@ func (s *Store) reserve(ctx context.Context, mp *mountpath, n int64) error {
 			return nil
 		}
 		mp.spaceMu.Unlock()
-		if attempt > 0 {
-			return fmt.Errorf("%w: mountpath %s: %d more bytes needed after eviction", object.ErrNoSpace, mp.path, short)
-		}
 		mp.polMu.Lock()
 		evictable := mp.pol.Bytes()
 		mp.polMu.Unlock()
 		if short > evictable {
 			return fmt.Errorf("%w: mountpath %s: %d more bytes needed, evicting every copy would free %d", object.ErrNoSpace, mp.path, short, evictable)
 		}
-		s.evictMountpath(ctx, mp, short)
+		if attempt == reserveAttempts || s.evictMountpath(ctx, mp, short) == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			return fmt.Errorf("%w: mountpath %s: %d more bytes needed after eviction (%d attempts)", object.ErrNoSpace, mp.path, short, attempt+1)
+		}
 	}
 }
+
+// reserveAttempts bounds the evictions one reservation makes.
+const reserveAttempts = 16
 
 // maybeKick wakes the background evictor if mp is over the high watermark.
 func (s *Store) maybeKick(mp *mountpath) {
@@ -253,15 +261,11 @@ func (s *Store) evictUntil(ctx context.Context, mp *mountpath, done func(freed i
 	evicted := 0
 	// Victims passed over while being read go back once the pass is done
 	// (back at once, they could come up again before the others).
-	type victim struct {
-		k    string
-		size int64
-	}
-	var busy []victim
+	var busy []string
 	dirs := map[string]bool{}
 	defer func() {
-		for _, v := range busy {
-			mp.polAdd(v.k, v.size)
+		for _, k := range busy {
+			s.readmit(mp, k)
 		}
 	}()
 	for !done(freed, evicted) && ctx.Err() == nil {
@@ -290,7 +294,7 @@ func (s *Store) evictUntil(ctx context.Context, mp *mountpath, done func(freed i
 			dirs[dir] = true
 			s.log.Debug("store: evicted", "bucket", bucket, "key", key, "size", size)
 		case errors.Is(err, errBeingRead):
-			busy = append(busy, victim{k, size})
+			busy = append(busy, k)
 		}
 	}
 	// The removals are made durable once per directory and pass: an
@@ -304,11 +308,35 @@ func (s *Store) evictUntil(ctx context.Context, mp *mountpath, done func(freed i
 	return freed
 }
 
+// readmit hands pk, which an eviction pass on mp passed over because it
+// was being read, back to mp's policy: unless it was deleted, rewritten
+// dirty or pinned, or moved to another mountpath meanwhile (the policy would
+// count bytes no eviction can free), or is back in the policy already
+// (rewritten clean).
+func (s *Store) readmit(mp *mountpath, pk string) {
+	bucket, key, _ := strings.Cut(pk, "/")
+	l := s.keyLock(bucket, key)
+	l.Lock()
+	defer l.Unlock()
+	e := s.lookup(bucket, key)
+	if e == nil || e.mp != mp.idx || !e.info.Evictable() {
+		return
+	}
+	mp.polMu.Lock()
+	if !mp.pol.Contains(pk) {
+		mp.pol.Add(pk, e.info.Size)
+	}
+	mp.polMu.Unlock()
+}
+
 // errBeingRead: a victim has open readers; unlinking it would free no space.
 var errBeingRead = errors.New("store: object is being read")
 
 // EvictObject evicts one clean object: ErrDirty if it is not yet destaged,
-// ErrPinned if it is a local bucket's, object.ErrNotFound if absent.
+// ErrPinned if it is a local bucket's, object.ErrNotFound if absent. The
+// removal is durable, as an eviction pass's: the tier evicts so a copy the
+// backend deleted or holds a newer version of, which must not come back
+// after a crash to be served.
 func (s *Store) EvictObject(ctx context.Context, bucket, key string) error {
 	if err := validate(bucket, key); err != nil {
 		return err
@@ -324,5 +352,5 @@ func (s *Store) EvictObject(ctx context.Context, bucket, key string) error {
 			return fmt.Errorf("%w: %s/%s", ErrPinned, bucket, key)
 		}
 		return nil
-	}, false)
+	}, true)
 }
