@@ -50,6 +50,7 @@ func TestRecoverOrphans(t *testing.T) {
 		filepath.Join(mp0.objDir, "Not_A_Bucket", "ab", "x"),                    // invalid bucket dir
 		filepath.Join(mp0.mpuDir, "bkt", strings.Repeat("c", 32), "part-00001"), // upload without upload.json
 		filepath.Join(upDir, "part-00002"),                                      // part without metadata
+		filepath.Join(mp0.root, ".tmp-4711"),                                    // the drive identity's first write
 	}
 	for _, d := range debris {
 		write(d, []byte("junk"))

@@ -360,6 +360,13 @@ func openMountpath(idx int, path, policy string, workDirs int) (*mountpath, erro
 	if mp.failed.Load() {
 		return mp, nil
 	}
+	// A crash while the identity file was first written leaves its temp
+	// file (writeFileAtomic) at the root; nothing else names it.
+	if left, err := filepath.Glob(filepath.Join(root, ".tmp-*")); err == nil {
+		for _, f := range left {
+			os.Remove(f)
+		}
+	}
 	if err := probeXattr(mp.tmpDir); err != nil {
 		mp.close()
 		return nil, fmt.Errorf("%w: %s: %v", ErrNoXattr, path, err)
