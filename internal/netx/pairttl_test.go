@@ -62,3 +62,20 @@ func TestDownPairNotForgottenWhileAvoided(t *testing.T) {
 		t.Errorf("pair to the dead address no longer known down: %+v", tr.Pairs())
 	}
 }
+
+// TestUnusedPeerLeavesNothing: once a peer's pairs are dropped as unused,
+// its address list and remote endpoints go too, so a peer whose addresses
+// change over a long life leaves no state behind.
+func TestUnusedPeerLeavesNothing(t *testing.T) {
+	s := startServer(t, "127.0.0.2:0", 0)
+	tr := newTestTransport(t, Config{LocalAddrs: []string{"127.0.0.5"}, PairTTL: time.Hour})
+	if _, err := get(context.Background(), tr, Peer{ID: "n1", Addrs: []string{s.addr}}, "/obj"); err != nil {
+		t.Fatal(err)
+	}
+	tr.check(time.Now().Add(2 * time.Hour))
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if len(tr.pairs) != 0 || len(tr.lists) != 0 || len(tr.remotes) != 0 {
+		t.Fatalf("after every pair was dropped: %d pairs, %d address lists, %d remotes", len(tr.pairs), len(tr.lists), len(tr.remotes))
+	}
+}

@@ -975,6 +975,27 @@ func (t *Transport) check(now time.Time) {
 		}
 		ps = append(ps, p)
 	}
+	if len(dropped) > 0 {
+		// The address lists and remote endpoints only dropped pairs
+		// used go too: a peer whose addresses changed leaves nothing.
+		for k, l := range t.lists {
+			for _, p := range l {
+				if t.pairs[p.key] != p {
+					delete(t.lists, k)
+					break
+				}
+			}
+		}
+		live := make(map[*endpoint]bool, len(t.remotes))
+		for _, p := range t.pairs {
+			live[p.rem] = true
+		}
+		for a, e := range t.remotes {
+			if !live[e] {
+				delete(t.remotes, a)
+			}
+		}
+	}
 	t.mu.Unlock()
 	for _, p := range dropped {
 		p.closeIdle()
