@@ -89,9 +89,9 @@ type Layer struct {
 	client  *tls.Config
 	opts    Options
 	log     *slog.Logger
-	pending chan struct{} // a slot per incoming handshake in progress
 	mu      sync.Mutex
-	perHost map[string]int  // incoming handshakes in progress by remote IP
+	pending int             // incoming handshakes in progress
+	perHost map[string]int  // the same by remote IP
 	conns   chan net.Conn   // connections that passed their handshake
 	ctx     context.Context // cancelled by Close
 	cancel  context.CancelFunc
@@ -144,7 +144,6 @@ func Listen(bind, secret string, opts Options) (*Layer, error) {
 		},
 		opts:    opts,
 		log:     opts.Log,
-		pending: make(chan struct{}, opts.MaxPending),
 		perHost: map[string]int{},
 		conns:   make(chan net.Conn),
 	}
@@ -249,14 +248,10 @@ func (l *Layer) acceptLoop() {
 func (l *Layer) reserve(host string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.perHost[host] >= l.opts.MaxPendingPerHost {
+	if l.pending >= l.opts.MaxPending || l.perHost[host] >= l.opts.MaxPendingPerHost {
 		return false
 	}
-	select {
-	case l.pending <- struct{}{}:
-	default:
-		return false
-	}
+	l.pending++
 	l.perHost[host]++
 	return true
 }
@@ -265,7 +260,7 @@ func (l *Layer) reserve(host string) bool {
 func (l *Layer) release(host string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	<-l.pending
+	l.pending--
 	if l.perHost[host]--; l.perHost[host] <= 0 {
 		delete(l.perHost, host)
 	}
