@@ -725,8 +725,9 @@ func (v *Volume) mutate(ctx context.Context, chunk int64, op func(ctx context.Co
 // and the resync, which waits out the replica timeout, copies a mirror
 // that did not take it over them. When the write may land on every mirror
 // tried, the first of those is kept and every other owner is marked:
-// all then agree on the kept one. Marks are recorded without holding up
-// the error (a mutation no mirror took is not acknowledged).
+// all then agree on the kept one. The marks are saved and recorded in
+// StaleMarks before the error returns, as for a write that some mirror
+// took, so that readers through other nodes pass those mirrors over too.
 func (v *Volume) markDiverged(ctx context.Context, chunk int64, owners []*mirror, errs []error, skipped error) {
 	keep, landing, definite := -1, 0, 0
 	for i, err := range errs {
