@@ -19,7 +19,7 @@ func FuzzStreamRequest(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if volLen > 128 || payLen > MaxTransfer || r.op == opRead && r.n > MaxTransfer {
+		if volLen > maxKeyLen || payLen > MaxTransfer || r.op == opRead && r.n > MaxTransfer {
 			t.Fatalf("accepted oversized request %+v vol %d payload %d", r, volLen, payLen)
 		}
 		if len(b) < streamReqLen+volLen {
