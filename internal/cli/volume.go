@@ -7,13 +7,16 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"sort"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/slipstream-io/slipstream/internal/cluster"
 	"github.com/slipstream-io/slipstream/internal/loader"
 	"github.com/slipstream-io/slipstream/internal/node"
+	"github.com/slipstream-io/slipstream/internal/pki"
 )
 
 func volumeCommand() Command {
@@ -26,6 +29,7 @@ func volumeCommand() Command {
 				{name: "info", synopsis: "NAME", summary: "a volume's size, copies, placement and NBD URIs", run: volumeInfo},
 				{name: "resize", synopsis: "NAME --size S", summary: "grow a volume", run: volumeResize},
 				{name: "delete", aliases: []string{"rm"}, synopsis: "NAME", summary: "delete a volume and its data", run: volumeDelete},
+				{name: "certs", synopsis: "DIR --host H [--host H]...", summary: "write the certificates of NBD over TLS (nbd_tls)", run: volumeCerts},
 			}
 			return group(ctx, env, "volume", adminFooter, subs, env.Args)
 		},
@@ -238,5 +242,44 @@ func printVolume(env Env, v node.VolumeInfo, asJSON bool) error {
 	for i, p := range v.Placement {
 		fmt.Fprintf(env.Stdout, "  chunk %d: %s\n", i, strings.Join(p, ", "))
 	}
+	return nil
+}
+
+// volumeCerts writes a certificate authority (kept if DIR has one), a
+// server certificate for the given hosts and a client certificate into
+// DIR, and prints how to use them.
+func volumeCerts(ctx context.Context, env Env, args []string) error {
+	fs := newFlagSet(env, "volume certs", "DIR --host H [--host H]...")
+	var hosts []string
+	fs.Func("host", "a host name or IP address clients use to reach an NBD address (repeat for every node and interface)", func(v string) error {
+		hosts = append(hosts, v)
+		return nil
+	})
+	client := fs.String("client", "slipstream-client", "the client certificate's common name")
+	days := fs.Int("days", 365, "days the server and client certificates are valid")
+	var dir string
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		dir, args = args[0], args[1:]
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if dir == "" || fs.NArg() > 0 || len(hosts) == 0 || *days < 1 {
+		return usagef("volume certs DIR --host H [--host H]... [--client NAME] [--days N]")
+	}
+	o := pki.Options{Hosts: hosts, Client: *client, Validity: time.Duration(*days) * 24 * time.Hour}
+	if err := pki.Write(dir, o); err != nil {
+		return err
+	}
+	abs, _ := filepath.Abs(dir)
+	fmt.Fprintf(env.Stdout, `wrote %s: %s, %s, %s (server, for %s), %s, %s (client)
+nodes (config):  nbd_tls: {cert: %s, key: %s, client_ca: %s}
+clients:         copy %s, %s and %s; then
+  nbdinfo 'nbds://HOST:10809/VOLUME?tls-certificates=DIR'
+  qemu-img info --object tls-creds-x509,id=tls0,endpoint=client,dir=DIR --image-opts driver=nbd,host=HOST,port=10809,export=VOLUME,tls-creds=tls0
+keep %s private: it signs new certificates (run this again for more hosts)
+`, abs, pki.CACert, pki.ServerCert, pki.ServerKey, strings.Join(hosts, ", "), pki.ClientCert, pki.ClientKey,
+		filepath.Join(abs, pki.ServerCert), filepath.Join(abs, pki.ServerKey), filepath.Join(abs, pki.CACert),
+		pki.CACert, pki.ClientCert, pki.ClientKey, pki.CAKey)
 	return nil
 }

@@ -39,6 +39,8 @@ type Node struct {
 	// over NBD; NBDSocket is an optional Unix socket path for the same.
 	NBD       []string `yaml:"nbd"`
 	NBDSocket string   `yaml:"nbd_socket"`
+	// NBDTLS makes TLS mandatory on the NBD addresses (not the socket).
+	NBDTLS NBDTLS `yaml:"nbd_tls"`
 	// Seeds are intra-cluster base URLs of nodes to join through.
 	Seeds []string `yaml:"seeds"`
 	// Bootstrap makes this node found a new cluster if it has no state.
@@ -82,6 +84,18 @@ type TLS struct {
 
 // Enabled reports whether TLS is configured.
 func (t TLS) Enabled() bool { return t.Cert != "" && t.Key != "" }
+
+// NBDTLS makes clients of the NBD addresses start TLS before anything
+// else; with ClientCA, only clients presenting a certificate that
+// authority signed are served (slipstream volume certs writes all three).
+type NBDTLS struct {
+	Cert     string `yaml:"cert"`
+	Key      string `yaml:"key"`
+	ClientCA string `yaml:"client_ca"`
+}
+
+// Enabled reports whether NBD over TLS is configured.
+func (t NBDTLS) Enabled() bool { return t.Cert != "" && t.Key != "" }
 
 // Space configures space management on the mountpaths.
 type Space struct {
@@ -280,6 +294,12 @@ func (n *Node) Validate() error {
 	}
 	if (n.TLS.Cert == "") != (n.TLS.Key == "") {
 		return bad("tls", "cert and key must be given together")
+	}
+	if (n.NBDTLS.Cert == "") != (n.NBDTLS.Key == "") {
+		return bad("nbd_tls", "cert and key must be given together")
+	}
+	if n.NBDTLS.ClientCA != "" && !n.NBDTLS.Enabled() {
+		return bad("nbd_tls.client_ca", "needs cert and key")
 	}
 	if n.Space.LowWatermark <= 0 || n.Space.HighWatermark > 100 || n.Space.LowWatermark >= n.Space.HighWatermark {
 		return bad("space", "need 0 < low_watermark < high_watermark <= 100 (got %v, %v)", n.Space.LowWatermark, n.Space.HighWatermark)

@@ -28,6 +28,7 @@ import (
 	"github.com/slipstream-io/slipstream/internal/config"
 	"github.com/slipstream-io/slipstream/internal/netx"
 	"github.com/slipstream-io/slipstream/internal/peer"
+	"github.com/slipstream-io/slipstream/internal/pki"
 	"github.com/slipstream-io/slipstream/internal/s3api"
 	"github.com/slipstream-io/slipstream/internal/store"
 	"github.com/slipstream-io/slipstream/internal/sysstat"
@@ -293,7 +294,7 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 	intra.Handle("/volume/", requireSecret(cfg.Secret, n.vols.handler))
 	intra.Handle("/debug/pprof/", requireSecret(cfg.Secret, http.HandlerFunc(pprof.Index)))
 	intra.Handle("/debug/pprof/profile", requireSecret(cfg.Secret, http.HandlerFunc(pprof.Profile)))
-	intra.HandleFunc(nbdInfoPath, func(w http.ResponseWriter, r *http.Request) { writeAdmin(w, cfg.NBD, nil) })
+	intra.HandleFunc(nbdInfoPath, func(w http.ResponseWriter, r *http.Request) { writeAdmin(w, nodeNBDURLs(cfg), nil) })
 
 	public := http.NewServeMux()
 	public.HandleFunc(PublicHealthPath, n.health)
@@ -310,6 +311,15 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 		}
 		tlsCfg = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
+	var nbdTLS *tls.Config
+	if cfg.NBDTLS.Enabled() {
+		if nbdTLS, err = pki.ServerConfig(cfg.NBDTLS.Cert, cfg.NBDTLS.Key, cfg.NBDTLS.ClientCA); err != nil {
+			return nil, fmt.Errorf("node %s: nbd_tls: %w", cfg.ID, err)
+		}
+		if cfg.NBDTLS.ClientCA == "" {
+			log.Warn("nbd_tls has no client_ca: NBD traffic is encrypted, but any client is served")
+		}
+	}
 	for _, ln := range intraLns {
 		n.serve(ln, intra, nil)
 	}
@@ -317,7 +327,7 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 		n.serve(ln, public, tlsCfg)
 	}
 	if len(cfg.NBD) > 0 || cfg.NBDSocket != "" {
-		if err := n.vols.serve(bgCtx, cfg.NBD, cfg.NBDSocket); err != nil {
+		if err := n.vols.serve(bgCtx, cfg.NBD, cfg.NBDSocket, nbdTLS); err != nil {
 			return nil, fmt.Errorf("node %s: %w", cfg.ID, err)
 		}
 	}

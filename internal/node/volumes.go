@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/slipstream-io/slipstream/internal/cluster"
+	"github.com/slipstream-io/slipstream/internal/config"
 	"github.com/slipstream-io/slipstream/internal/object"
 	"github.com/slipstream-io/slipstream/internal/peer"
 	"github.com/slipstream-io/slipstream/internal/placement"
@@ -169,8 +171,9 @@ func (vs *volumes) List(ctx context.Context) ([]string, error) {
 var _ nbd.Exports = (*volumes)(nil)
 
 // serve starts the NBD server on every configured address and socket.
-func (vs *volumes) serve(ctx context.Context, addrs []string, socket string) error {
-	srv, err := nbd.NewServer(nbd.Config{Exports: vs})
+// With tlsCfg, clients of addrs must start TLS first.
+func (vs *volumes) serve(ctx context.Context, addrs []string, socket string, tlsCfg *tls.Config) error {
+	srv, err := nbd.NewServer(nbd.Config{Exports: vs, TLS: tlsCfg})
 	if err != nil {
 		return err
 	}
@@ -415,7 +418,7 @@ type VolumeInfo struct {
 }
 
 // volumeInfo computes where the volume's chunks live.
-func volumeInfo(m *cluster.Map, v cluster.VolumeSpec, nbdAddrs map[string][]string, listChunks int) VolumeInfo {
+func volumeInfo(m *cluster.Map, v cluster.VolumeSpec, nbdURLs map[string][]string, listChunks int) VolumeInfo {
 	nodes := v.Nodes
 	if len(nodes) == 0 {
 		nodes = m.NodeIDs()
@@ -431,14 +434,14 @@ func volumeInfo(m *cluster.Map, v cluster.VolumeSpec, nbdAddrs map[string][]stri
 			info.Placement = append(info.Placement, owners)
 		}
 	}
-	ids := make([]string, 0, len(nbdAddrs))
-	for id := range nbdAddrs {
+	ids := make([]string, 0, len(nbdURLs))
+	for id := range nbdURLs {
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
 	for _, id := range ids {
-		for _, a := range nbdAddrs[id] {
-			info.URIs = append(info.URIs, fmt.Sprintf("nbd://%s/%s", a, v.Name))
+		for _, u := range nbdURLs[id] {
+			info.URIs = append(info.URIs, u+"/"+v.Name)
 		}
 	}
 	return info
@@ -531,7 +534,7 @@ func (n *Node) registerVolumeAdmin() {
 		var out []VolumeInfo
 		for _, name := range m.VolumeNames() {
 			v, _ := m.Volume(name)
-			out = append(out, volumeInfo(m, v, n.nbdAddrs(r), 0))
+			out = append(out, volumeInfo(m, v, n.nbdURLs(r), 0))
 		}
 		writeAdmin(w, out, nil)
 	})
@@ -542,7 +545,7 @@ func (n *Node) registerVolumeAdmin() {
 			writeAdmin(w, nil, fmt.Errorf("%w: volume %q", object.ErrInvalidArgument, r.PathValue("name")))
 			return
 		}
-		writeAdmin(w, volumeInfo(m, v, n.nbdAddrs(r), 64), nil)
+		writeAdmin(w, volumeInfo(m, v, n.nbdURLs(r), 64), nil)
 	})
 	n.adminExtras["POST "+AdminPrefix+"volumes"] = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var v cluster.VolumeSpec
@@ -592,7 +595,7 @@ func (n *Node) registerVolumeAdmin() {
 			return
 		}
 		err := n.cluster.PutVolume(r.Context(), v)
-		writeAdmin(w, volumeInfo(n.cluster.Map(), v, n.nbdAddrs(r), 0), err)
+		writeAdmin(w, volumeInfo(n.cluster.Map(), v, n.nbdURLs(r), 0), err)
 	})
 	n.adminExtras["DELETE "+AdminPrefix+"volumes/{name}"] = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		name := r.PathValue("name")
@@ -633,11 +636,11 @@ func (n *Node) registerVolumeAdmin() {
 	})
 }
 
-// nbdAddrs returns every node's NBD addresses. Nodes announce them in
-// their status; the intra-cluster map carries only S3 and intra
-// addresses, so the answering node asks its peers.
-func (n *Node) nbdAddrs(r *http.Request) map[string][]string {
-	out := map[string][]string{n.cfg.ID: n.cfg.NBD}
+// nbdURLs returns every node's NBD URLs ("nbd://host:port", or
+// "nbds://host:port" where TLS is required). The cluster map carries only
+// S3 and intra addresses, so the answering node asks its peers.
+func (n *Node) nbdURLs(r *http.Request) map[string][]string {
+	out := map[string][]string{n.cfg.ID: nodeNBDURLs(n.cfg)}
 	m := n.cluster.Map()
 	for _, id := range m.UpNodeIDs() {
 		if id == n.cfg.ID {
@@ -662,5 +665,18 @@ func (n *Node) nbdAddrs(r *http.Request) map[string][]string {
 	return out
 }
 
-// nbdInfoPath serves a node's NBD addresses on its intra listeners.
-const nbdInfoPath = "/volume-nbd-addrs"
+// nbdInfoPath serves a node's NBD URLs on its intra listeners.
+const nbdInfoPath = "/volume-nbd-urls"
+
+// nodeNBDURLs are the URLs of cfg's NBD addresses, without an export.
+func nodeNBDURLs(cfg config.Node) []string {
+	scheme := "nbd://"
+	if cfg.NBDTLS.Enabled() {
+		scheme = "nbds://"
+	}
+	urls := make([]string, len(cfg.NBD))
+	for i, a := range cfg.NBD {
+		urls[i] = scheme + a
+	}
+	return urls
+}

@@ -1,22 +1,17 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"net"
+	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
@@ -24,42 +19,32 @@ import (
 
 	"github.com/slipstream-io/slipstream/internal/config"
 	"github.com/slipstream-io/slipstream/internal/localcluster"
+	"github.com/slipstream-io/slipstream/internal/pki"
 )
 
 // selfSigned writes a certificate for the loopback range and returns the
 // cert and key paths and a pool that trusts it.
 func selfSigned(t *testing.T) (certFile, keyFile string, pool *x509.CertPool) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "slipstream test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IsCA: true, BasicConstraintsValid: true,
-	}
+	var hosts []string
 	for a := 100; a < 140; a++ { // the 127.N ranges the tests use
 		for k := 1; k <= 2; k++ {
 			for i := 1; i <= 3; i++ {
-				tmpl.IPAddresses = append(tmpl.IPAddresses, net.IPv4(127, byte(a), byte(k), byte(i)))
+				hosts = append(hosts, fmt.Sprintf("127.%d.%d.%d", a, k, i))
 			}
 		}
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	dir := t.TempDir()
+	if err := pki.Write(dir, pki.Options{Hosts: hosts}); err != nil {
+		t.Fatal(err)
+	}
+	ca, err := os.ReadFile(filepath.Join(dir, pki.CACert))
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	kb, _ := x509.MarshalECPrivateKey(key)
-	os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
-	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600)
-	cert, _ := x509.ParseCertificate(der)
 	pool = x509.NewCertPool()
-	pool.AddCert(cert)
-	return certFile, keyFile, pool
+	pool.AppendCertsFromPEM(ca)
+	return filepath.Join(dir, pki.ServerCert), filepath.Join(dir, pki.ServerKey), pool
 }
 
 // TestTLS serves the S3 API over HTTPS with a certificate from the config,
@@ -93,5 +78,52 @@ func TestTLS(t *testing.T) {
 		if resp.StatusCode < 400 {
 			t.Fatalf("plain HTTP to a TLS listener answered %d", resp.StatusCode)
 		}
+	}
+}
+
+// TestVolumeNBDTLS: nodes with nbd_tls (certificates written by
+// `slipstream volume certs`) serve volumes only over TLS to clients with
+// a certificate of that authority; `volume create` prints nbds:// URIs;
+// the Unix socket still serves local clients without TLS.
+func TestVolumeNBDTLS(t *testing.T) {
+	lo := fmt.Sprintf("127.%d", 100+netCounter.Add(1))
+	dir := filepath.Join(t.TempDir(), "certs")
+	args := []string{"volume", "certs", dir}
+	for i := 1; i <= 3; i++ {
+		args = append(args, "--host", fmt.Sprintf("%s.1.%d", lo, i)) // each node's first address
+	}
+	if out, err := exec.Command(binary, args...).CombinedOutput(); err != nil {
+		t.Fatalf("slipstream %v: %v\n%s", args, err, out)
+	}
+	c := startCluster(t, localcluster.Spec{Net: lo, ExtraConfig: func(i int, n *config.Node) {
+		n.NBDTLS = config.NBDTLS{Cert: filepath.Join(dir, "server-cert.pem"), Key: filepath.Join(dir, "server-key.pem"), ClientCA: filepath.Join(dir, "ca-cert.pem")}
+	}})
+	out := volumeCmd(t, c, 0, "create", "sec", "--size", "16MiB", "--copies", "2", "--chunk", "1MiB")
+	if !strings.Contains(out, "nbds://"+c.Configs[0].NBD[0]+"/sec") || strings.Contains(out, "nbd://") {
+		t.Fatalf("volume create does not print the nbds:// URIs:\n%s", out)
+	}
+	uri := func(i int) string { return fmt.Sprintf("nbds://%s/sec?tls-certificates=%s", c.Configs[i].NBD[0], dir) }
+	if info := runTool(t, "nbdinfo", "--size", uri(2)); strings.TrimSpace(info) != "16777216" {
+		t.Fatalf("nbdinfo over TLS: %q", info)
+	}
+	if out, err := exec.Command("nbdinfo", "--size", fmt.Sprintf("nbd://%s/sec", c.Configs[0].NBD[0])).CombinedOutput(); err == nil {
+		t.Fatalf("nbdinfo without TLS was served: %s", out)
+	}
+	img := filepath.Join(t.TempDir(), "img")
+	data := randomBytes(7, 16<<20)
+	if err := os.WriteFile(img, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	host, port, _ := strings.Cut(c.Configs[0].NBD[0], ":")
+	runTool(t, "qemu-img", "convert", "-n", "--object", "tls-creds-x509,id=tls0,endpoint=client,dir="+dir, "-f", "raw", img,
+		"--target-image-opts", "driver=nbd,host="+host+",port="+port+",export=sec,tls-creds=tls0")
+	back := filepath.Join(t.TempDir(), "back")
+	runTool(t, "nbdcopy", uri(1), back)
+	if got, err := os.ReadFile(back); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("read back through node2 over TLS: %v", err)
+	}
+	sock := fmt.Sprintf("nbd+unix:///sec?socket=%s", c.Configs[1].NBDSocket)
+	if info := runTool(t, "nbdinfo", "--size", sock); strings.TrimSpace(info) != "16777216" {
+		t.Fatalf("nbdinfo over the Unix socket: %q", info)
 	}
 }

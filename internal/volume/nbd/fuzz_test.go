@@ -6,9 +6,11 @@ import (
 	"encoding/binary"
 	"io"
 	"net"
+	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/slipstream-io/slipstream/internal/pki"
 	"github.com/slipstream-io/slipstream/internal/volume/nbd"
 )
 
@@ -71,25 +73,69 @@ func FuzzServeConn(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		client, server := net.Pipe()
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			_ = srv.ServeConn(context.Background(), server)
-		}()
-		go func() { _, _ = io.Copy(io.Discard, client) }()
+		var msgs [][]byte
 		if handshaken {
-			_, _ = client.Write(hs)
-			_, _ = client.Write(nbd.AppendOption(nil, nbd.OptStructuredReply, nil))
-			_, _ = client.Write(goOpt)
+			msgs = append(msgs, hs, nbd.AppendOption(nil, nbd.OptStructuredReply, nil), goOpt)
 		}
-		_ = client.SetWriteDeadline(time.Now().Add(2 * time.Second))
-		_, _ = client.Write(in)
-		client.Close()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			t.Fatal("server connection did not end after the client left")
+		serveBytes(t, srv, append(msgs, in)...)
+	})
+}
+
+// serveBytes runs a server connection over a pipe, writes msgs to it as a
+// client that reads and drops every reply, hangs up, and fails t if the
+// connection does not end.
+func serveBytes(t *testing.T, srv *nbd.Server, msgs ...[]byte) {
+	client, server := net.Pipe()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.ServeConn(context.Background(), server)
+	}()
+	go func() { _, _ = io.Copy(io.Discard, client) }()
+	_ = client.SetWriteDeadline(time.Now().Add(2 * time.Second))
+	for _, m := range msgs {
+		_, _ = client.Write(m)
+	}
+	client.Close()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("server connection did not end after the client left")
+	}
+}
+
+// FuzzServeConnTLS feeds arbitrary options to a server that requires TLS
+// (a pipe is not a Unix socket): whatever comes before or after STARTTLS,
+// the connection ends without panicking, and no export is entered
+// without TLS.
+func FuzzServeConnTLS(f *testing.F) {
+	dir := f.TempDir()
+	if err := pki.Write(dir, pki.Options{Hosts: []string{"127.0.0.1"}}); err != nil {
+		f.Fatal(err)
+	}
+	cfg, err := pki.ServerConfig(filepath.Join(dir, pki.ServerCert), filepath.Join(dir, pki.ServerKey), filepath.Join(dir, pki.CACert))
+	if err != nil {
+		f.Fatal(err)
+	}
+	goOpt := nbd.AppendOption(nil, nbd.OptGo, nbd.AppendInfoRequest(nil, nbd.InfoRequest{Name: "a"}))
+	f.Add(goOpt)
+	f.Add(nbd.AppendOption(nil, nbd.OptExportName, []byte("a")))
+	f.Add(append(nbd.AppendOption(nil, nbd.OptStartTLS, nil), goOpt...))
+	f.Add(append(nbd.AppendOption(nil, nbd.OptStartTLS, nil), 0x16, 3, 1, 0, 5, 1, 2, 3))
+	f.Add(nbd.AppendOption(nil, nbd.OptStartTLS, []byte{1}))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		dev := newMem(65536)
+		srv, err := nbd.NewServer(nbd.Config{Exports: nbd.Map{"a": dev}, TLS: cfg, HandshakeTimeout: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A write request after the options must never reach the device.
+		write := append(nbd.AppendRequest(nil, nbd.Request{Type: nbd.CmdWrite, Length: 8}), 1, 2, 3, 4, 5, 6, 7, 8)
+		serveBytes(t, srv, binary.BigEndian.AppendUint32(nil, 3), in, write)
+		dev.mu.Lock()
+		defer dev.mu.Unlock()
+		if !bytes.Equal(dev.b[:8], make([]byte, 8)) {
+			t.Fatal("a write reached the device without TLS")
 		}
 	})
 }

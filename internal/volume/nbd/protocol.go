@@ -52,6 +52,7 @@ const (
 	repErrUnsup       = repFlagError | 1
 	repErrPolicy      = repFlagError | 2
 	repErrInvalid     = repFlagError | 3
+	repErrTLSReqd     = repFlagError | 5
 	repErrUnknown     = repFlagError | 6
 	repErrBlockSizeRq = repFlagError | 8
 	repErrTooBig      = repFlagError | 9

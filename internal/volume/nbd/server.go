@@ -3,6 +3,7 @@ package nbd
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -46,6 +47,14 @@ type Config struct {
 	PreferredBlock uint32
 	// Logger receives connection-level errors. Default: discard.
 	Logger *slog.Logger
+	// TLS, when set, makes the server offer NBD_OPT_STARTTLS with this
+	// configuration (require and verify client certificates in it to
+	// authenticate clients). TLS is then mandatory on every connection
+	// but those over a Unix socket (the protocol's FORCEDTLS mode):
+	// before STARTTLS every other option is refused with
+	// NBD_REP_ERR_TLS_REQD, and NBD_OPT_EXPORT_NAME hangs up. On a Unix
+	// socket, which its file permissions guard, TLS is the client's choice.
+	TLS *tls.Config
 }
 
 // Server serves NBD exports over any number of listeners.
@@ -97,6 +106,9 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.TLS != nil && len(cfg.TLS.Certificates) == 0 && cfg.TLS.GetCertificate == nil && cfg.TLS.GetConfigForClient == nil {
+		return nil, errors.New("nbd: Config.TLS has no server certificate")
 	}
 	return &Server{cfg: cfg, conns: map[net.Conn]struct{}{}, lns: map[net.Listener]struct{}{}}, nil
 }
@@ -205,6 +217,10 @@ func (s *Server) ServeConn(ctx context.Context, c net.Conn) error {
 	br := bufio.NewReaderSize(c, 256<<10)
 	_ = c.SetDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
 	dev, neg, err := s.handshake(ctx, c, br)
+	if neg.conn != nil {
+		c, br = neg.conn, neg.br // TLS was started
+		defer c.Close()
+	}
 	if err != nil {
 		if errors.Is(err, errAbort) {
 			return nil
@@ -225,6 +241,9 @@ func (s *Server) ServeConn(ctx context.Context, c net.Conn) error {
 		size:       dev.Size(),
 		structured: neg.structured,
 		alloc:      neg.alloc,
+	}
+	if neg.conn != nil {
+		tc.bw = bufio.NewWriterSize(c, 64<<10)
 	}
 	tc.room.L = &tc.rmu
 	tc.out.Flush = tc.writeReplies
@@ -254,7 +273,16 @@ func (s *Server) transmissionFlags(dev Device, structured bool) uint16 {
 type negotiated struct {
 	structured bool // structured replies
 	alloc      bool // the base:allocation context (BLOCK_STATUS)
+	// conn and br replace the connection and its reader once STARTTLS
+	// succeeded (nil without TLS); they are set even when the handshake
+	// fails afterwards, so the TLS session is closed properly.
+	conn net.Conn
+	br   *bufio.Reader
 }
+
+// ErrTLSRequired ends a connection that asked to enter transmission with
+// NBD_OPT_EXPORT_NAME before starting TLS on a server that requires it.
+var ErrTLSRequired = errors.New("nbd: TLS is required")
 
 // handshake runs the fixed newstyle negotiation and returns the chosen
 // device and what was negotiated.
@@ -277,33 +305,68 @@ func (s *Server) handshake(ctx context.Context, c net.Conn, br *bufio.Reader) (D
 	noZeroes := cflags&clientFlagNoZeroes != 0
 	structured := false
 	metaName, metaAlloc := "", false // the last SET_META_CONTEXT
+	var secure *tls.Conn             // set once STARTTLS succeeded
+	// fail returns err with the TLS connection, if any, to close.
+	fail := func(err error) (Device, negotiated, error) {
+		return nil, s.secured(negotiated{}, secure, br), err
+	}
+	needTLS := s.cfg.TLS != nil && c.LocalAddr().Network() != "unix"
 	const maxOptions = 4096
 	for i := 0; i < maxOptions; i++ {
 		opt, err := readOption(br, hdr[:])
+		if err == nil && needTLS && secure == nil && opt.Code != OptStartTLS && opt.Code != OptAbort {
+			if opt.Code == OptExportName {
+				return fail(fmt.Errorf("%w: NBD_OPT_EXPORT_NAME before STARTTLS", ErrTLSRequired))
+			}
+			if err := s.optReply(c, opt.Code, repErrTLSReqd, nil); err != nil {
+				return fail(err)
+			}
+			continue
+		}
 		if errors.Is(err, ErrOptionTooBig) {
 			switch opt.Code {
 			case OptExportName:
 				// No option reply may answer it; an export that cannot be
 				// chosen ends the session.
-				return nil, negotiated{}, err
+				return fail(err)
 			case OptAbort:
 				_ = s.optReply(c, opt.Code, repAck, nil)
-				return nil, negotiated{}, errAbort
+				return fail(errAbort)
 			}
 			if err := s.optReply(c, opt.Code, repErrTooBig, nil); err != nil {
-				return nil, negotiated{}, err
+				return fail(err)
 			}
 			continue
 		}
 		if err != nil {
-			return nil, negotiated{}, err
+			return fail(err)
 		}
 		switch opt.Code {
+		case OptStartTLS:
+			switch {
+			case s.cfg.TLS == nil:
+				err = s.optReply(c, opt.Code, repErrUnsup, nil)
+			case secure != nil || len(opt.Data) != 0:
+				err = s.optReply(c, opt.Code, repErrInvalid, nil)
+			case br.Buffered() != 0:
+				// The client must wait for the ACK before it starts TLS.
+				return fail(errors.New("nbd: client sent data after NBD_OPT_STARTTLS before its reply"))
+			default:
+				if err := s.optReply(c, opt.Code, repAck, nil); err != nil {
+					return fail(err)
+				}
+				tc := tls.Server(c, s.cfg.TLS)
+				secure, br = tc, bufio.NewReaderSize(tc, 256<<10)
+				if err := tc.HandshakeContext(ctx); err != nil {
+					return fail(fmt.Errorf("nbd: TLS handshake: %w", err))
+				}
+				c = tc
+			}
 		case OptExportName:
 			dev, err := s.cfg.Exports.Lookup(ctx, string(opt.Data))
 			if err != nil {
 				// The protocol has no way to refuse this option but to hang up.
-				return nil, negotiated{}, err
+				return fail(err)
 			}
 			var out []byte
 			out = binary.BigEndian.AppendUint64(out, uint64(dev.Size()))
@@ -313,10 +376,10 @@ func (s *Server) handshake(ctx context.Context, c net.Conn, br *bufio.Reader) (D
 			}
 			_, err = c.Write(out)
 			// What was negotiated holds however transmission is entered.
-			return dev, negotiated{structured: structured, alloc: metaAlloc && metaName == string(opt.Data)}, err
+			return dev, s.secured(negotiated{structured: structured, alloc: metaAlloc && metaName == string(opt.Data)}, secure, br), err
 		case OptAbort:
 			_ = s.optReply(c, opt.Code, repAck, nil)
-			return nil, negotiated{}, errAbort
+			return fail(errAbort)
 		case OptList:
 			if len(opt.Data) != 0 {
 				err = s.optReply(c, opt.Code, repErrInvalid, nil)
@@ -371,10 +434,10 @@ func (s *Server) handshake(ctx context.Context, c net.Conn, br *bufio.Reader) (D
 			out = appendOptReply(out, opt.Code, repInfo, d)
 			out = appendOptReply(out, opt.Code, repAck, nil)
 			if _, err := c.Write(out); err != nil {
-				return nil, negotiated{}, err
+				return fail(err)
 			}
 			if opt.Code == OptGo {
-				return dev, negotiated{structured: structured, alloc: metaAlloc && metaName == req.Name}, nil
+				return dev, s.secured(negotiated{structured: structured, alloc: metaAlloc && metaName == req.Name}, secure, br), nil
 			}
 		case OptListMetaContext, OptSetMetaContext:
 			set := opt.Code == OptSetMetaContext
@@ -409,10 +472,18 @@ func (s *Server) handshake(ctx context.Context, c net.Conn, br *bufio.Reader) (D
 			err = s.optReply(c, opt.Code, repErrUnsup, nil)
 		}
 		if err != nil {
-			return nil, negotiated{}, err
+			return fail(err)
 		}
 	}
-	return nil, negotiated{}, errors.New("nbd: too many options")
+	return fail(errors.New("nbd: too many options"))
+}
+
+// secured adds the TLS connection, if one was started, to n.
+func (s *Server) secured(n negotiated, secure *tls.Conn, br *bufio.Reader) negotiated {
+	if secure != nil {
+		n.conn, n.br = secure, br
+	}
+	return n
 }
 
 func (s *Server) optReply(c net.Conn, opt, typ uint32, data []byte) error {

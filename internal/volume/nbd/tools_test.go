@@ -33,7 +33,7 @@ func serveUnix(t *testing.T, exports nbd.Exports) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	serve(t, exports, ln)
+	serve(t, nbd.Config{Exports: exports}, ln)
 	return sock
 }
 
@@ -44,12 +44,12 @@ func serveTCP(t *testing.T, exports nbd.Exports) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	serve(t, exports, ln)
+	serve(t, nbd.Config{Exports: exports}, ln)
 	return ln.Addr().String()
 }
 
-func serve(t *testing.T, exports nbd.Exports, ln net.Listener) {
-	srv, err := nbd.NewServer(nbd.Config{Exports: exports})
+func serve(t *testing.T, cfg nbd.Config, ln net.Listener) {
+	srv, err := nbd.NewServer(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,6 +36,9 @@ type conn struct {
 	out    combine.Queue[reply] // flushed by writeReplies
 	failed bool                 // writeReplies' own state
 	bufs   net.Buffers
+	// bw gathers a batch of replies into few TLS records on a TLS
+	// connection, which has no writev (nil otherwise).
+	bw *bufio.Writer
 
 	// The bytes of replies reserved by handlers and not written yet are
 	// bounded by Config.MaxReplyBytes (see reserve).
@@ -383,7 +386,15 @@ func (c *conn) writeReplies(batch []reply) {
 			}
 		}
 		bufs := c.bufs
-		if _, err := bufs.WriteTo(c.c); err != nil {
+		var err error
+		if c.bw != nil {
+			if _, err = bufs.WriteTo(c.bw); err == nil {
+				err = c.bw.Flush()
+			}
+		} else {
+			_, err = bufs.WriteTo(c.c)
+		}
+		if err != nil {
 			c.failed = true
 			// Unblock the reader; the connection is lost.
 			_ = c.c.Close()
