@@ -45,6 +45,8 @@ var (
 	ErrInvalid        = errors.New("cluster: invalid request")
 	ErrClosed         = errors.New("cluster: closed")
 	ErrForbidden      = errors.New("cluster: the cluster secret is required")
+	// ErrLostState refuses to bootstrap a node that was a member before.
+	ErrLostState = errors.New("cluster: no cluster state, but the node's drives hold data")
 )
 
 // Defaults.
@@ -86,6 +88,12 @@ type Config struct {
 	// Bootstrap makes a node without raft state start a one-node cluster with
 	// itself. Exactly one node of a new cluster sets it.
 	Bootstrap bool
+	// HoldsData says the node's drives hold data (objects or volume
+	// chunks): without raft state it lost that state, it is not new. Such
+	// a node with Bootstrap and Seeds does not found a cluster when no
+	// seed answers as a member of one (ErrLostState): it would be a
+	// second cluster beside the one its data belongs to.
+	HoldsData bool
 	// Voters is the number of voting members (default 3); more nodes join as
 	// non-voters.
 	Voters     int
@@ -277,6 +285,9 @@ func New(ctx context.Context, cfg Config) (*Cluster, error) {
 		if seed := c.seedInCluster(ctx); seed != "" {
 			c.log.Warn("a cluster already runs: joining it instead of bootstrapping", "seed", seed)
 			bootstrap = false
+		} else if cfg.HoldsData {
+			cleanup()
+			return nil, fmt.Errorf("%w, and no seed answers as a member of a cluster (%s): not founding a second cluster beside the one the data belongs to; start this node again once a seed is up, or remove seeds from its config to found a new cluster with this data", ErrLostState, strings.Join(cfg.Seeds, ", "))
 		}
 	}
 	logs, err := raft.NewLogCache(512, c.store)

@@ -3,6 +3,7 @@ package cluster_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net"
 	"net/http"
 	"slices"
@@ -130,5 +131,43 @@ func TestJoinWithIDOfLiveNodeRefused(t *testing.T) {
 	if !slices.Equal(now.IntraAddrs, orig.IntraAddrs) || now.RaftAddr != orig.RaftAddr {
 		t.Errorf("a second process with the ID of live node %s took over its entry: intra %v -> %v, raft %s -> %s",
 			victim.ID, orig.IntraAddrs, now.IntraAddrs, orig.RaftAddr, now.RaftAddr)
+	}
+}
+
+// TestBootstrapNodeWithDataRefusesToFoundASecondCluster: a bootstrap node
+// whose raft state is gone but whose drives hold data, and whose seeds do
+// not answer, refuses to start (it would found a second cluster beside the
+// one its data belongs to); a node with empty drives, as in a new cluster,
+// bootstraps.
+func TestBootstrapNodeWithDataRefusesToFoundASecondCluster(t *testing.T) {
+	for _, holds := range []bool{true, false} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		c, err := cluster.New(ctx, cluster.Config{
+			NodeID:     "n1",
+			DataDir:    t.TempDir(),
+			RaftBind:   "127.0.0.1:0",
+			Self:       cluster.NodeInfo{PublicAddrs: []string{"127.0.0.1:1"}, IntraAddrs: []string{"127.0.0.1:1"}},
+			Seeds:      []string{"http://127.0.0.1:1"}, // nothing listens there
+			Bootstrap:  true,
+			HoldsData:  holds,
+			HTTPClient: &http.Client{Timeout: time.Second},
+			Raft:       clustertest.FastRaft(),
+			RaftSecret: clustertest.RaftSecret,
+		})
+		switch {
+		case holds && !errors.Is(err, cluster.ErrLostState):
+			t.Errorf("drives with data: %v, want ErrLostState", err)
+		case !holds && err != nil:
+			t.Errorf("empty drives: %v, want a bootstrapped node", err)
+		}
+		if err == nil {
+			if !holds {
+				if err := c.WaitForLeader(ctx); err != nil {
+					t.Errorf("empty drives: no leader: %v", err)
+				}
+			}
+			c.Close(ctx)
+		}
+		cancel()
 	}
 }

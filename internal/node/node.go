@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -150,6 +151,7 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 		},
 		Seeds:             cfg.Seeds,
 		Bootstrap:         cfg.Bootstrap,
+		HoldsData:         holdsData(st, cfg.Mountpaths),
 		Voters:            cfg.Voters,
 		HTTPClient:        hc,
 		Authorized:        func(r *http.Request) bool { return hasSecret(cfg.Secret, r) },
@@ -334,6 +336,22 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 	ok = true
 	log.Info("node started", "public", cfg.Public, "intra", cfg.Intra, "mountpaths", cfg.Mountpaths)
 	return n, nil
+}
+
+// holdsData reports whether the node's drives hold objects or volume
+// chunks, that is whether it was a member of a cluster before.
+func holdsData(st *store.Store, mountpaths []string) bool {
+	for _, mp := range st.Mountpaths() {
+		if mp.Objects > 0 {
+			return true
+		}
+	}
+	for _, mp := range mountpaths {
+		if ents, err := os.ReadDir(volume.LocalDir(mp)); err == nil && len(ents) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // WaitReady blocks until the node knows a leader and sees itself up in the

@@ -111,7 +111,11 @@ func NewLocal(cfg LocalConfig) (*Local, error) {
 	return l, nil
 }
 
-func (l *Local) dir(mp, vol string) string { return filepath.Join(mp, "volumes", vol) }
+func (l *Local) dir(mp, vol string) string { return filepath.Join(LocalDir(mp), vol) }
+
+// LocalDir is the directory of a mountpath that holds volume chunks, a
+// subdirectory per volume.
+func LocalDir(mountpath string) string { return filepath.Join(mountpath, "volumes") }
 
 func (l *Local) path(vol string, chunk int64) string {
 	mp := l.cfg.Mountpaths[placement.Mountpath(l.cfg.Mountpaths, ChunkName(vol, chunk))]
@@ -397,7 +401,7 @@ func (l *Local) Delete(_ context.Context, vol string) error {
 func (l *Local) Keys() ([]string, error) {
 	var keys []string
 	for _, mp := range l.cfg.Mountpaths {
-		ents, err := os.ReadDir(filepath.Join(mp, "volumes"))
+		ents, err := os.ReadDir(LocalDir(mp))
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
