@@ -17,6 +17,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -107,6 +108,10 @@ type Client struct {
 	mu sync.RWMutex
 	m  *cluster.Map
 	id []string // node IDs, sorted
+	// suspects are nodes a request could not reach, passed over as
+	// owners until the time given: the cluster map shows a dead node down
+	// only after the leader's probes missed it for a while (2 s).
+	suspects map[string]time.Time
 
 	s3once sync.Once
 	s3c    *s3.Client
@@ -320,24 +325,48 @@ func (c *Client) Owner(bucket, key string) NodeInfo {
 	return info(n)
 }
 
+// ownerLocked returns the first node in bucket/key's placement order that
+// takes copies, else the first that is up (a request there is forwarded or
+// served from the other copies), passing over suspects, else the first
+// with a public address.
 func (c *Client) ownerLocked(bucket, key string) (cluster.NodeInfo, bool) {
 	order := placement.Order(c.id, placement.ObjectName(bucket, key))
-	for _, id := range order {
-		if n := c.m.Nodes[id]; n.Places() && len(n.PublicAddrs) > 0 {
-			return n, true
-		}
-	}
-	for _, id := range order {
-		if n := c.m.Nodes[id]; n.State == cluster.StateUp && len(n.PublicAddrs) > 0 {
-			return n, true
-		}
-	}
-	for _, id := range order {
-		if n := c.m.Nodes[id]; len(n.PublicAddrs) > 0 {
-			return n, true
+	for _, ok := range []func(id string, n cluster.NodeInfo) bool{
+		func(id string, n cluster.NodeInfo) bool { return n.Places() && !c.suspectLocked(id) },
+		func(id string, n cluster.NodeInfo) bool { return n.State == cluster.StateUp && !c.suspectLocked(id) },
+		func(string, cluster.NodeInfo) bool { return true },
+	} {
+		for _, id := range order {
+			if n := c.m.Nodes[id]; len(n.PublicAddrs) > 0 && ok(id, n) {
+				return n, true
+			}
 		}
 	}
 	return cluster.NodeInfo{}, false
+}
+
+// suspectFor is how long a node a request could not reach is passed over.
+const suspectFor = 5 * time.Second
+
+// suspect passes over node id as an owner for suspectFor.
+func (c *Client) suspect(id string) {
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, until := range c.suspects {
+		if now.After(until) {
+			delete(c.suspects, k)
+		}
+	}
+	if c.suspects == nil {
+		c.suspects = map[string]time.Time{}
+	}
+	c.suspects[id] = now.Add(suspectFor)
+}
+
+func (c *Client) suspectLocked(id string) bool {
+	until, ok := c.suspects[id]
+	return ok && time.Now().Before(until)
 }
 
 // anyLocked returns an up node with a public address, round-robin.
@@ -350,7 +379,7 @@ func (c *Client) anyLocked() (cluster.NodeInfo, bool) {
 		if len(nd.PublicAddrs) == 0 {
 			continue
 		}
-		if nd.State == cluster.StateUp {
+		if nd.State == cluster.StateUp && !c.suspectLocked(nd.ID) {
 			return nd, true
 		}
 		if fallback == nil {
@@ -365,8 +394,8 @@ func (c *Client) anyLocked() (cluster.NodeInfo, bool) {
 
 // hostFor returns the host:port that names the node serving bucket/key
 // (any node when key is empty): its first public address, which the
-// transport maps to all of its addresses.
-func (c *Client) hostFor(bucket, key string) (string, error) {
+// transport maps to all of its addresses; and the node's ID.
+func (c *Client) hostFor(bucket, key string) (host, id string, err error) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	var n cluster.NodeInfo
@@ -377,13 +406,13 @@ func (c *Client) hostFor(bucket, key string) (string, error) {
 		n, ok = c.anyLocked()
 	}
 	if !ok {
-		return "", ErrNoNodes
+		return "", "", ErrNoNodes
 	}
 	hp, _, err := netx.ParseAddr(n.PublicAddrs[0])
 	if err != nil {
-		return "", fmt.Errorf("client: node %s: %w", n.ID, err)
+		return "", "", fmt.Errorf("client: node %s: %w", n.ID, err)
 	}
-	return hp, nil
+	return hp, n.ID, nil
 }
 
 // Transport returns the multihomed round tripper: a request to a node ID or
@@ -410,7 +439,7 @@ func (c *Client) Pairs() []netx.PairStats { return c.tr.Pairs() }
 func (c *Client) S3() *s3.Client {
 	c.s3once.Do(func() {
 		base := c.scheme + "://slipstream"
-		if hp, err := c.hostFor("", ""); err == nil {
+		if hp, _, err := c.hostFor("", ""); err == nil {
 			base = c.scheme + "://" + hp
 		}
 		opts := s3.Options{
@@ -433,7 +462,11 @@ func (c *Client) S3() *s3.Client {
 
 // ownerTransport sends each path-style S3 request to the owner of its
 // object (any up node for bucket-level requests). The Host header keeps the
-// host the request was signed for, so signatures stay valid.
+// host the request was signed for, so signatures stay valid. A node that
+// cannot be reached is passed over for a while (the map shows it down
+// only later), and a request that may be sent again goes at once to the
+// next node, which forwards it or serves it from the object's other
+// copies.
 type ownerTransport struct{ c *Client }
 
 var _ http.RoundTripper = (*ownerTransport)(nil)
@@ -443,16 +476,39 @@ func (o *ownerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, ErrClosed
 	}
 	bucket, key := SplitPath(req.URL.Path)
-	host, err := o.c.hostFor(bucket, key)
+	host, id, err := o.c.hostFor(bucket, key)
 	if err != nil {
 		return nil, err
 	}
+	resp, err := o.c.tr.RoundTrip(o.to(req, host, nil))
+	if err == nil || !errors.Is(err, netx.ErrUnreachable) || req.Context().Err() != nil {
+		return resp, err
+	}
+	o.c.suspect(id)
+	next, nextID, herr := o.c.hostFor(bucket, key)
+	if herr != nil || nextID == id || !netx.Replayable(req) {
+		return nil, err
+	}
+	var body io.ReadCloser
+	if req.Body != nil && req.Body != http.NoBody {
+		if body, herr = req.GetBody(); herr != nil {
+			return nil, err
+		}
+	}
+	return o.c.tr.RoundTrip(o.to(req, next, body))
+}
+
+// to returns a copy of req sent to host, with body if not nil.
+func (o *ownerTransport) to(req *http.Request, host string, body io.ReadCloser) *http.Request {
 	r := req.Clone(req.Context())
 	if r.Host == "" {
 		r.Host = req.URL.Host
 	}
 	r.URL.Host = host
-	return o.c.tr.RoundTrip(r)
+	if body != nil {
+		r.Body = body
+	}
+	return r
 }
 
 // SplitPath splits a path-style S3 request path ("/bucket/some/key") into

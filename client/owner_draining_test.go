@@ -27,7 +27,7 @@ func TestOwnerSkipsDrainingNode(t *testing.T) {
 	if got := c.Owner(bucket, key).ID; got != order[1] {
 		t.Errorf("owner %q while %q drains, want %q (HRW order %v)", got, order[0], order[1], order)
 	}
-	if host, err := c.hostFor(bucket, key); err != nil || host != order[1]+".example:9000" {
+	if host, _, err := c.hostFor(bucket, key); err != nil || host != order[1]+".example:9000" {
 		t.Errorf("hostFor = %q, %v; want the first node that is not draining", host, err)
 	}
 	// Every node draining: the first up one still answers.

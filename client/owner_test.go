@@ -24,32 +24,40 @@ func TestOwner(t *testing.T) {
 	const bucket, key = "bk", "some/key"
 	order := placement.Order(ids, placement.ObjectName(bucket, key))
 	up, down := cluster.StateUp, cluster.StateDown
+	allUp := map[string]cluster.NodeState{"a": up, "b": up, "c": up, "d": up}
 	tests := []struct {
-		name   string
-		states map[string]cluster.NodeState
-		want   string
+		name     string
+		states   map[string]cluster.NodeState
+		suspects []string // nodes a request could not reach
+		want     string
 	}{
-		{"all up", map[string]cluster.NodeState{"a": up, "b": up, "c": up, "d": up}, order[0]},
-		{"first down", map[string]cluster.NodeState{"a": up, "b": up, "c": up, "d": up, order[0]: down}, order[1]},
-		{"first two down", map[string]cluster.NodeState{"a": up, "b": up, "c": up, "d": up, order[0]: down, order[1]: down}, order[2]},
-		{"none up", map[string]cluster.NodeState{"a": down, "b": down, "c": down, "d": down}, order[0]},
+		{"all up", allUp, nil, order[0]},
+		{"first down", map[string]cluster.NodeState{"a": up, "b": up, "c": up, "d": up, order[0]: down}, nil, order[1]},
+		{"first two down", map[string]cluster.NodeState{"a": up, "b": up, "c": up, "d": up, order[0]: down, order[1]: down}, nil, order[2]},
+		{"none up", map[string]cluster.NodeState{"a": down, "b": down, "c": down, "d": down}, nil, order[0]},
+		{"first unreachable, still up in the map", allUp, []string{order[0]}, order[1]},
+		{"first down, second unreachable", map[string]cluster.NodeState{"a": up, "b": up, "c": up, "d": up, order[0]: down}, []string{order[1]}, order[2]},
+		{"every node unreachable", allUp, ids, order[0]},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := testClient(tt.states)
+			for _, id := range tt.suspects {
+				c.suspect(id)
+			}
 			if got := c.Owner(bucket, key).ID; got != tt.want {
 				t.Errorf("owner %q, want %q (HRW order %v)", got, tt.want, order)
 			}
-			host, err := c.hostFor(bucket, key)
-			if err != nil || host != tt.want+".example:9000" {
-				t.Errorf("hostFor = %q, %v", host, err)
+			host, id, err := c.hostFor(bucket, key)
+			if err != nil || host != tt.want+".example:9000" || id != tt.want {
+				t.Errorf("hostFor = %q, %q, %v", host, id, err)
 			}
 		})
 	}
 	if got := testClient(nil).Owner(bucket, key); got.ID != "" {
 		t.Errorf("owner in an empty map: %+v", got)
 	}
-	if _, err := testClient(nil).hostFor(bucket, ""); err != ErrNoNodes {
+	if _, _, err := testClient(nil).hostFor(bucket, ""); err != ErrNoNodes {
 		t.Errorf("hostFor in an empty map: %v", err)
 	}
 }

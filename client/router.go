@@ -22,7 +22,7 @@ func (r *Router) Route(bucket, key string) (string, error) {
 	if r.c.closed.Load() {
 		return "", ErrClosed
 	}
-	hp, err := r.c.hostFor(bucket, key)
+	hp, _, err := r.c.hostFor(bucket, key)
 	if err != nil {
 		return "", err
 	}
