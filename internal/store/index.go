@@ -14,19 +14,22 @@ import (
 // entry is one object in the index. info is immutable once published;
 // changes replace the entry's info pointer under the bucket lock.
 type entry struct {
-	info  *object.Info
-	mp    int
-	atime atomic.Int64 // unix nanoseconds of the last access, in memory
+	info *object.Info
+	mp   int
+	// atime is the unix nanoseconds of the last access, in memory.
 	// readers counts the open Readers of this version: eviction passes
 	// over a copy being read, whose unlinking would free no space until
 	// the last reader is done. An entry that only rewrites the metadata
-	// of the same file (UpdateMeta, access times) shares its predecessor's
-	// count (withInfo): the readers opened before still hold that file.
+	// of the same file (UpdateMeta, access times) shares both with its
+	// predecessor (withInfo): the readers opened before still hold that
+	// file, and a read that found the predecessor just before the switch
+	// records its access time for the new entry too.
+	atime   *atomic.Int64
 	readers *atomic.Int32
 }
 
 func newEntry(info object.Info, mp int) *entry {
-	e := &entry{info: &info, mp: mp, readers: new(atomic.Int32)}
+	e := &entry{info: &info, mp: mp, atime: new(atomic.Int64), readers: new(atomic.Int32)}
 	at := info.AccessTime
 	if at.IsZero() {
 		at = info.ModTime
@@ -36,11 +39,9 @@ func newEntry(info object.Info, mp int) *entry {
 }
 
 // withInfo returns an entry for the same file as e with new metadata: its
-// readers are e's.
+// readers and access time are e's.
 func (e *entry) withInfo(info object.Info) *entry {
-	ne := newEntry(info, e.mp)
-	ne.readers = e.readers
-	return ne
+	return &entry{info: &info, mp: e.mp, atime: e.atime, readers: e.readers}
 }
 
 // snapshot returns a copy of the entry's Info with the in-memory access time.

@@ -600,7 +600,6 @@ func (s *Store) UpdateMeta(ctx context.Context, bucket, key string, fn func(*obj
 		return object.Info{}, fmt.Errorf("store: update metadata of %s/%s: %w", bucket, key, err)
 	}
 	ne := e.withInfo(ni)
-	ne.atime.Store(e.atime.Load())
 	bi.set(key, ne)
 	pk := placement.ObjectName(bucket, key)
 	switch {

@@ -647,3 +647,43 @@ func TestWorkFileENOSPCEvicts(t *testing.T) {
 		t.Errorf("PUT with no inode at all: %v, want ErrNoSpace", err)
 	}
 }
+
+// TestAccessDuringMetadataRewriteIsKept: a read that found an object's
+// index entry just before its metadata was rewritten (the lazy write-back
+// of access times, UpdateMeta) records its access time after the switch;
+// the new entry must show it, or eviction sees the object older than it is.
+func TestAccessDuringMetadataRewriteIsKept(t *testing.T) {
+	ctx := context.Background()
+	for _, how := range []string{"flushAccessTimes", "UpdateMeta"} {
+		t.Run(how, func(t *testing.T) {
+			s := openTest(t, Config{Policy: "lru"})
+			if _, err := s.Put(ctx, "bkt", "k", bytes.NewReader(randBytes(1, 4096)), putOpts(4096, false)); err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			s.now = func() time.Time { return start.Add(time.Minute) }
+			r, err := s.Get(ctx, "bkt", "k", nil) // moves the access time: the flush writes it back
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.Close()
+			old := s.lookup("bkt", "k") // what a concurrent read holds
+			switch how {
+			case "flushAccessTimes":
+				s.flushAccessTimes()
+			case "UpdateMeta":
+				if _, err := s.UpdateMeta(ctx, "bkt", "k", func(i *object.Info) error { i.ContentType = "x/y"; return nil }); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if s.lookup("bkt", "k") == old {
+				t.Fatal("the entry was not replaced: the test does not cover the switch")
+			}
+			late := start.Add(2 * time.Minute)
+			old.atime.Store(late.UnixNano()) // the concurrent read records its access now
+			if got := s.lookup("bkt", "k").snapshot().AccessTime; !got.Equal(late.UTC()) {
+				t.Errorf("access time after the switch %v, want the late read's %v", got, late.UTC())
+			}
+		})
+	}
+}
