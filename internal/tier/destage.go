@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -76,6 +77,15 @@ type keyState struct {
 type destager struct {
 	t *Tier
 	j *journal
+	// dj is the deletes journal: every owned delete is appended to it,
+	// durably, before the main journal. A dirty copy in the store stands
+	// for a write whose record the main journal lost to damage; nothing
+	// stands for a delete, so replay takes such deletes from dj (see
+	// replay). djMu is held shared across a delete's two appends and
+	// exclusively by compact, so that the two files are rewritten from
+	// one state.
+	dj   *journal
+	djMu sync.RWMutex
 
 	mu       sync.Mutex
 	note     notifier // backlog changes: dirty bytes, queue, completions
@@ -101,6 +111,15 @@ func openDestager(ctx context.Context, t *Tier) (*destager, error) {
 	if err != nil {
 		return nil, err
 	}
+	dj, drecs, err := openJournal(filepath.Join(t.cfg.JournalDir, deletesDir))
+	if err != nil {
+		j.close()
+		return nil, err
+	}
+	if dj.cut != "" {
+		t.log.Warn("tier: damaged records cut out of the deletes journal (the main journal holds the same deletes)",
+			"bytes", dj.cutBytes, "kept_in", dj.cut)
+	}
 	switch {
 	case j.cutMiddle:
 		t.log.Error("tier: damaged journal records skipped, the good ones behind them replayed; the writes the damaged ones held may be lost",
@@ -109,26 +128,64 @@ func openDestager(ctx context.Context, t *Tier) (*destager, error) {
 		t.log.Warn("tier: journal cut after its last good record (normally the torn tail of an interrupted append)",
 			"bytes", j.cutBytes, "kept_in", j.cut, "records", len(recs))
 	}
-	d := &destager{t: t, j: j, keys: make(map[string]*keyState), replicas: make(map[string]map[string]*op),
+	d := &destager{t: t, j: j, dj: dj, keys: make(map[string]*keyState), replicas: make(map[string]map[string]*op),
 		undelivered: make(map[string]notice), nextSeq: 1}
-	d.replay(recs)
+	if n := d.replay(recs, drecs); n > 0 {
+		t.log.Warn("tier: deletes whose main journal records were lost recovered from the deletes journal", "deletes", n)
+	}
 	// Owned records lost in damaged regions may carry numbers above every
 	// one replayed (beyond those in flight, which seqGap covers): a lost
 	// record took at least minFrame bytes and at most one new number.
 	d.nextSeq += uint64(j.cutBytes / minFrame)
 	if err := d.reconcile(ctx); err != nil {
 		j.close()
+		dj.close()
 		return nil, err
 	}
 	if err := d.compact(); err != nil {
 		j.close()
+		dj.close()
 		return nil, err
 	}
 	return d, nil
 }
 
-// replay rebuilds the backlog from journal records.
-func (d *destager) replay(recs []Record) {
+// deletesDir is the deletes journal's directory, in the journal's.
+const deletesDir = "deletes"
+
+// appendDelete journals the owned delete o: in the deletes journal, then,
+// with extra records, in the main one, where apply runs as in append.
+func (d *destager) appendDelete(o *op, apply func(), extra ...Record) error {
+	d.djMu.RLock()
+	defer d.djMu.RUnlock()
+	if err := d.dj.append(true, nil, o.record()); err != nil {
+		return err
+	}
+	return d.j.append(true, apply, append([]Record{o.record()}, extra...)...)
+}
+
+// replay rebuilds the backlog from the main journal's records, and
+// from the deletes journal's the deletes the main one does not know
+// (their records there were damaged): those newer than every owned
+// operation or completion of their key in it. It returns how many
+// deletes it took from there.
+func (d *destager) replay(recs, deletes []Record) int {
+	latest := make(map[string]uint64) // per key, the newest owned operation or completion
+	for _, r := range recs {
+		if r.Owner == "" && (r.Kind == KindPut || r.Kind == KindDelete || r.Kind == KindDone) {
+			k := okey(r.Bucket, r.Key)
+			latest[k] = max(latest[k], r.Seq)
+		}
+	}
+	recovered := 0
+	recs = slices.Clip(recs) // appended to below: never into the caller's array
+	for _, r := range deletes {
+		if k := okey(r.Bucket, r.Key); r.Kind == KindDelete && r.Seq > latest[k] {
+			latest[k] = r.Seq
+			recs = append(recs, r)
+			recovered++
+		}
+	}
 	for _, r := range recs {
 		o := &op{kind: r.Kind, seq: r.Seq, time: r.Time, bucket: r.Bucket, key: r.Key, size: r.Size, etag: r.ETag, owner: r.Owner,
 			holders: r.Holders, verify: true}
@@ -175,6 +232,7 @@ func (d *destager) replay(recs []Record) {
 		}
 	}
 	d.sortQueue()
+	return recovered
 }
 
 func (d *destager) sortQueue() {
@@ -296,6 +354,29 @@ func (d *destager) reconcile(ctx context.Context) error {
 
 // compact rewrites the journal with the live records only.
 func (d *destager) compact() error {
+	d.djMu.Lock()
+	defer d.djMu.Unlock()
+	// The deletes journal first: a crash before the main journal's
+	// rewrite then leaves the main one whole, holding every delete the
+	// other dropped as done. The other way round, a delete done and
+	// dropped from the main journal could come back from the deletes
+	// journal over a newer write of its key.
+	if err := d.dj.rewrite(func() []Record {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		var recs []Record
+		for _, ks := range d.keys {
+			for _, o := range []*op{ks.running, ks.pending} {
+				if o != nil && o.kind == KindDelete {
+					recs = append(recs, o.record())
+				}
+			}
+		}
+		sort.Slice(recs, func(i, j int) bool { return recs[i].Seq < recs[j].Seq })
+		return recs
+	}); err != nil {
+		return err
+	}
 	return d.j.rewrite(func() []Record {
 		d.mu.Lock()
 		recs := []Record{{Kind: KindSeqMark, Seq: d.nextSeq, Time: time.Now()}}
@@ -322,7 +403,7 @@ func (d *destager) compact() error {
 }
 
 func (d *destager) maybeCompact() {
-	if !d.j.needsCompaction(d.t.cfg.CompactBytes) {
+	if !d.j.needsCompaction(d.t.cfg.CompactBytes) && !d.dj.needsCompaction(d.t.cfg.CompactBytes) {
 		return
 	}
 	if err := d.compact(); err != nil {
@@ -348,7 +429,7 @@ func (d *destager) kick() {
 func (d *destager) close() error {
 	d.kick()
 	d.wg.Wait()
-	return d.j.close()
+	return errors.Join(d.j.close(), d.dj.close())
 }
 
 // seqGap is how far past the last journaled sequence number a restart

@@ -36,6 +36,10 @@ import (
 //	journal.log offset=<byte offset> length=<n>
 //
 // then the region's n bytes exactly as they were, then a newline.
+//
+// Owned deletes are also kept in a second journal of the same format (the
+// deletes journal, see destager.dj), so that one lost to damage here is
+// still replayed.
 
 // Kind is the type of a journal record.
 type Kind uint8

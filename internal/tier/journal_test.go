@@ -574,7 +574,7 @@ func FuzzJournalReplay(f *testing.F) {
 		// Replaying them into a destager does not panic, whatever they
 		// are (a Done whose Put was lost, and so on).
 		d := &destager{keys: make(map[string]*keyState), replicas: make(map[string]map[string]*op), undelivered: make(map[string]notice), nextSeq: 1}
-		d.replay(recs)
+		d.replay(recs, recs)
 		// Every byte is in a replayed record or a cut region, in order.
 		got := recs
 		pos, n, ri := 0, 0, 0

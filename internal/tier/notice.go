@@ -124,7 +124,7 @@ func (d *destager) redeliver(ctx context.Context, interval time.Duration) {
 			return
 		case <-tick.C:
 		}
-		if d.j.needsRewrite() {
+		if d.j.needsRewrite() || d.dj.needsRewrite() {
 			d.maybeCompact()
 		}
 		d.mu.Lock()

@@ -245,7 +245,7 @@ func (t *Tier) Delete(ctx context.Context, bucket, key string) error {
 	// left behind (a crash or an error after the journal) is removed at
 	// the next start or when the delete is destaged; until then the
 	// pending delete hides it.
-	if err := d.j.append(true, func() { d.enqueue(o) }, o.record()); err != nil {
+	if err := d.appendDelete(o, func() { d.enqueue(o) }); err != nil {
 		return err
 	}
 	if err := t.local.Delete(context.WithoutCancel(ctx), bucket, key); err != nil && !errors.Is(err, object.ErrNotFound) {
@@ -519,10 +519,12 @@ func (t *Tier) adopt(ctx context.Context, owner string, ro *op) (bool, error) {
 	}
 	o := &op{kind: kind, seq: d.seq(), time: ro.time, bucket: ro.bucket, key: ro.key, size: ro.size, etag: ro.etag, verify: true}
 	// Own record first: a crash in between leaves both, never neither.
-	if err := d.j.append(true, func() { markDone(); d.enqueue(o) }, o.record(), done); err != nil {
-		return false, err
+	if kind == KindDelete {
+		err = d.appendDelete(o, func() { markDone(); d.enqueue(o) }, done)
+	} else {
+		err = d.j.append(true, func() { markDone(); d.enqueue(o) }, o.record(), done)
 	}
-	return true, nil
+	return err == nil, err
 }
 
 // CompleteThrough runs a multipart completion of a cache bucket as a
