@@ -171,7 +171,8 @@ func BenchmarkWriteBack(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			p.tiers["A"], p.tiers["B"] = ta, tb
+			p.set("A", ta)
+			p.set("B", tb)
 			bk := tier.Bucket{Mode: tier.ModeWriteback, Backend: held, Copies: 1}
 			switch mode {
 			case "copies=2":

@@ -34,15 +34,14 @@ func TestSupersededHoldersSurviveCompaction(t *testing.T) {
 		if err := tr.AddBucket("wback", tier.Bucket{Mode: tier.ModeWriteback, Copies: 2, Backend: a.be}); err != nil {
 			t.Fatal(err)
 		}
-		p.mu.Lock()
-		p.tiers["A"] = tr
-		p.mu.Unlock()
+		p.set("A", tr)
 		return tr
 	}
 	ta := startA()
 	tb := b.newTier(t, tier.Config{NodeID: "B", Replicator: p, RetryBackoff: 20 * time.Millisecond}, wb2)
 	tc := c.newTier(t, tier.Config{NodeID: "C", Replicator: p, RetryBackoff: 20 * time.Millisecond}, wb2)
-	p.tiers["B"], p.tiers["C"] = tb, tc
+	p.set("B", tb)
+	p.set("C", tc)
 
 	if _, err := ta.Put(ctx, "wback", "k", bytesReader([]byte("v1")), putOpts(2)); err != nil {
 		t.Fatal(err)

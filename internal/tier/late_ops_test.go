@@ -64,7 +64,9 @@ func TestNoticeOfSupersededNewerWrite(t *testing.T) {
 	ta := a.newTier(t, tier.Config{NodeID: "A", Replicator: p}, wb2)
 	tb := b.newTier(t, tier.Config{NodeID: "B", Replicator: p}, wb2)
 	tc := c.newTier(t, tier.Config{NodeID: "C", Replicator: p}, wb2)
-	p.tiers["A"], p.tiers["B"], p.tiers["C"] = ta, tb, tc
+	p.set("A", ta)
+	p.set("B", tb)
+	p.set("C", tc)
 	ctx := context.Background()
 
 	if _, err := ta.Put(ctx, "wback", "k", bytesReader([]byte("v0")), putOpts(2)); err != nil {
@@ -243,7 +245,8 @@ func TestFailedWriteAbandonsReplicas(t *testing.T) {
 		t.Fatal(err)
 	}
 	tb := holder.newTier(t, tier.Config{NodeID: "B", Replicator: p}, wb2)
-	p.tiers["A"], p.tiers["B"] = ta, tb
+	p.set("A", ta)
+	p.set("B", tb)
 	body := []byte("written on the peer, failed on the owner")
 	if _, err := ta.Put(ctx, "wback", "k", bytesReader(body), putOpts(len(body))); !errors.Is(err, syscall.EIO) {
 		t.Fatalf("PUT whose own copy failed: %v, want EIO", err)

@@ -41,7 +41,8 @@ func TestSupersededDestageTellsHolders(t *testing.T) {
 	}
 	ta.AddBucket("wback", tier.Bucket{Mode: tier.ModeWriteback, Copies: 2, Backend: la})
 	tb := holder.newTier(t, tier.Config{NodeID: "B", Replicator: p}, map[string]tier.Bucket{"wback": {Mode: tier.ModeWriteback, Copies: 2}})
-	p.tiers["A"], p.tiers["B"] = ta, tb
+	p.set("A", ta)
+	p.set("B", tb)
 	ctx := context.Background()
 	if _, err := ta.Put(ctx, "wback", "k", bytesReader([]byte("hello")), putOpts(5)); err != nil {
 		t.Fatal(err)
@@ -55,9 +56,7 @@ func TestSupersededDestageTellsHolders(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ta2.Close()
-	p.mu.Lock()
-	p.tiers["A"] = ta2
-	p.mu.Unlock()
+	p.set("A", ta2)
 	ta2.AddBucket("wback", tier.Bucket{Mode: tier.ModeWriteback, Copies: 2, Backend: la})
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

@@ -417,6 +417,20 @@ type peers struct {
 	down  map[string]bool // holders that miss notices
 }
 
+// tier returns node id's tier; set makes it tr (a node started again):
+// the destagers of the tiers already running call the peers meanwhile.
+func (p *peers) tier(id string) *tier.Tier {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.tiers[id]
+}
+
+func (p *peers) set(id string, tr *tier.Tier) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.tiers[id] = tr
+}
+
 func (p *peers) isDown(id string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -436,7 +450,7 @@ func (p *peers) Replicate(ctx context.Context, req tier.ReplicaPut) ([]string, e
 		_, _ = io.Copy(io.Discard, req.Body) // a peer that fails at the end
 		return nil, fmt.Errorf("no peer to hold a copy")
 	}
-	_, err := p.tiers[targets[0]].PutReplica(ctx, req.Owner, req.Seq, req.Bucket, req.Key, req.Body,
+	_, err := p.tier(targets[0]).PutReplica(ctx, req.Owner, req.Seq, req.Bucket, req.Key, req.Body,
 		tier.ReplicaOptions{PutOptions: req.Opts, ModTime: req.ModTime})
 	return targets, err
 }
@@ -456,7 +470,7 @@ func (p *peers) Deleted(ctx context.Context, owner string, seq uint64, bucket, k
 		if p.isDown(h) {
 			return fmt.Errorf("%s: %w", h, errInjected)
 		}
-		if err := p.tiers[h].DeleteReplica(ctx, owner, seq, bucket, key); err != nil {
+		if err := p.tier(h).DeleteReplica(ctx, owner, seq, bucket, key); err != nil {
 			return err
 		}
 	}
@@ -465,7 +479,7 @@ func (p *peers) Deleted(ctx context.Context, owner string, seq uint64, bucket, k
 
 func (p *peers) Abandoned(ctx context.Context, owner string, seq uint64, bucket, key string, holders []string) error {
 	for _, h := range holders {
-		if err := p.tiers[h].ReplicaAbandoned(ctx, owner, seq, bucket, key); err != nil {
+		if err := p.tier(h).ReplicaAbandoned(ctx, owner, seq, bucket, key); err != nil {
 			return err
 		}
 	}
@@ -477,7 +491,7 @@ func (p *peers) Destaged(ctx context.Context, owner string, seq uint64, bucket, 
 		if p.isDown(h) {
 			return fmt.Errorf("%s: %w", h, errInjected)
 		}
-		if err := p.tiers[h].ReplicaDestaged(ctx, owner, seq, bucket, key); err != nil {
+		if err := p.tier(h).ReplicaDestaged(ctx, owner, seq, bucket, key); err != nil {
 			return err
 		}
 	}
@@ -497,7 +511,8 @@ func replicatedPair(t *testing.T, kind string) (owner, holder *env, ta, tb *tier
 	wb2 := map[string]tier.Bucket{"wback": {Mode: tier.ModeWriteback, Copies: 2}}
 	ta = owner.newTier(t, tier.Config{NodeID: "A", Replicator: p}, wb2)
 	tb = holder.newTier(t, tier.Config{NodeID: "B", Replicator: p}, wb2)
-	p.tiers["A"], p.tiers["B"] = ta, tb
+	p.set("A", ta)
+	p.set("B", tb)
 	return owner, holder, ta, tb, p, gate
 }
 
@@ -607,7 +622,8 @@ func TestReturningOwnerDoesNotRollBack(t *testing.T) {
 		cfg := tier.Config{NodeID: "A", Replicator: p, RetryBackoff: 20 * time.Millisecond}
 		ta := owner.newTier(t, cfg, wb2)
 		tb := holder.newTier(t, tier.Config{NodeID: "B", Replicator: p}, wbBucket)
-		p.tiers["A"], p.tiers["B"] = ta, tb
+		p.set("A", ta)
+		p.set("B", tb)
 		ctx := context.Background()
 		put := func(tr *tier.Tier, key, body string) {
 			t.Helper()
@@ -672,7 +688,7 @@ func TestReturningOwnerDoesNotRollBack(t *testing.T) {
 		close(gate)
 		puts, deletes := owner.be.puts.Load(), owner.be.deletes.Load()
 		ta2 := owner.newTier(t, cfg, wb2)
-		p.tiers["A"] = ta2
+		p.set("A", ta2)
 		if bl := ta2.Backlog(); bl.Objects+int(bl.Destaged) != 3 { // its workers start at once
 			t.Fatalf("replayed backlog %+v, want 3 operations", bl)
 		}
@@ -722,7 +738,8 @@ func TestMissedNoticesAreSentAgain(t *testing.T) {
 	wb2 := map[string]tier.Bucket{"wback": {Mode: tier.ModeWriteback, Copies: 2}}
 	ta := owner.newTier(t, tier.Config{NodeID: "A", Replicator: p, RetryBackoff: 20 * time.Millisecond}, wb2)
 	tb := holder.newTier(t, tier.Config{NodeID: "B", Replicator: p}, wb2)
-	p.tiers["A"], p.tiers["B"] = ta, tb
+	p.set("A", ta)
+	p.set("B", tb)
 	ctx := context.Background()
 	for _, k := range []string{"kept", "deleted"} {
 		if _, err := ta.Put(ctx, "wback", k, bytesReader([]byte(k)), putOpts(len(k))); err != nil {
@@ -756,9 +773,7 @@ func TestMissedNoticesAreSentAgain(t *testing.T) {
 	cfgA := tier.Config{NodeID: "A", Replicator: p, RetryBackoff: 20 * time.Millisecond}
 	ta.Close()
 	ta = owner.newTier(t, cfgA, wb2)
-	p.mu.Lock()
-	p.tiers["A"] = ta
-	p.mu.Unlock()
+	p.set("A", ta)
 	if bl := ta.Backlog(); bl.Notices != 2 {
 		t.Fatalf("owner backlog after a restart %+v, want the 2 notices back", bl)
 	}
@@ -821,7 +836,8 @@ func TestReplicaCleanAfterOwnerDestage(t *testing.T) {
 	wb2 := map[string]tier.Bucket{"wback": {Mode: tier.ModeWriteback, Copies: 2}}
 	ta := owner.newTier(t, tier.Config{NodeID: "A", Replicator: p}, wb2)
 	tb := holder.newTier(t, tier.Config{NodeID: "B", Replicator: p}, wb2)
-	p.tiers["A"], p.tiers["B"] = ta, tb
+	p.set("A", ta)
+	p.set("B", tb)
 	ctx := context.Background()
 	if _, err := ta.Put(ctx, "wback", "k", bytesReader([]byte("hello")), putOpts(5)); err != nil {
 		t.Fatal(err)
