@@ -307,11 +307,9 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 
 	var tlsCfg *tls.Config
 	if cfg.TLS.Enabled() {
-		cert, err := tls.LoadX509KeyPair(cfg.TLS.Cert, cfg.TLS.Key)
-		if err != nil {
+		if tlsCfg, err = pki.ServerConfig(cfg.TLS.Cert, cfg.TLS.Key, ""); err != nil {
 			return nil, fmt.Errorf("node %s: tls: %w", cfg.ID, err)
 		}
-		tlsCfg = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
 	var nbdTLS *tls.Config
 	if cfg.NBDTLS.Enabled() {

@@ -3,9 +3,10 @@
 // client certificate, all signed by that authority, written as PEM files
 // under the names that qemu's tls-creds-x509 object and libnbd's
 // tls-certificates directory read (ca-cert.pem, server-cert.pem,
-// server-key.pem, client-cert.pem, client-key.pem). It also loads them
-// into the server's TLS configuration, which then accepts only clients
-// whose certificate the authority signed.
+// server-key.pem, client-cert.pem, client-key.pem). It also loads a
+// server's certificate into its TLS configuration (the NBD server's, which
+// then accepts only clients whose certificate the authority signed, and
+// the S3 addresses').
 package pki
 
 import (

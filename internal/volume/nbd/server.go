@@ -308,7 +308,7 @@ func (s *Server) handshake(ctx context.Context, c net.Conn, br *bufio.Reader) (D
 	var secure *tls.Conn             // set once STARTTLS succeeded
 	// fail returns err with the TLS connection, if any, to close.
 	fail := func(err error) (Device, negotiated, error) {
-		return nil, s.secured(negotiated{}, secure, br), err
+		return nil, secured(negotiated{}, secure, br), err
 	}
 	needTLS := s.cfg.TLS != nil && c.LocalAddr().Network() != "unix"
 	const maxOptions = 4096
@@ -376,7 +376,7 @@ func (s *Server) handshake(ctx context.Context, c net.Conn, br *bufio.Reader) (D
 			}
 			_, err = c.Write(out)
 			// What was negotiated holds however transmission is entered.
-			return dev, s.secured(negotiated{structured: structured, alloc: metaAlloc && metaName == string(opt.Data)}, secure, br), err
+			return dev, secured(negotiated{structured: structured, alloc: metaAlloc && metaName == string(opt.Data)}, secure, br), err
 		case OptAbort:
 			_ = s.optReply(c, opt.Code, repAck, nil)
 			return fail(errAbort)
@@ -437,7 +437,7 @@ func (s *Server) handshake(ctx context.Context, c net.Conn, br *bufio.Reader) (D
 				return fail(err)
 			}
 			if opt.Code == OptGo {
-				return dev, s.secured(negotiated{structured: structured, alloc: metaAlloc && metaName == req.Name}, secure, br), nil
+				return dev, secured(negotiated{structured: structured, alloc: metaAlloc && metaName == req.Name}, secure, br), nil
 			}
 		case OptListMetaContext, OptSetMetaContext:
 			set := opt.Code == OptSetMetaContext
@@ -479,7 +479,7 @@ func (s *Server) handshake(ctx context.Context, c net.Conn, br *bufio.Reader) (D
 }
 
 // secured adds the TLS connection, if one was started, to n.
-func (s *Server) secured(n negotiated, secure *tls.Conn, br *bufio.Reader) negotiated {
+func secured(n negotiated, secure *tls.Conn, br *bufio.Reader) negotiated {
 	if secure != nil {
 		n.conn, n.br = secure, br
 	}
