@@ -256,7 +256,7 @@ func volumeCerts(ctx context.Context, env Env, args []string) error {
 		return nil
 	})
 	client := fs.String("client", "slipstream-client", "the client certificate's common name")
-	days := fs.Int("days", 365, "days the server and client certificates are valid")
+	days := fs.Int("days", 365, "days the server and client certificates are valid (at most 3650)")
 	var dir string
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		dir, args = args[0], args[1:]
@@ -264,7 +264,7 @@ func volumeCerts(ctx context.Context, env Env, args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if dir == "" || fs.NArg() > 0 || len(hosts) == 0 || *days < 1 {
+	if dir == "" || fs.NArg() > 0 || len(hosts) == 0 || *days < 1 || *days > 3650 {
 		return usagef("volume certs DIR --host H [--host H]... [--client NAME] [--days N]")
 	}
 	o := pki.Options{Hosts: hosts, Client: *client, Validity: time.Duration(*days) * 24 * time.Hour}

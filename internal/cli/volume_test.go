@@ -19,6 +19,8 @@ func TestVolumeCerts(t *testing.T) {
 		{"no host", []string{"volume", "certs", dir}, 2},
 		{"no dir", []string{"volume", "certs", "--host", "h"}, 2},
 		{"bad days", []string{"volume", "certs", dir, "--host", "h", "--days", "0"}, 2},
+		{"too many days", []string{"volume", "certs", dir, "--host", "h", "--days", "5000"}, 2},
+		{"a URL as host", []string{"volume", "certs", dir, "--host", "nbd://h:10809"}, 1},
 		{"ok", []string{"volume", "certs", dir, "--host", "10.0.1.11", "--host", "node1"}, 0},
 	}
 	for _, tt := range tests {

@@ -24,6 +24,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -36,6 +37,10 @@ const (
 	ClientCert = "client-cert.pem"
 	ClientKey  = "client-key.pem"
 )
+
+// maxValidity bounds Options.Validity (the authority's is ten times
+// longer, and must fit a time.Duration).
+const maxValidity = 10 * 365 * 24 * time.Hour
 
 // ErrInvalid marks bad options or unusable certificate files.
 var ErrInvalid = errors.New("pki: invalid")
@@ -64,6 +69,14 @@ type Options struct {
 func Write(dir string, o Options) error {
 	if len(o.Hosts) == 0 {
 		return fmt.Errorf("%w: at least one host name or address is needed", ErrInvalid)
+	}
+	for _, h := range o.Hosts {
+		if strings.TrimSpace(h) == "" || strings.ContainsAny(h, " /:") && net.ParseIP(h) == nil {
+			return fmt.Errorf("%w: %q is not a host name or IP address", ErrInvalid, h)
+		}
+	}
+	if o.Validity > maxValidity {
+		return fmt.Errorf("%w: validity %v is over %v", ErrInvalid, o.Validity, maxValidity)
 	}
 	if o.Client == "" {
 		o.Client = "slipstream-client"

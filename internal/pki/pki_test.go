@@ -126,8 +126,18 @@ func TestWriteKeepsTheAuthority(t *testing.T) {
 
 func TestBadInput(t *testing.T) {
 	dir := t.TempDir()
-	if err := pki.Write(dir, pki.Options{}); !errors.Is(err, pki.ErrInvalid) {
-		t.Errorf("no hosts: %v, want ErrInvalid", err)
+	for name, o := range map[string]pki.Options{
+		"no hosts":      {},
+		"an empty host": {Hosts: []string{"h", ""}},
+		"a URL":         {Hosts: []string{"http://h:10809"}},
+		"100 years":     {Hosts: []string{"h"}, Validity: 100 * 365 * 24 * time.Hour},
+	} {
+		if err := pki.Write(dir, o); !errors.Is(err, pki.ErrInvalid) {
+			t.Errorf("%s: %v, want ErrInvalid", name, err)
+		}
+	}
+	if err := pki.Write(dir, pki.Options{Hosts: []string{"::1", "fe80::1"}}); err != nil {
+		t.Errorf("IPv6 addresses: %v", err)
 	}
 	if err := pki.Write(dir, pki.Options{Hosts: []string{"h"}}); err != nil {
 		t.Fatal(err)
