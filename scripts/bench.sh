@@ -51,6 +51,10 @@ if want nbd && [ -x scripts/bench-nbd.sh ]; then
 	echo "== NBD fio matrix"
 	BENCH_IMG="$PWD/docs/img" bash scripts/bench-nbd.sh "$PWD/docs/bench-nbd-run.md"
 fi
+if want nbd; then
+	echo "== NBD over TLS vs plain NBD"
+	BENCH_OUT="$PWD/docs/bench-nbd-tls.md" go test -count=1 -timeout 10m -run 'TestBenchTLS' -v ./internal/volume/nbd 2>&1 | show || true
+fi
 if want fabric && [ -x scripts/fabric/bench.sh ]; then
 	echo "== fabric analyzer"
 	bash scripts/fabric/bench.sh

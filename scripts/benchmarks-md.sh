@@ -40,6 +40,8 @@ HDR
 	notes bench-multihoming.md # has its own title
 	section "Block volumes over NBD: the fio matrix (analysis of the set-up in docs/bench-nbd.md)" bench-nbd-run.md
 	notes bench-nbd-notes.md
+	section "NBD over TLS vs plain NBD" bench-nbd-tls.md
+	notes bench-nbd-tls-notes.md
 	notes bench-fabric.md # has its own title
 } >"$out"
 echo "wrote $out"
