@@ -331,13 +331,16 @@ func (c *Client) Owner(bucket, key string) NodeInfo {
 // with a public address.
 func (c *Client) ownerLocked(bucket, key string) (cluster.NodeInfo, bool) {
 	order := placement.Order(c.id, placement.ObjectName(bucket, key))
-	for _, ok := range []func(id string, n cluster.NodeInfo) bool{
-		func(id string, n cluster.NodeInfo) bool { return n.Places() && !c.suspectLocked(id) },
-		func(id string, n cluster.NodeInfo) bool { return n.State == cluster.StateUp && !c.suspectLocked(id) },
-		func(string, cluster.NodeInfo) bool { return true },
-	} {
+	for pass := 0; pass < 3; pass++ {
 		for _, id := range order {
-			if n := c.m.Nodes[id]; len(n.PublicAddrs) > 0 && ok(id, n) {
+			n := c.m.Nodes[id]
+			if len(n.PublicAddrs) == 0 {
+				continue
+			}
+			switch {
+			case pass == 0 && n.Places() && !c.suspectLocked(id),
+				pass == 1 && n.State == cluster.StateUp && !c.suspectLocked(id),
+				pass == 2:
 				return n, true
 			}
 		}
@@ -365,6 +368,9 @@ func (c *Client) suspect(id string) {
 }
 
 func (c *Client) suspectLocked(id string) bool {
+	if len(c.suspects) == 0 {
+		return false
+	}
 	until, ok := c.suspects[id]
 	return ok && time.Now().Before(until)
 }
