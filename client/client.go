@@ -177,7 +177,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("client: %w", err)
 	}
 	c.tr = tr
-	c.hc = &http.Client{Transport: tr}
+	c.hc = &http.Client{Transport: &suspecting{c: c}}
 	c.mu.Lock()
 	c.setPeersLocked()
 	c.mu.Unlock()
@@ -429,8 +429,42 @@ func (c *Client) hostFor(bucket, key string) (host, id string, err error) {
 func (c *Client) Transport() http.RoundTripper { return c.tr }
 
 // HTTPClient returns an *http.Client over Transport. It does not reroute
-// requests: the URL's host picks the node.
+// requests: the URL's host picks the node. A node none of whose addresses
+// a request could reach is passed over as an owner for a while (Router,
+// S3), as after a failed request of the S3 client.
 func (c *Client) HTTPClient() *http.Client { return c.hc }
+
+// suspecting is HTTPClient's transport: Transport, and a node it cannot
+// reach becomes a suspect.
+type suspecting struct{ c *Client }
+
+func (s *suspecting) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := s.c.tr.RoundTrip(req)
+	if err != nil && errors.Is(err, netx.ErrUnreachable) && req.Context().Err() == nil {
+		if id := s.c.nodeOf(req.URL.Host); id != "" {
+			s.c.suspect(id)
+		}
+	}
+	return resp, err
+}
+
+// nodeOf returns the ID of the node that host (a node ID or one of its
+// public addresses) names, or "".
+func (c *Client) nodeOf(host string) string {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	for _, id := range c.id {
+		if id == host {
+			return id
+		}
+		for _, a := range c.m.Nodes[id].PublicAddrs {
+			if hp, _, err := netx.ParseAddr(a); err == nil && hp == host {
+				return id
+			}
+		}
+	}
+	return ""
+}
 
 // Stats returns the byte, request, error and retry counters of every local
 // interface the client sends from.

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"io"
+	"net/http"
 	"slices"
 	"testing"
 	"time"
@@ -50,8 +51,12 @@ func TestOwnerKilledBeforeTheMapShowsIt(t *testing.T) {
 	if len(keys) < 4 {
 		t.Fatalf("only %d of 200 keys owned by %s", len(keys), victim)
 	}
+	// A second client, routing the load generator's way (Router and
+	// HTTPClient): it has not met the dead node yet.
+	router := newClient(t, c, c.IntraURL(1))
 	c.Kill(2)
 	killed := time.Now()
+	routeAround(t, router, "fail", keys[0], victim)
 	// The SDK's own retries are off: it would retry until the map shows
 	// the owner down; each GET must succeed at its first call.
 	noRetry := func(o *s3.Options) { o.RetryMaxAttempts = 1 }
@@ -71,5 +76,29 @@ func TestOwnerKilledBeforeTheMapShowsIt(t *testing.T) {
 	t.Logf("%d GETs served %v after the owner died; the client's map shows it %s", len(keys), took, cl.Nodes()[i].State)
 	if cl.Owner("fail", keys[0]).ID == victim {
 		t.Errorf("the client still routes to %s, which it could not reach", victim)
+	}
+}
+
+// routeAround: the router sends key to victim, dead but still up in the
+// map; the request fails, and the next route of key goes elsewhere.
+func routeAround(t *testing.T, cl *client.Client, bucket, key, victim string) {
+	t.Helper()
+	r := cl.Router()
+	base, err := r.Route(bucket, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cl.Owner(bucket, key).ID != victim {
+		t.Logf("the map already shows %s down: the router's failover is not exercised", victim)
+		return
+	}
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodHead, base+"/"+bucket+"/"+key, nil)
+	if resp, err := cl.HTTPClient().Do(req); err == nil {
+		resp.Body.Close()
+		t.Fatalf("a request to the dead node %s answered %s", victim, resp.Status)
+	}
+	next, err := r.Route(bucket, key)
+	if err != nil || next == base {
+		t.Errorf("after a request to %s failed, the router still sends %s there (%s, %v)", victim, key, next, err)
 	}
 }
