@@ -3,7 +3,6 @@ package node
 import (
 	"bytes"
 	"context"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -28,7 +27,12 @@ func TestHoldsData(t *testing.T) {
 			}
 		}, true},
 		{"volume chunks", func(t *testing.T, _ *store.Store, mp string) {
-			if err := os.MkdirAll(filepath.Join(volume.LocalDir(mp), "vol@1"), 0o755); err != nil {
+			vl, err := volume.NewLocal(volume.LocalConfig{Mountpaths: []string{mp}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer vl.Close()
+			if err := vl.WriteAt(ctx, "vol@1", 0, 0, []byte("x"), 0, true); err != nil {
 				t.Fatal(err)
 			}
 		}, true},

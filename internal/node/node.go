@@ -16,7 +16,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -344,12 +343,8 @@ func holdsData(st *store.Store, mountpaths []string) bool {
 			return true
 		}
 	}
-	for _, mp := range mountpaths {
-		if ents, err := os.ReadDir(volume.LocalDir(mp)); err == nil && len(ents) > 0 {
-			return true
-		}
-	}
-	return false
+	keys, err := volume.LocalKeys(mountpaths)
+	return err == nil && len(keys) > 0
 }
 
 // WaitReady blocks until the node knows a leader and sees itself up in the

@@ -156,12 +156,13 @@ const deletesDir = "deletes"
 // appendDelete journals the owned delete o: in the deletes journal, then,
 // with extra records, in the main one, where apply runs as in append.
 func (d *destager) appendDelete(o *op, apply func(), extra ...Record) error {
+	rec := o.record()
 	d.djMu.RLock()
 	defer d.djMu.RUnlock()
-	if err := d.dj.append(true, nil, o.record()); err != nil {
+	if err := d.dj.append(true, nil, rec); err != nil {
 		return err
 	}
-	return d.j.append(true, apply, append([]Record{o.record()}, extra...)...)
+	return d.j.append(true, apply, append([]Record{rec}, extra...)...)
 }
 
 // replay rebuilds the backlog from the main journal's records, and
@@ -365,11 +366,9 @@ func (d *destager) compact() error {
 		d.mu.Lock()
 		defer d.mu.Unlock()
 		var recs []Record
-		for _, ks := range d.keys {
-			for _, o := range []*op{ks.running, ks.pending} {
-				if o != nil && o.kind == KindDelete {
-					recs = append(recs, o.record())
-				}
+		for _, o := range d.ownedOps() {
+			if o.kind == KindDelete {
+				recs = append(recs, o.record())
 			}
 		}
 		sort.Slice(recs, func(i, j int) bool { return recs[i].Seq < recs[j].Seq })
@@ -380,13 +379,9 @@ func (d *destager) compact() error {
 	return d.j.rewrite(func() []Record {
 		d.mu.Lock()
 		recs := []Record{{Kind: KindSeqMark, Seq: d.nextSeq, Time: time.Now()}}
-		for _, ks := range d.keys {
-			for _, o := range []*op{ks.running, ks.pending} {
-				if o != nil {
-					recs = append(recs, o.record())
-					recs = append(recs, o.supersededRecords()...)
-				}
-			}
+		for _, o := range d.ownedOps() {
+			recs = append(recs, o.record())
+			recs = append(recs, o.supersededRecords()...)
 		}
 		for _, m := range d.replicas {
 			for _, o := range m {
@@ -400,6 +395,20 @@ func (d *destager) compact() error {
 		sort.SliceStable(recs[1:], func(i, j int) bool { return recs[1+i].Seq < recs[1+j].Seq })
 		return recs
 	})
+}
+
+// ownedOps returns the owned operations being destaged or pending, in no
+// order (d.mu held).
+func (d *destager) ownedOps() []*op {
+	var ops []*op
+	for _, ks := range d.keys {
+		for _, o := range []*op{ks.running, ks.pending} {
+			if o != nil {
+				ops = append(ops, o)
+			}
+		}
+	}
+	return ops
 }
 
 func (d *destager) maybeCompact() {

@@ -111,11 +111,11 @@ func NewLocal(cfg LocalConfig) (*Local, error) {
 	return l, nil
 }
 
-func (l *Local) dir(mp, vol string) string { return filepath.Join(LocalDir(mp), vol) }
+func (l *Local) dir(mp, vol string) string { return filepath.Join(localDir(mp), vol) }
 
-// LocalDir is the directory of a mountpath that holds volume chunks, a
+// localDir is the directory of a mountpath that holds volume chunks, a
 // subdirectory per volume.
-func LocalDir(mountpath string) string { return filepath.Join(mountpath, "volumes") }
+func localDir(mountpath string) string { return filepath.Join(mountpath, "volumes") }
 
 func (l *Local) path(vol string, chunk int64) string {
 	mp := l.cfg.Mountpaths[placement.Mountpath(l.cfg.Mountpaths, ChunkName(vol, chunk))]
@@ -398,10 +398,14 @@ func (l *Local) Delete(_ context.Context, vol string) error {
 }
 
 // Keys lists the storage keys of the volumes with chunks here, sorted.
-func (l *Local) Keys() ([]string, error) {
+func (l *Local) Keys() ([]string, error) { return LocalKeys(l.cfg.Mountpaths) }
+
+// LocalKeys lists the storage keys of the volumes with chunks on
+// mountpaths, sorted, without a Local (a node asks before it makes one).
+func LocalKeys(mountpaths []string) ([]string, error) {
 	var keys []string
-	for _, mp := range l.cfg.Mountpaths {
-		ents, err := os.ReadDir(LocalDir(mp))
+	for _, mp := range mountpaths {
+		ents, err := os.ReadDir(localDir(mp))
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
