@@ -57,9 +57,11 @@ const healthPath = "/_slipstream/health"
 // Config configures a Client.
 type Config struct {
 	// Seeds are intra-cluster base URLs ("http://10.77.1.11:9100") or
-	// host:port addresses of nodes to fetch the cluster map from (the
-	// map is served on intra addresses only). Once the map is known, every
-	// node's intra addresses are tried too.
+	// host:port addresses of nodes to fetch the cluster map from, or the
+	// URLs of nodes' public maps ("http://10.0.0.2:9000/_slipstream/map",
+	// cluster.PublicMapPath), which need no access to the intra network:
+	// a cluster with intra_tls answers only nodes there. Once the map is
+	// known, every node's public map and intra addresses are tried too.
 	Seeds []string
 	// LocalAddrs are this host's own addresses to send from, one per
 	// interface; empty: one unbound interface.
@@ -141,6 +143,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 			DialContext:         (&net.Dialer{Timeout: 3 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 			MaxIdleConnsPerHost: 2,
 			IdleConnTimeout:     90 * time.Second,
+			TLSClientConfig:     cfg.TLS, // for public maps over HTTPS
 		}}
 	}
 	scheme := "http"
@@ -263,11 +266,16 @@ func (c *Client) follow(ctx context.Context) {
 }
 
 // mapURLs lists where the map can be fetched: the seeds first, then every
-// node's intra addresses.
+// node's public map and intra addresses.
 func (c *Client) mapURLs() []string {
 	out := slices.Clone(c.cfg.Seeds)
 	c.mu.RLock()
 	for _, id := range c.id {
+		for _, a := range c.m.Nodes[id].PublicAddrs {
+			if u := c.scheme + "://" + a + cluster.PublicMapPath; !slices.Contains(out, u) {
+				out = append(out, u)
+			}
+		}
 		for _, a := range c.m.Nodes[id].IntraAddrs {
 			if u := cluster.BaseURL(a); !slices.Contains(out, u) && !slices.Contains(out, a) {
 				out = append(out, u)

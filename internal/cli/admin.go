@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -21,20 +22,32 @@ import (
 	"github.com/slipstream-io/slipstream/internal/cluster"
 	"github.com/slipstream-io/slipstream/internal/node"
 	"github.com/slipstream-io/slipstream/internal/peer"
+	"github.com/slipstream-io/slipstream/internal/seclink"
 )
 
 // adminClient talks to a node's admin API on its intra-cluster address.
 type adminClient struct {
 	base   string
 	secret string
+	tr     *http.Transport
 	hc     *http.Client
 }
 
 func newAdminClient(fs *flag.FlagSet) func() *adminClient {
 	nodeURL := fs.String("node", envOr("SLIPSTREAM_NODE", "http://127.0.1.1:9100"), "intra-cluster URL of any node ($SLIPSTREAM_NODE)")
 	secret := fs.String("secret", envOr("SLIPSTREAM_SECRET", "local-cluster-secret"), "cluster secret ($SLIPSTREAM_SECRET)")
+	intraTLS := fs.Bool("intra-tls", os.Getenv("SLIPSTREAM_INTRA_TLS") != "", "the cluster runs intra_tls: connect over TLS, proving the secret ($SLIPSTREAM_INTRA_TLS)")
 	return func() *adminClient {
-		return &adminClient{base: strings.TrimRight(*nodeURL, "/"), secret: *secret, hc: &http.Client{Timeout: 5 * time.Minute}}
+		tr := &http.Transport{Proxy: nil, DialContext: (&net.Dialer{Timeout: 5 * time.Second}).DialContext}
+		if *intraTLS {
+			link, err := seclink.New(*secret, "intra")
+			if err != nil { // an empty secret: every request fails with this
+				tr.DialContext = func(context.Context, string, string) (net.Conn, error) { return nil, err }
+			} else {
+				tr.DialContext = link.Dialer(tr.DialContext)
+			}
+		}
+		return &adminClient{base: strings.TrimRight(*nodeURL, "/"), secret: *secret, tr: tr, hc: &http.Client{Transport: tr, Timeout: 5 * time.Minute}}
 	}
 }
 
@@ -132,8 +145,9 @@ func checkBucket(m *cluster.Map, name string) error {
 }
 
 const adminFooter = `Every command takes --node URL (any node's intra-cluster URL, default
-$SLIPSTREAM_NODE or http://127.0.1.1:9100) and --secret S (the cluster
-secret, default $SLIPSTREAM_SECRET or the local cluster's).`
+$SLIPSTREAM_NODE or http://127.0.1.1:9100), --secret S (the cluster
+secret, default $SLIPSTREAM_SECRET or the local cluster's) and, for a
+cluster with intra_tls, --intra-tls (or $SLIPSTREAM_INTRA_TLS set).`
 
 func adminCommands() []subcommand {
 	return []subcommand{
@@ -773,7 +787,7 @@ func streamNDJSON[P any](ctx context.Context, a *adminClient, method, u string, 
 		return err
 	}
 	req.Header.Set(peer.SecretHeader, a.secret)
-	hc := &http.Client{} // no overall timeout: a job takes as long as it takes
+	hc := &http.Client{Transport: a.tr} // no overall timeout: a job takes as long as it takes
 	resp, err := hc.Do(req)
 	if err != nil {
 		return err

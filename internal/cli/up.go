@@ -21,6 +21,7 @@ func upCommand() Command {
 			addrs := fs.Int("addrs", 2, "loopback addresses per node")
 			port := fs.Int("port", 9000, "base port: S3 on it, intra-cluster on +100, raft on +200")
 			copies := fs.Int("copies", 1, "copies of buckets created through S3")
+			intraTLS := fs.Bool("intra-tls", false, "encrypt intra-cluster traffic (intra_tls); then give admin commands --intra-tls")
 			if err := parseFlags(fs, env.Args); err != nil {
 				return err
 			}
@@ -30,7 +31,7 @@ func upCommand() Command {
 			}
 			fmt.Fprintf(env.Stdout, "starting %d nodes under %s ...\n", *nodes, *data)
 			c, err := localcluster.Start(ctx, localcluster.Spec{
-				Binary: bin, DataDir: *data, Nodes: *nodes, Mountpaths: *mps, Addrs: *addrs, BasePort: *port, Copies: *copies,
+				Binary: bin, DataDir: *data, Nodes: *nodes, Mountpaths: *mps, Addrs: *addrs, BasePort: *port, Copies: *copies, IntraTLS: *intraTLS,
 			})
 			if err != nil {
 				return upError(err)

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -25,6 +26,12 @@ const (
 	PathHealth = "/cluster/health"
 	PathStatus = "/cluster/status"
 )
+
+// PublicMapPath serves the map on a node's public (S3) addresses as well,
+// for clients that cannot reach the intra-cluster ones (which need the
+// cluster secret when intra_tls is set). S3 bucket names cannot start with
+// "_", so it shadows no object.
+const PublicMapPath = "/_slipstream/map"
 
 // HeaderVersion carries the map version on GET /cluster/map answers.
 const HeaderVersion = "X-Slipstream-Map-Version"
@@ -350,13 +357,17 @@ func (c *Cluster) serveHealth(w http.ResponseWriter, r *http.Request) {
 }
 
 // FetchMap gets the map from a node's intra base URL (e.g.
-// "http://127.0.0.2:9201"). With after > 0 it waits up to wait for a version
+// "http://127.0.0.2:9201", to which PathMap is added) or from the URL of a
+// node's public map (ending in PublicMapPath). With after > 0 it waits up to wait for a version
 // newer than after and returns the current map when the wait ends.
 func FetchMap(ctx context.Context, hc *http.Client, baseURL string, after uint64, wait time.Duration) (*Map, error) {
 	if hc == nil {
 		hc = http.DefaultClient
 	}
-	u := BaseURL(baseURL) + PathMap
+	u := BaseURL(baseURL)
+	if !strings.HasSuffix(u, PublicMapPath) {
+		u += PathMap
+	}
 	if after > 0 {
 		u += "?after=" + strconv.FormatUint(after, 10) + "&wait=" + wait.String()
 	}

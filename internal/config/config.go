@@ -49,6 +49,11 @@ type Node struct {
 	Voters int `yaml:"voters"`
 	// Secret authenticates intra-cluster requests between nodes.
 	Secret string `yaml:"cluster_secret"`
+	// IntraTLS encrypts the intra-cluster HTTP (object and chunk traffic,
+	// admin API) with TLS 1.3 and admits only peers that prove the
+	// cluster secret, as raft's port always does. Every node of a
+	// cluster must set it alike.
+	IntraTLS bool `yaml:"intra_tls"`
 
 	S3    S3    `yaml:"s3"`
 	TLS   TLS   `yaml:"tls"`

@@ -27,6 +27,7 @@ import (
 	"github.com/slipstream-io/slipstream/internal/cluster"
 	"github.com/slipstream-io/slipstream/internal/config"
 	"github.com/slipstream-io/slipstream/internal/peer"
+	"github.com/slipstream-io/slipstream/internal/seclink"
 )
 
 // ErrNotReady is returned when the cluster does not become ready in time.
@@ -60,12 +61,14 @@ type Spec struct {
 	BasePort int
 	// Net is the first two octets of the loopback addresses, default "127.0";
 	// node i's address k is <Net>.<k+1>.<i+1>.
-	Net         string
-	AccessKey   string // default "slipstream"
-	SecretKey   string // default "slipstream-secret"
-	Copies      int    // default copies of buckets created through S3
-	MaxBytes    int64  // per mountpath, 0 = unlimited
-	LogDir      string // node logs; default DataDir/logs
+	Net       string
+	AccessKey string // default "slipstream"
+	SecretKey string // default "slipstream-secret"
+	Copies    int    // default copies of buckets created through S3
+	MaxBytes  int64  // per mountpath, 0 = unlimited
+	LogDir    string // node logs; default DataDir/logs
+	// IntraTLS sets intra_tls on every node (see config.Node.IntraTLS).
+	IntraTLS    bool
 	ExtraConfig func(i int, n *config.Node)
 }
 
@@ -106,6 +109,7 @@ func (s *Spec) defaults() {
 type Cluster struct {
 	Spec    Spec
 	Configs []config.Node
+	hc      *http.Client // to the nodes' intra addresses
 	mu      sync.Mutex
 	procs   []*exec.Cmd
 	exited  []chan struct{}
@@ -119,7 +123,14 @@ func Start(ctx context.Context, spec Spec) (*Cluster, error) {
 	if spec.Binary == "" || spec.DataDir == "" {
 		return nil, fmt.Errorf("localcluster: Binary and DataDir are required")
 	}
-	c := &Cluster{Spec: spec}
+	c := &Cluster{Spec: spec, hc: &http.Client{}}
+	if spec.IntraTLS {
+		link, err := seclink.New(localSecret, "intra")
+		if err != nil {
+			return nil, err
+		}
+		c.hc.Transport = &http.Transport{Proxy: nil, DialContext: link.Dialer((&net.Dialer{Timeout: 3 * time.Second}).DialContext)}
+	}
 	if err := os.MkdirAll(spec.LogDir, 0o755); err != nil {
 		return nil, err
 	}
@@ -258,7 +269,7 @@ func (c *Cluster) checkOwn(ctx context.Context, i int) error {
 		return err
 	}
 	req.Header.Set(peer.SecretHeader, cfg.Secret)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := c.IntraClient().Do(req)
 	if err != nil {
 		return fmt.Errorf("%w: node%d at %s: %v (log: %s)", ErrNotOurs, i+1, c.IntraURL(i), err, c.logPath(i))
 	}
@@ -297,6 +308,20 @@ func absPath(p string) string {
 	return filepath.Clean(p)
 }
 
+// localSecret is the cluster secret of every local cluster (the admin
+// CLI's default).
+const localSecret = "local-cluster-secret"
+
+// IntraClient is an HTTP client for the nodes' intra-cluster addresses
+// (over the secure link when the cluster runs intra_tls); requests still
+// need the secret header where the endpoint asks for it.
+func (c *Cluster) IntraClient() *http.Client {
+	if c.hc == nil {
+		return http.DefaultClient
+	}
+	return c.hc
+}
+
 func (c *Cluster) addr(i, k, port int) string {
 	return fmt.Sprintf("%s.%d.%d:%d", c.Spec.Net, k+1, i+1, port)
 }
@@ -311,7 +336,8 @@ func (c *Cluster) nodeConfig(i int) config.Node {
 		NBD:           []string{c.addr(i, 0, s.BasePort+300)},
 		NBDSocket:     filepath.Join(dir, "nbd.sock"),
 		Bootstrap:     i == 0,
-		Secret:        "local-cluster-secret",
+		Secret:        localSecret,
+		IntraTLS:      s.IntraTLS,
 		DefaultCopies: s.Copies,
 		S3:            config.S3{Credentials: []config.Credential{{AccessKey: s.AccessKey, SecretKey: s.SecretKey}}},
 	}
@@ -446,7 +472,7 @@ func (c *Cluster) waitHealthy(ctx context.Context, i int) error {
 			return err
 		}
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := c.IntraClient().Do(req)
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -523,7 +549,7 @@ func (c *Cluster) leaderless(ctx context.Context) int {
 			continue
 		}
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.IntraURL(i)+cluster.PathHealth, nil)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := c.IntraClient().Do(req)
 		if err != nil {
 			return i
 		}
@@ -541,7 +567,7 @@ func (c *Cluster) leaderless(ctx context.Context) int {
 // i's map.
 func (c *Cluster) upCount(ctx context.Context, i int) (up, voters int, err error) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.IntraURL(i)+"/cluster/map", nil)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := c.IntraClient().Do(req)
 	if err != nil {
 		return 0, 0, err
 	}

@@ -89,6 +89,10 @@ type Config struct {
 	Scheme string
 	// TLS is the client TLS config for https.
 	TLS *tls.Config
+	// Secure, if set, wraps every connection dialed (data and probes)
+	// before HTTP runs over it, e.g. seclink's Client. Bytes are counted
+	// on the wire, below it.
+	Secure func(ctx context.Context, c net.Conn) (net.Conn, error)
 	// ProbePath is a health URL path (e.g. "/healthz") probed on every
 	// pair that is down or idle. Empty: probes only open a TCP connection.
 	ProbePath string
@@ -465,6 +469,9 @@ func (t *Transport) newRoundTrippers(p *pair) {
 			cc.b = &p.c
 			if progress {
 				cc.progress = &p.lastProgress
+			}
+			if t.cfg.Secure != nil {
+				return t.cfg.Secure(ctx, cc)
 			}
 			return cc, nil
 		}

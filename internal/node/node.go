@@ -30,6 +30,7 @@ import (
 	"github.com/slipstream-io/slipstream/internal/peer"
 	"github.com/slipstream-io/slipstream/internal/pki"
 	"github.com/slipstream-io/slipstream/internal/s3api"
+	"github.com/slipstream-io/slipstream/internal/seclink"
 	"github.com/slipstream-io/slipstream/internal/store"
 	"github.com/slipstream-io/slipstream/internal/sysstat"
 	"github.com/slipstream-io/slipstream/internal/tier"
@@ -63,6 +64,8 @@ type Node struct {
 	store     *store.Store
 	cluster   *cluster.Cluster
 	transport *netx.Transport
+	link      *seclink.Link // secures intra-cluster connections (intra_tls), or nil
+	hc        *http.Client  // intra-cluster requests of the node's own, with the secret
 	tier      *tier.Tier
 	local     *localService
 	tombs     *tombstones
@@ -132,7 +135,20 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 			closeAll(publicLns)
 		}
 	}()
-	tr, err := netx.NewTransport(netx.Config{LocalAddrs: cfg.Intra, ProbePath: "/health", Log: log})
+	// With intra_tls every intra-cluster connection is TLS 1.3 and proves
+	// the cluster secret both ways (internal/seclink), as raft's port does.
+	var link *seclink.Link
+	if cfg.IntraTLS {
+		if link, err = seclink.New(cfg.Secret, "intra"); err != nil {
+			return nil, fmt.Errorf("node %s: intra_tls: %w", cfg.ID, err)
+		}
+	}
+	n.link = link
+	tcfg := netx.Config{LocalAddrs: cfg.Intra, ProbePath: "/health", Log: log}
+	if link != nil {
+		tcfg.Secure = func(ctx context.Context, c net.Conn) (net.Conn, error) { return link.Client(ctx, c) }
+	}
+	tr, err := netx.NewTransport(tcfg)
 	if err != nil {
 		return nil, fmt.Errorf("node %s: %w", cfg.ID, err)
 	}
@@ -140,7 +156,8 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 
 	// The cluster's own requests (joins, changes forwarded to the leader,
 	// health probes) carry the secret that its endpoints ask for.
-	hc := &http.Client{Transport: withSecret{secret: cfg.Secret, rt: newPeerTransport()}}
+	hc := &http.Client{Transport: withSecret{secret: cfg.Secret, rt: newPeerTransport(link)}}
+	n.hc = hc
 	cl, err := cluster.New(ctx, cluster.Config{
 		NodeID:   cfg.ID,
 		DataDir:  filepath.Join(cfg.DataDir, "cluster"),
@@ -276,7 +293,7 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 	}
 	n.vols = &volumes{
 		self: cfg.ID, meta: cl, marks: cl, local: vl, handler: volume.NewHandler(vl), stateDir: filepath.Join(cfg.DataDir, "volumes"),
-		log: log, open: map[string]openVolume{}, clients: map[string]*volume.Client{}, sync: leaderSync(cl), secret: cfg.Secret,
+		log: log, open: map[string]openVolume{}, clients: map[string]*volume.Client{}, sync: leaderSync(cl), secret: cfg.Secret, dial: intraDialer(link),
 	}
 	n.vols.initState() // before the node serves any chunk request
 	n.registerVolumeAdmin()
@@ -299,6 +316,12 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 
 	public := http.NewServeMux()
 	public.HandleFunc(PublicHealthPath, n.health)
+	public.HandleFunc("GET "+cluster.PublicMapPath, func(w http.ResponseWriter, r *http.Request) {
+		r = r.Clone(r.Context())
+		r.URL.Path = cluster.PathMap
+		r.Header.Del(peer.SecretHeader) // backends' keys never leave on public addresses
+		cl.Handler().ServeHTTP(w, r)
+	})
 	public.Handle(PublicMetricsPath, metrics)
 	public.Handle(StatsPath, stats)
 	public.Handle(sysstat.PagePath, live)
@@ -320,6 +343,10 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 		}
 	}
 	for _, ln := range intraLns {
+		if link != nil {
+			n.serve(link.Listen(ln, seclink.ListenOptions{Log: log}), intra, nil)
+			continue
+		}
 		n.serve(ln, intra, nil)
 	}
 	for _, ln := range publicLns {
@@ -481,6 +508,15 @@ type withSecret struct {
 	rt     http.RoundTripper
 }
 
+// intraDialer dials intra-cluster addresses, through link when it is set.
+func intraDialer(link *seclink.Link) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	dial := (&net.Dialer{Timeout: 3 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	if link == nil {
+		return dial
+	}
+	return link.Dialer(dial)
+}
+
 func (t withSecret) RoundTrip(r *http.Request) (*http.Response, error) {
 	if t.secret == "" {
 		return t.rt.RoundTrip(r)
@@ -490,11 +526,12 @@ func (t withSecret) RoundTrip(r *http.Request) (*http.Response, error) {
 	return t.rt.RoundTrip(r)
 }
 
-// newPeerTransport is tuned for many concurrent streams between nodes.
-func newPeerTransport() *http.Transport {
+// newPeerTransport is tuned for many concurrent streams between nodes;
+// with link, its connections are secured by it.
+func newPeerTransport(link *seclink.Link) *http.Transport {
 	return &http.Transport{
 		Proxy:               nil,
-		DialContext:         (&net.Dialer{Timeout: 3 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		DialContext:         intraDialer(link),
 		MaxIdleConns:        1024,
 		MaxIdleConnsPerHost: 128,
 		IdleConnTimeout:     90 * time.Second,

@@ -38,7 +38,8 @@ type volumes struct {
 	local    *volume.Local
 	handler  *volume.Handler
 	stateDir string
-	secret   string // the cluster secret, sent to other nodes' chunk endpoints
+	secret   string                                                            // the cluster secret, sent to other nodes' chunk endpoints
+	dial     func(ctx context.Context, network, addr string) (net.Conn, error) // to other nodes' intra addresses
 	log      *slog.Logger
 	// sync catches this node's map up with the leader's before a volume
 	// is opened (nil: no-op).
@@ -79,7 +80,7 @@ func (vs *volumes) replica(m *cluster.Map, id string) volume.Replica {
 	if vs.secret != "" {
 		hdr = http.Header{peer.SecretHeader: {vs.secret}}
 	}
-	c, err := volume.NewClientConfig(volume.ClientConfig{BaseURL: base, Header: hdr})
+	c, err := volume.NewClientConfig(volume.ClientConfig{BaseURL: base, Header: hdr, Dial: vs.dial})
 	if err != nil {
 		vs.log.Warn("volume replica client", "node", id, "err", err)
 		c = volume.NewClient(base, nil)
@@ -652,7 +653,7 @@ func (n *Node) nbdURLs(r *http.Request) map[string][]string {
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, cluster.BaseURL(ni.IntraAddrs[0])+nbdInfoPath, nil)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := n.hc.Do(req)
 		if err == nil {
 			var addrs []string
 			if json.NewDecoder(resp.Body).Decode(&addrs) == nil {

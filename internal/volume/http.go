@@ -283,6 +283,10 @@ type ClientConfig struct {
 	// Header is added to every request, stream upgrades included (the
 	// cluster secret).
 	Header http.Header
+	// Dial dials the node for stream connections and, when HTTP is nil,
+	// for plain requests; nil means a net.Dialer (TCP_NODELAY is Go's
+	// default for TCP).
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // NewClient returns a replica client for the node at baseURL with the
@@ -298,9 +302,14 @@ func NewClient(baseURL string, hc *http.Client) *Client {
 
 // NewClientConfig returns a replica client for cfg.
 func NewClientConfig(cfg ClientConfig) (*Client, error) {
+	dial := cfg.Dial
+	if dial == nil {
+		dial = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	}
 	hc := cfg.HTTP
 	if hc == nil {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.DialContext = dial
 		tr.MaxIdleConnsPerHost = 256
 		tr.MaxIdleConns = 1024
 		tr.Proxy = nil
@@ -327,6 +336,7 @@ func NewClientConfig(cfg ClientConfig) (*Client, error) {
 			return nil, err
 		}
 		s.header = c.header
+		s.dial = dial
 		c.stream = s
 	}
 	return c, nil

@@ -316,6 +316,7 @@ var ErrReplicaRestarted = fmt.Errorf("%w: the node restarted", ErrReplicaError)
 type streamClient struct {
 	host    string
 	header  http.Header // added to the upgrade request
+	dial    dialFunc
 	timeout time.Duration
 	conns   []streamSlot
 	next    atomic.Uint64
@@ -368,7 +369,7 @@ func (sc *streamClient) slotConn(ctx context.Context, slot *streamSlot) (*stream
 	if slot.c != nil && !slot.c.broken.Load() {
 		return slot.c, nil
 	}
-	c, err := dialStream(ctx, sc.host, sc.header, sc.timeout)
+	c, err := dialStream(ctx, sc.dial, sc.host, sc.header, sc.timeout)
 	if err != nil {
 		return nil, err
 	}
@@ -445,14 +446,14 @@ func (sc *streamConn) watchdog(timeout time.Duration) {
 	}
 }
 
-func dialStream(ctx context.Context, host string, header http.Header, timeout time.Duration) (*streamConn, error) {
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", host)
+// dialFunc dials a node's intra address (net.Dialer.DialContext, or one
+// that also secures the connection).
+type dialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
+
+func dialStream(ctx context.Context, dial dialFunc, host string, header http.Header, timeout time.Duration) (*streamConn, error) {
+	c, err := dial(ctx, "tcp", host)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrReplicaError, err)
-	}
-	if tc, ok := c.(*net.TCPConn); ok {
-		_ = tc.SetNoDelay(true)
 	}
 	var extra strings.Builder
 	for k, vs := range header { // line breaks refused by NewClientConfig

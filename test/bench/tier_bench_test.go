@@ -62,6 +62,9 @@ func adminCmd(t *testing.T, bin string, c *localcluster.Cluster, args ...string)
 	t.Helper()
 	cmd := exec.Command(bin, append([]string{"admin"}, args...)...)
 	cmd.Env = append(os.Environ(), "SLIPSTREAM_NODE="+c.IntraURL(0), "SLIPSTREAM_SECRET=local-cluster-secret")
+	if c.Spec.IntraTLS {
+		cmd.Env = append(cmd.Env, "SLIPSTREAM_INTRA_TLS=1")
+	}
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("admin %v: %v\n%s", args, err, out)
 	}

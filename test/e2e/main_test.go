@@ -89,7 +89,7 @@ func awsEnv(c *localcluster.Cluster, i int) []string {
 func admin(t *testing.T, c *localcluster.Cluster, i int, args ...string) string {
 	t.Helper()
 	cmd := exec.Command(binary, append([]string{"admin"}, args...)...)
-	cmd.Env = append(os.Environ(), "SLIPSTREAM_NODE="+c.IntraURL(i), "SLIPSTREAM_SECRET=local-cluster-secret")
+	cmd.Env = adminEnv(c, i)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -97,6 +97,16 @@ func admin(t *testing.T, c *localcluster.Cluster, i int, args ...string) string 
 		t.Fatalf("slipstream admin %v: %v\n%s%s", args, err, out, stderr.Bytes())
 	}
 	return string(out)
+}
+
+// adminEnv is the environment of the admin and volume commands against
+// node i.
+func adminEnv(c *localcluster.Cluster, i int) []string {
+	env := append(os.Environ(), "SLIPSTREAM_NODE="+c.IntraURL(i), "SLIPSTREAM_SECRET=local-cluster-secret")
+	if c.Spec.IntraTLS {
+		env = append(env, "SLIPSTREAM_INTRA_TLS=1")
+	}
+	return env
 }
 
 // clusterStatus is every node's entry in `slipstream admin status --json`,

@@ -61,7 +61,7 @@ func tieredBucket(t *testing.T, c *localcluster.Cluster, r *remotesim.Remote, na
 
 func clusterMap(t *testing.T, c *localcluster.Cluster, i int) *cluster.Map {
 	t.Helper()
-	resp, err := http.Get(c.IntraURL(i) + "/cluster/map")
+	resp, err := c.IntraClient().Get(c.IntraURL(i) + "/cluster/map")
 	if err != nil {
 		t.Fatal(err)
 	}

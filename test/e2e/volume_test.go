@@ -22,7 +22,7 @@ import (
 func volumeCmd(t *testing.T, c *localcluster.Cluster, i int, args ...string) string {
 	t.Helper()
 	cmd := exec.Command(binary, append([]string{"volume"}, args...)...)
-	cmd.Env = append(os.Environ(), "SLIPSTREAM_NODE="+c.IntraURL(i), "SLIPSTREAM_SECRET=local-cluster-secret")
+	cmd.Env = adminEnv(c, i)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("slipstream volume %v: %v\n%s", args, err, out)
