@@ -14,6 +14,8 @@ show() { grep -E '^\||^(--- |ok|FAIL)|hit ratio' || true; }
 if want core; then
 	echo "== warm GET vs http.ServeContent"
 	go test -count=1 -timeout 20m -run 'TestWarmGetVsServeContent' -v ./test/bench 2>&1 | show || true
+	echo "== intra-cluster TLS vs plain intra-cluster HTTP"
+	go test -count=1 -timeout 20m -run 'TestIntraTLSCost' -v ./test/bench 2>&1 | show || true
 fi
 if want tier; then
 	echo "== fast tier: cold/warm vs direct, write paths"

@@ -40,6 +40,7 @@ HDR
 	notes bench-multihoming.md # has its own title
 	section "Block volumes over NBD: the fio matrix (analysis of the set-up in docs/bench-nbd.md)" bench-nbd-run.md
 	notes bench-nbd-notes.md
+	section "Intra-cluster TLS (intra_tls) vs plain intra-cluster HTTP" bench-intra-tls.md
 	section "NBD over TLS vs plain NBD" bench-nbd-tls.md
 	notes bench-nbd-tls-notes.md
 	notes bench-fabric.md # has its own title

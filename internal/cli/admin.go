@@ -16,6 +16,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -29,7 +30,7 @@ import (
 type adminClient struct {
 	base   string
 	secret string
-	tr     *http.Transport
+	tr     http.RoundTripper
 	hc     *http.Client
 }
 
@@ -47,8 +48,31 @@ func newAdminClient(fs *flag.FlagSet) func() *adminClient {
 				tr.DialContext = link.Dialer(tr.DialContext)
 			}
 		}
-		return &adminClient{base: strings.TrimRight(*nodeURL, "/"), secret: *secret, tr: tr, hc: &http.Client{Transport: tr, Timeout: 5 * time.Minute}}
+		rt := hinting{tr: tr, intraTLS: *intraTLS}
+		return &adminClient{base: strings.TrimRight(*nodeURL, "/"), secret: *secret, tr: rt, hc: &http.Client{Transport: rt, Timeout: 5 * time.Minute}}
 	}
+}
+
+// hinting adds to a failed request's error what an intra_tls mismatch
+// looks like from this side: a node with intra_tls hangs up on a plain
+// request (EOF), and one without answers a TLS handshake with plain HTTP.
+type hinting struct {
+	tr       http.RoundTripper
+	intraTLS bool
+}
+
+func (h hinting) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := h.tr.RoundTrip(r)
+	switch {
+	case err == nil:
+	case errors.Is(err, seclink.ErrRefused):
+		err = fmt.Errorf("%w (check --secret or $SLIPSTREAM_SECRET)", err)
+	case !h.intraTLS && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)):
+		err = fmt.Errorf("%w (if the cluster runs intra_tls, add --intra-tls or set $SLIPSTREAM_INTRA_TLS=1)", err)
+	case h.intraTLS && strings.Contains(err.Error(), "does not look like a TLS handshake"):
+		err = fmt.Errorf("%w (the node does not run intra_tls: drop --intra-tls and $SLIPSTREAM_INTRA_TLS)", err)
+	}
+	return resp, err
 }
 
 func envOr(k, def string) string {

@@ -42,8 +42,12 @@ func upCommand() Command {
 			fmt.Fprintf(env.Stdout, "S3 endpoints (any node serves any request): %v\n", c.Endpoints())
 			fmt.Fprintf(env.Stdout, "export AWS_ENDPOINT_URL=%s AWS_ACCESS_KEY_ID=%s AWS_SECRET_ACCESS_KEY=%s AWS_DEFAULT_REGION=us-east-1\n",
 				c.Endpoint(0), s.AccessKey, s.SecretKey)
-			fmt.Fprintf(env.Stdout, "admin: slipstream admin status (node %s); volumes: slipstream volume create NAME --size 1GiB, then nbd://%s/NAME\n",
-				c.IntraURL(0), c.Configs[0].NBD[0])
+			adminCmd := "slipstream admin"
+			if *intraTLS {
+				adminCmd = "SLIPSTREAM_INTRA_TLS=1 slipstream admin"
+			}
+			fmt.Fprintf(env.Stdout, "admin: %s status (node %s); volumes: slipstream volume create NAME --size 1GiB, then nbd://%s/NAME\n",
+				adminCmd, c.IntraURL(0), c.Configs[0].NBD[0])
 			fmt.Fprintln(env.Stdout, "Press Ctrl-C to stop.")
 			<-ctx.Done()
 			fmt.Fprintln(env.Stdout, "stopping ...")
