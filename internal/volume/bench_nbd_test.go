@@ -3,6 +3,7 @@ package volume_test
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"fmt"
 	"io"
 	"net"
@@ -12,6 +13,7 @@ import (
 	"path/filepath"
 	goruntime "runtime"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -60,6 +62,11 @@ func TestBenchNBD(t *testing.T) {
 	}
 	runtime := envInt("BENCH_RUNTIME", 5)
 	jobs := envInt("BENCH_JOBS", 2)
+	// Every job runs against every target once per round, interleaved;
+	// tables show the median round and ratios the median of the rounds'
+	// own ratios, with their range: on this shared machine one target can
+	// move by half between two 5 s runs a minute apart.
+	rounds := envInt("BENCH_ROUNDS", 3)
 	const region = 512 << 20 // bytes each target is exercised over
 	dir := t.TempDir()
 
@@ -158,75 +165,114 @@ func TestBenchNBD(t *testing.T) {
 		}
 		matrix = keep
 	}
-	results := map[string]map[string]fioResult{}
+	all := map[string]map[string][]fioResult{} // job, target: one per round
 	for _, j := range matrix {
-		results[j.name] = map[string]fioResult{}
-		for _, tg := range targets {
-			args := append(append(append([]string{}, common...), tg.args...), j.args...)
-			args = append(args, "--time_based", fmt.Sprintf("--runtime=%d", runtime), "--ramp_time=1")
-			// Server CPU per I/O: our server is this process plus node b's;
-			// nbdkit runs in its own.
-			cpu := func() time.Duration {
-				if pid, ok := pids[tg.name]; ok {
-					d, _ := sysstat.ProcessCPU(pid)
-					return d
+		all[j.name] = map[string][]fioResult{}
+	}
+	for round := 0; round < rounds; round++ {
+		for _, j := range matrix {
+			for _, tg := range targets {
+				args := append(append(append([]string{}, common...), tg.args...), j.args...)
+				args = append(args, "--time_based", fmt.Sprintf("--runtime=%d", runtime), "--ramp_time=1")
+				// Server CPU per I/O: our server is this process plus node b's;
+				// nbdkit runs in its own.
+				cpu := func() time.Duration {
+					if pid, ok := pids[tg.name]; ok {
+						d, _ := sysstat.ProcessCPU(pid)
+						return d
+					}
+					d, _ := sysstat.ProcessCPU(b.pid)
+					return selfCPU() + d
 				}
-				d, _ := sysstat.ProcessCPU(b.pid)
-				return selfCPU() + d
+				c0 := cpu()
+				stop := func() {}
+				if round == 0 {
+					stop = cpuProfile(t, j.name+"-"+tg.name)
+				}
+				r := runFio(args...)
+				stop()
+				if tg.name != "disk" {
+					r.cpuPerIO = float64(cpu()-c0) / 1000 / (r.iops * float64(runtime+1))
+				}
+				all[j.name][tg.name] = append(all[j.name][tg.name], r)
 			}
-			c0 := cpu()
-			stop := cpuProfile(t, j.name+"-"+tg.name)
-			r := runFio(args...)
-			stop()
-			if tg.name != "disk" {
-				r.cpuPerIO = float64(cpu()-c0) / 1000 / (r.iops * float64(runtime+1))
-			}
-			results[j.name][tg.name] = r
 		}
+	}
+	results := map[string]map[string]fioResult{} // the median round of each
+	for jn, byTarget := range all {
+		results[jn] = map[string]fioResult{}
+		for tn, rs := range byTarget {
+			results[jn][tn] = medianRun(rs)
+		}
+	}
+	// ratio is the median, over rounds, of a / b measured in the same
+	// round, with the range: "0.84 (0.80–0.90)".
+	ratio := func(job, a, b string) string {
+		x, y := all[job][a], all[job][b]
+		var rs []float64
+		for i := range min(len(x), len(y)) {
+			rs = append(rs, x[i].iops/y[i].iops)
+		}
+		return ratioCell(rs)
 	}
 
 	// The PernixData set-up: one workload of two workers, each with one
 	// write outstanding (and four, to show where the CPU starts to bind),
 	// random writes of 4K/32K/256K, copies=1 (WB+0) vs copies=2 (WB+1).
 	sweepDepths := []int{1, 4}
-	sweep := map[string]fioResult{} // by "c1/4k/1"
+	sweepAll := map[string][]fioResult{} // by "c1/4k/1", one per round
 	if os.Getenv("BENCH_ONLY") == "" || strings.Contains(os.Getenv("BENCH_ONLY"), "sweep") {
-		for _, depth := range sweepDepths {
-			for _, sz := range []string{"4k", "32k", "256k"} {
-				for _, tg := range targets {
-					if tg.name != "c1" && tg.name != "c2" && tg.name != "c1local" && tg.name != "disk" {
-						continue
-					}
-					args := append(append([]string{}, common...), tg.args...)
-					args = append(args, fmt.Sprintf("--iodepth=%d", depth), "--rw=randwrite", "--bs="+sz,
-						"--time_based", fmt.Sprintf("--runtime=%d", runtime), "--ramp_time=1")
-					// For `slipstream report` (scripts/bench-nbd.sh): the
-					// JSON output as DIR/qdN/004k-c1.json and fio's
-					// per-second logs next to it.
-					var save string
-					if fioDir := os.Getenv("BENCH_FIO_DIR"); fioDir != "" && tg.name != "disk" {
-						d := filepath.Join(fioDir, fmt.Sprintf("qd%d", depth))
-						if err := os.MkdirAll(d, 0o755); err != nil {
-							t.Fatal(err)
+		for round := 0; round < rounds; round++ {
+			for _, depth := range sweepDepths {
+				for _, sz := range []string{"4k", "32k", "256k"} {
+					for _, tg := range targets {
+						if tg.name != "c1" && tg.name != "c2" && tg.name != "c1local" && tg.name != "disk" {
+							continue
 						}
-						save = filepath.Join(d, fmt.Sprintf("%04s-%s", sz, tg.name))
-						args = append(args, "--write_iops_log="+save, "--write_bw_log="+save, "--write_hist_log="+save,
-							"--log_avg_msec=1000", "--log_hist_msec=1000")
-					}
-					out := runFioOut(args...)
-					sweep[fmt.Sprintf("%s/%s/%d", tg.name, sz, depth)] = parseFio(t, out)
-					if save != "" {
-						if err := os.WriteFile(save+".json", out, 0o644); err != nil {
-							t.Fatal(err)
+						args := append(append([]string{}, common...), tg.args...)
+						args = append(args, fmt.Sprintf("--iodepth=%d", depth), "--rw=randwrite", "--bs="+sz,
+							"--time_based", fmt.Sprintf("--runtime=%d", runtime), "--ramp_time=1")
+						// For `slipstream report` (scripts/bench-nbd.sh): the
+						// JSON output as DIR/qdN/004k-c1.json and fio's
+						// per-second logs next to it.
+						var save string
+						if fioDir := os.Getenv("BENCH_FIO_DIR"); fioDir != "" && tg.name != "disk" && round == 0 {
+							d := filepath.Join(fioDir, fmt.Sprintf("qd%d", depth))
+							if err := os.MkdirAll(d, 0o755); err != nil {
+								t.Fatal(err)
+							}
+							save = filepath.Join(d, fmt.Sprintf("%04s-%s", sz, tg.name))
+							args = append(args, "--write_iops_log="+save, "--write_bw_log="+save, "--write_hist_log="+save,
+								"--log_avg_msec=1000", "--log_hist_msec=1000")
+						}
+						out := runFioOut(args...)
+						k := fmt.Sprintf("%s/%s/%d", tg.name, sz, depth)
+						sweepAll[k] = append(sweepAll[k], parseFio(t, out))
+						if save != "" {
+							if err := os.WriteFile(save+".json", out, 0o644); err != nil {
+								t.Fatal(err)
+							}
 						}
 					}
 				}
 			}
 		}
 	}
+	sweep := map[string]fioResult{}
+	for k, rs := range sweepAll {
+		sweep[k] = medianRun(rs)
+	}
+	sweepRatio := func(a, b, sz string, depth int) string {
+		x, y := sweepAll[fmt.Sprintf("%s/%s/%d", a, sz, depth)], sweepAll[fmt.Sprintf("%s/%s/%d", b, sz, depth)]
+		var rs []float64
+		for i := range min(len(x), len(y)) {
+			rs = append(rs, x[i].iops/y[i].iops)
+		}
+		return ratioCell(rs)
+	}
 
 	var md bytes.Buffer
-	fmt.Fprintf(&md, "fio: iodepth 32, numjobs %d (one NBD connection per job), %d s per job after 1 s ramp, over %d MiB; all in one run, jobs interleaved across targets.\n\n", jobs, runtime, region>>20)
+	fmt.Fprintf(&md, "fio: iodepth 32, numjobs %d (one NBD connection per job), %d s per job after 1 s ramp, over %d MiB; all in one run, jobs interleaved across targets, %d rounds. Each row is the target's median round (by IOPS); each ratio is the median of the ratios measured within one round, with their range in parentheses.\n\n", jobs, runtime, region>>20, rounds)
 	for _, tg := range targets {
 		fmt.Fprintf(&md, "- `%s`: %s\n", tg.name, tg.desc)
 	}
@@ -239,12 +285,10 @@ func TestBenchNBD(t *testing.T) {
 				x.iops/r["nbdkit-null"].iops, x.iops/r["nbdkit-memory"].iops, x.iops/r["disk"].iops)
 		}
 	}
-	fmt.Fprintf(&md, "\nKey ratios (same run):\n\n| job | c1 / nbdkit null | c1local / nbdkit null | ours-file / nbdkit null | c2 / c1 (WB+1 vs WB+0) | c2 / c1local |\n|---|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(&md, "\nKey ratios (medians of the rounds' own ratios, range in parentheses):\n\n| job | c1 / nbdkit null | c2 / nbdkit null | c1local / nbdkit null | ours-file / nbdkit null | c2 / c1 (WB+1 vs WB+0) | c2 / c1local |\n|---|---:|---:|---:|---:|---:|---:|\n")
 	for _, j := range matrix {
-		r := results[j.name]
-		null := r["nbdkit-null"].iops
-		fmt.Fprintf(&md, "| %s | %.2f | %.2f | %.2f | %.2f | %.2f |\n", j.name, r["c1"].iops/null, r["c1local"].iops/null, r["ours-file"].iops/null,
-			r["c2"].iops/r["c1"].iops, r["c2"].iops/r["c1local"].iops)
+		fmt.Fprintf(&md, "| %s | %s | %s | %s | %s | %s | %s |\n", j.name, ratio(j.name, "c1", "nbdkit-null"), ratio(j.name, "c2", "nbdkit-null"),
+			ratio(j.name, "c1local", "nbdkit-null"), ratio(j.name, "ours-file", "nbdkit-null"), ratio(j.name, "c2", "c1"), ratio(j.name, "c2", "c1local"))
 	}
 	// Both nodes write to the one disk here, so copies=2 puts twice c2's
 	// bytes on it: c2 / c1 cannot exceed disk / (2 × c1) in bytes.
@@ -256,8 +300,8 @@ func TestBenchNBD(t *testing.T) {
 		if !ok {
 			continue
 		}
-		fmt.Fprintf(&md, "| %s | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.2f | %.2f |\n", s, r["disk"].mibs, r["c1"].iops, r["c1"].mibs, r["c1"].p99,
-			r["c2"].iops, r["c2"].p99, r["c2"].iops/r["c1"].iops, min(1, r["disk"].mibs/(2*r["c1"].mibs)))
+		fmt.Fprintf(&md, "| %s | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %s | %.2f |\n", s, r["disk"].mibs, r["c1"].iops, r["c1"].mibs, r["c1"].p99,
+			r["c2"].iops, r["c2"].p99, ratio(s+"-randwrite", "c2", "c1"), min(1, r["disk"].mibs/(2*r["c1"].mibs)))
 	}
 	if len(sweep) > 0 {
 		fmt.Fprintf(&md, "\nThe same sweep with two fio jobs (two workers, as in the PernixData test) and few writes in flight:\n\n"+
@@ -266,8 +310,8 @@ func TestBenchNBD(t *testing.T) {
 			for _, sz := range []string{"4k", "32k", "256k"} {
 				at := func(tg string) fioResult { return sweep[fmt.Sprintf("%s/%s/%d", tg, sz, depth)] }
 				d, c1, cl, c2 := at("disk"), at("c1"), at("c1local"), at("c2")
-				fmt.Fprintf(&md, "| %s | %d | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | **%.2f** | %.2f |\n", sz, depth, d.iops, c1.iops, c1.p50, c1.p99,
-					cl.iops, c2.iops, c2.p50, c2.p99, c2.iops/c1.iops, c2.iops/cl.iops)
+				fmt.Fprintf(&md, "| %s | %d | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %s | %s |\n", sz, depth, d.iops, c1.iops, c1.p50, c1.p99,
+					cl.iops, c2.iops, c2.p50, c2.p99, sweepRatio("c2", "c1", sz, depth), sweepRatio("c2", "c1local", sz, depth))
 			}
 		}
 	}
@@ -290,6 +334,26 @@ func TestBenchNBD(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// medianRun is the run with the median IOPS of rs.
+func medianRun(rs []fioResult) fioResult {
+	rs = slices.Clone(rs)
+	slices.SortFunc(rs, func(a, b fioResult) int { return cmp.Compare(a.iops, b.iops) })
+	return rs[len(rs)/2]
+}
+
+// ratioCell shows the median of rs and, for more than one, their range.
+func ratioCell(rs []float64) string {
+	if len(rs) == 0 {
+		return "–"
+	}
+	rs = slices.Clone(rs)
+	slices.Sort(rs)
+	if len(rs) == 1 {
+		return fmt.Sprintf("%.2f", rs[0])
+	}
+	return fmt.Sprintf("%.2f (%.2f–%.2f)", rs[len(rs)/2], rs[0], rs[len(rs)-1])
 }
 
 func envInt(name string, def int) int {
