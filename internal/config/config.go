@@ -54,6 +54,10 @@ type Node struct {
 	// cluster secret, as raft's port always does. Every node of a
 	// cluster must set it alike.
 	IntraTLS bool `yaml:"intra_tls"`
+	// IntraTLSMigrate, with IntraTLS, also accepts plain intra-cluster
+	// connections and falls back to plain ones towards nodes without
+	// intra_tls: for turning intra_tls on (or off) one node at a time.
+	IntraTLSMigrate bool `yaml:"intra_tls_migrate"`
 
 	S3    S3    `yaml:"s3"`
 	TLS   TLS   `yaml:"tls"`
@@ -302,6 +306,9 @@ func (n *Node) Validate() error {
 	}
 	if (n.NBDTLS.Cert == "") != (n.NBDTLS.Key == "") {
 		return bad("nbd_tls", "cert and key must be given together")
+	}
+	if n.IntraTLSMigrate && !n.IntraTLS {
+		return bad("intra_tls_migrate", "needs intra_tls: true")
 	}
 	if n.NBDTLS.ClientCA != "" && !n.NBDTLS.Enabled() {
 		return bad("nbd_tls.client_ca", "needs cert and key")

@@ -48,18 +48,20 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"no cluster secret", "cluster_secret: s3cret\n", "cluster_secret"},
 		{"nbd tls without key", "raft: 127.0.0.1:9200\n", "nbd_tls"},
 		{"nbd client ca alone", "raft: 127.0.0.1:9200\n", "nbd_tls.client_ca"},
+		{"intra tls migrate alone", "raft: 127.0.0.1:9200\n", "intra_tls_migrate"},
 	}
 	repl := map[string]string{
-		"no id":               "",
-		"wildcard listen":     "public: [':9000']\n",
-		"no intra":            "",
-		"bad raft":            "raft: nohostport\n",
-		"half credential":     "    - {access_key: AK}\n",
-		"no seeds":            "",
-		"negative settle":     "raft: 127.0.0.1:9200\nrebalance: {settle: -1s}\n",
-		"no cluster secret":   "cluster_secret: \"\"\n",
-		"nbd tls without key": "raft: 127.0.0.1:9200\nnbd_tls: {cert: c.pem}\n",
-		"nbd client ca alone": "raft: 127.0.0.1:9200\nnbd_tls: {client_ca: ca.pem}\n",
+		"no id":                   "",
+		"wildcard listen":         "public: [':9000']\n",
+		"no intra":                "",
+		"bad raft":                "raft: nohostport\n",
+		"half credential":         "    - {access_key: AK}\n",
+		"no seeds":                "",
+		"negative settle":         "raft: 127.0.0.1:9200\nrebalance: {settle: -1s}\n",
+		"no cluster secret":       "cluster_secret: \"\"\n",
+		"nbd tls without key":     "raft: 127.0.0.1:9200\nnbd_tls: {cert: c.pem}\n",
+		"nbd client ca alone":     "raft: 127.0.0.1:9200\nnbd_tls: {client_ca: ca.pem}\n",
+		"intra tls migrate alone": "raft: 127.0.0.1:9200\nintra_tls_migrate: true\n",
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

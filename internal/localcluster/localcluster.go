@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -109,7 +110,7 @@ func (s *Spec) defaults() {
 type Cluster struct {
 	Spec    Spec
 	Configs []config.Node
-	hc      *http.Client // to the nodes' intra addresses
+	hc      atomic.Pointer[http.Client] // to the nodes' intra addresses
 	mu      sync.Mutex
 	procs   []*exec.Cmd
 	exited  []chan struct{}
@@ -123,14 +124,8 @@ func Start(ctx context.Context, spec Spec) (*Cluster, error) {
 	if spec.Binary == "" || spec.DataDir == "" {
 		return nil, fmt.Errorf("localcluster: Binary and DataDir are required")
 	}
-	c := &Cluster{Spec: spec, hc: &http.Client{}}
-	if spec.IntraTLS {
-		link, err := seclink.New(localSecret, "intra")
-		if err != nil {
-			return nil, err
-		}
-		c.hc.Transport = &http.Transport{Proxy: nil, DialContext: link.Dialer((&net.Dialer{Timeout: 3 * time.Second}).DialContext)}
-	}
+	c := &Cluster{Spec: spec}
+	c.hc.Store(intraClient(spec.IntraTLS, false))
 	if err := os.MkdirAll(spec.LogDir, 0o755); err != nil {
 		return nil, err
 	}
@@ -312,14 +307,63 @@ func absPath(p string) string {
 // CLI's default).
 const localSecret = "local-cluster-secret"
 
+// intraClient is an HTTP client for intra addresses: plain, over secure
+// links, or over secure links where the node has them (migrating).
+func intraClient(secure, migrating bool) *http.Client {
+	if !secure {
+		return &http.Client{}
+	}
+	link, err := seclink.New(localSecret, "intra")
+	if err != nil { // the secret is a constant: not reached
+		panic(err)
+	}
+	dial := (&net.Dialer{Timeout: 3 * time.Second}).DialContext
+	if migrating {
+		return &http.Client{Transport: &http.Transport{Proxy: nil, DialContext: link.MigratingDialer(dial)}}
+	}
+	return &http.Client{Transport: &http.Transport{Proxy: nil, DialContext: link.Dialer(dial)}}
+}
+
+// Reconfigure changes the configuration of node i, which must be stopped,
+// for its next StartNode (a rolling change of the cluster, say). Once any
+// node runs intra_tls, the cluster's own requests use secure links where a
+// node accepts them.
+func (c *Cluster) Reconfigure(i int, edit func(n *config.Node)) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.procs[i] != nil {
+		return fmt.Errorf("localcluster: node %d is running", i+1)
+	}
+	cfg := c.Configs[i]
+	edit(&cfg)
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("localcluster: node %d: %w", i+1, err)
+	}
+	b, err := yaml.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(c.configPath(i), b, 0o600); err != nil {
+		return err
+	}
+	c.Configs[i] = cfg
+	for _, n := range c.Configs {
+		if n.IntraTLS {
+			c.hc.Store(intraClient(true, true))
+			break
+		}
+	}
+	return nil
+}
+
 // IntraClient is an HTTP client for the nodes' intra-cluster addresses
 // (over the secure link when the cluster runs intra_tls); requests still
 // need the secret header where the endpoint asks for it.
 func (c *Cluster) IntraClient() *http.Client {
-	if c.hc == nil {
-		return http.DefaultClient
+	if hc := c.hc.Load(); hc != nil {
+		return hc
 	}
-	return c.hc
+	return http.DefaultClient
 }
 
 func (c *Cluster) addr(i, k, port int) string {

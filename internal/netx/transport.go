@@ -29,6 +29,9 @@ var (
 	ErrUnreachable = errors.New("netx: peer unreachable")
 	// ErrClosed is returned by a closed Transport.
 	ErrClosed = errors.New("netx: transport closed")
+	// ErrPlainPeer, from Config.Secure, means the peer does not speak the
+	// secured protocol and may be reached in plain (a cluster migrating).
+	ErrPlainPeer = errors.New("netx: peer speaks plain")
 )
 
 // State is the health of a pair or of a local interface.
@@ -91,7 +94,8 @@ type Config struct {
 	TLS *tls.Config
 	// Secure, if set, wraps every connection dialed (data and probes)
 	// before HTTP runs over it, e.g. seclink's Client. Bytes are counted
-	// on the wire, below it.
+	// on the wire, below it. When it fails with ErrPlainPeer, the dialer
+	// connects again and uses that connection unwrapped.
 	Secure func(ctx context.Context, c net.Conn) (net.Conn, error)
 	// ProbePath is a health URL path (e.g. "/healthz") probed on every
 	// pair that is down or idle. Empty: probes only open a TCP connection.
@@ -460,7 +464,7 @@ func (t *Transport) newIface(a string, nets []*net.IPNet) (*iface, error) {
 func (t *Transport) newRoundTrippers(p *pair) {
 	loc := p.loc
 	dialer := func(progress bool) func(ctx context.Context, network, addr string) (net.Conn, error) {
-		return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
 			c, err := loc.dialer.DialContext(ctx, network, addr)
 			if err != nil {
 				return nil, err
@@ -470,10 +474,20 @@ func (t *Transport) newRoundTrippers(p *pair) {
 			if progress {
 				cc.progress = &p.lastProgress
 			}
-			if t.cfg.Secure != nil {
-				return t.cfg.Secure(ctx, cc)
-			}
 			return cc, nil
+		}
+		if t.cfg.Secure == nil {
+			return dial
+		}
+		return func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := dial(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			if sc, err := t.cfg.Secure(ctx, c); !errors.Is(err, ErrPlainPeer) {
+				return sc, err
+			}
+			return dial(ctx, network, addr)
 		}
 	}
 	p.rt = &http.Transport{

@@ -30,7 +30,6 @@ import (
 	"github.com/slipstream-io/slipstream/internal/peer"
 	"github.com/slipstream-io/slipstream/internal/pki"
 	"github.com/slipstream-io/slipstream/internal/s3api"
-	"github.com/slipstream-io/slipstream/internal/seclink"
 	"github.com/slipstream-io/slipstream/internal/store"
 	"github.com/slipstream-io/slipstream/internal/sysstat"
 	"github.com/slipstream-io/slipstream/internal/tier"
@@ -64,8 +63,7 @@ type Node struct {
 	store     *store.Store
 	cluster   *cluster.Cluster
 	transport *netx.Transport
-	link      *seclink.Link // secures intra-cluster connections (intra_tls), or nil
-	hc        *http.Client  // intra-cluster requests of the node's own, with the secret
+	hc        *http.Client // intra-cluster requests of the node's own, with the secret
 	tier      *tier.Tier
 	local     *localService
 	tombs     *tombstones
@@ -135,20 +133,11 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 			closeAll(publicLns)
 		}
 	}()
-	// With intra_tls every intra-cluster connection is TLS 1.3 and proves
-	// the cluster secret both ways (internal/seclink), as raft's port does.
-	var link *seclink.Link
-	if cfg.IntraTLS {
-		if link, err = seclink.New(cfg.Secret, "intra"); err != nil {
-			return nil, fmt.Errorf("node %s: intra_tls: %w", cfg.ID, err)
-		}
+	links, err := newIntraLinks(cfg, log)
+	if err != nil {
+		return nil, fmt.Errorf("node %s: %w", cfg.ID, err)
 	}
-	n.link = link
-	tcfg := netx.Config{LocalAddrs: cfg.Intra, ProbePath: "/health", Log: log}
-	if link != nil {
-		tcfg.Secure = func(ctx context.Context, c net.Conn) (net.Conn, error) { return link.Client(ctx, c) }
-	}
-	tr, err := netx.NewTransport(tcfg)
+	tr, err := netx.NewTransport(netx.Config{LocalAddrs: cfg.Intra, ProbePath: "/health", Secure: links.secure(), Log: log})
 	if err != nil {
 		return nil, fmt.Errorf("node %s: %w", cfg.ID, err)
 	}
@@ -156,7 +145,7 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 
 	// The cluster's own requests (joins, changes forwarded to the leader,
 	// health probes) carry the secret that its endpoints ask for.
-	hc := &http.Client{Transport: withSecret{secret: cfg.Secret, rt: newPeerTransport(link)}}
+	hc := &http.Client{Transport: withSecret{secret: cfg.Secret, rt: newPeerTransport(links.dialer())}}
 	n.hc = hc
 	cl, err := cluster.New(ctx, cluster.Config{
 		NodeID:   cfg.ID,
@@ -293,7 +282,7 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 	}
 	n.vols = &volumes{
 		self: cfg.ID, meta: cl, marks: cl, local: vl, handler: volume.NewHandler(vl), stateDir: filepath.Join(cfg.DataDir, "volumes"),
-		log: log, open: map[string]openVolume{}, clients: map[string]*volume.Client{}, sync: leaderSync(cl), secret: cfg.Secret, dial: intraDialer(link),
+		log: log, open: map[string]openVolume{}, clients: map[string]*volume.Client{}, sync: leaderSync(cl), secret: cfg.Secret, dial: links.dialer(),
 	}
 	n.vols.initState() // before the node serves any chunk request
 	n.registerVolumeAdmin()
@@ -343,11 +332,7 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 		}
 	}
 	for _, ln := range intraLns {
-		if link != nil {
-			n.serve(link.Listen(ln, seclink.ListenOptions{Log: log}), intra, nil)
-			continue
-		}
-		n.serve(ln, intra, nil)
+		n.serve(links.listener(ln, log), intra, nil)
 	}
 	for _, ln := range publicLns {
 		n.serve(ln, public, tlsCfg)
@@ -508,15 +493,6 @@ type withSecret struct {
 	rt     http.RoundTripper
 }
 
-// intraDialer dials intra-cluster addresses, through link when it is set.
-func intraDialer(link *seclink.Link) func(ctx context.Context, network, addr string) (net.Conn, error) {
-	dial := (&net.Dialer{Timeout: 3 * time.Second, KeepAlive: 30 * time.Second}).DialContext
-	if link == nil {
-		return dial
-	}
-	return link.Dialer(dial)
-}
-
 func (t withSecret) RoundTrip(r *http.Request) (*http.Response, error) {
 	if t.secret == "" {
 		return t.rt.RoundTrip(r)
@@ -526,12 +502,11 @@ func (t withSecret) RoundTrip(r *http.Request) (*http.Response, error) {
 	return t.rt.RoundTrip(r)
 }
 
-// newPeerTransport is tuned for many concurrent streams between nodes;
-// with link, its connections are secured by it.
-func newPeerTransport(link *seclink.Link) *http.Transport {
+// newPeerTransport is tuned for many concurrent streams between nodes.
+func newPeerTransport(dial func(ctx context.Context, network, addr string) (net.Conn, error)) *http.Transport {
 	return &http.Transport{
 		Proxy:               nil,
-		DialContext:         intraDialer(link),
+		DialContext:         dial,
 		MaxIdleConns:        1024,
 		MaxIdleConnsPerHost: 128,
 		IdleConnTimeout:     90 * time.Second,

@@ -136,6 +136,30 @@ func (k *Link) Dialer(dial func(ctx context.Context, network, addr string) (net.
 	}
 }
 
+// MigratingDialer is Dialer for a cluster moving to or from secure links:
+// when the far end answers the TLS handshake in plain HTTP (a node without
+// secure links), it dials again and returns that plain connection. It
+// authenticates nobody who does not want to be: use it only while nodes
+// without secure links are left.
+func (k *Link) MigratingDialer(dial func(ctx context.Context, network, addr string) (net.Conn, error)) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	secure := k.Dialer(dial)
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := secure(ctx, network, addr)
+		if IsPlainPeer(err) {
+			return dial(ctx, network, addr)
+		}
+		return c, err
+	}
+}
+
+// IsPlainPeer reports whether err is Client's (or a Dialer's) failure
+// because the far end does not speak TLS: it answered the handshake with
+// something else, such as an HTTP error.
+func IsPlainPeer(err error) bool {
+	var rhe tls.RecordHeaderError
+	return errors.As(err, &rhe)
+}
+
 // prove completes tc's TLS handshake and exchanges proofs of the secret
 // within ctx: the dialer sends first, the listener checks it and answers.
 func (k *Link) prove(ctx context.Context, tc *tls.Conn, self, peer string) error {
@@ -223,7 +247,12 @@ type ListenOptions struct {
 	MaxPending int
 	// MaxPendingPerHost bounds those from one IP address.
 	MaxPendingPerHost int
-	Log               *slog.Logger
+	// AcceptPlain also hands out connections that do not open with a TLS
+	// handshake, as they are: for a cluster moving to or from secure
+	// links, whose nodes without them still dial in plain. Such a
+	// connection is neither encrypted nor authenticated.
+	AcceptPlain bool
+	Log         *slog.Logger
 }
 
 // Listener is a net.Listener whose connections passed Server.
@@ -362,14 +391,66 @@ func remoteHost(c net.Conn) string {
 func (l *Listener) admit(raw net.Conn) {
 	ctx, cancel := context.WithTimeout(l.ctx, l.opts.HandshakeTimeout)
 	defer cancel()
+	if l.opts.AcceptPlain {
+		pc, tlsHello, err := peek(ctx, raw)
+		if err != nil {
+			raw.Close()
+			return
+		}
+		if !tlsHello {
+			l.hand(pc)
+			return
+		}
+		raw = pc
+	}
 	tc, err := l.k.Server(ctx, raw)
 	if err != nil {
 		l.opts.Log.Warn("secure link: refused a connection", "remote", raw.RemoteAddr(), "err", err)
 		return
 	}
+	l.hand(tc)
+}
+
+// hand gives c to Accept, or closes it if the listener closes first.
+func (l *Listener) hand(c net.Conn) {
 	select {
-	case l.conns <- tc:
+	case l.conns <- c:
 	case <-l.ctx.Done():
-		tc.Close()
+		c.Close()
 	}
+}
+
+// peek reads c's first byte within ctx and reports whether it opens a
+// TLS handshake record (content type 22); the returned conn reads that
+// byte again.
+func peek(ctx context.Context, c net.Conn) (net.Conn, bool, error) {
+	deadline, _ := ctx.Deadline()
+	if err := c.SetReadDeadline(deadline); err != nil {
+		return nil, false, err
+	}
+	var b [1]byte
+	if _, err := io.ReadFull(c, b[:]); err != nil {
+		return nil, false, err
+	}
+	if err := c.SetReadDeadline(time.Time{}); err != nil {
+		return nil, false, err
+	}
+	return &prefixConn{Conn: c, prefix: b[:]}, b[0] == recordTypeHandshake, nil
+}
+
+const recordTypeHandshake = 22
+
+// prefixConn reads prefix before the rest of Conn.
+type prefixConn struct {
+	net.Conn
+	prefix []byte
+}
+
+func (c *prefixConn) Read(p []byte) (int, error) {
+	if len(c.prefix) > 0 {
+		n := copy(p, c.prefix)
+		c.prefix = c.prefix[n:]
+		return n, nil
+	}
+	return c.Conn.Read(p)
 }

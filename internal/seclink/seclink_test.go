@@ -3,9 +3,13 @@ package seclink_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -247,5 +251,91 @@ func TestDialHonoursTheContext(t *testing.T) {
 	}
 	if d := time.Since(start); d > 2*time.Second {
 		t.Fatalf("dial took %v, beyond its 200ms context", d)
+	}
+}
+
+// A migrating listener takes plain connections as they are and secure
+// ones after their proofs; a migrating dialer reaches both kinds of node.
+func TestMigration(t *testing.T) {
+	k := newLink(t, secret, "intra")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mixed := k.Listen(ln, seclink.ListenOptions{AcceptPlain: true, HandshakeTimeout: time.Second})
+	defer mixed.Close()
+	kinds := make(chan bool, 4) // whether each accepted connection is TLS
+	go func() {
+		for {
+			c, err := mixed.Accept()
+			if err != nil {
+				return
+			}
+			_, isTLS := c.(*tls.Conn)
+			kinds <- isTLS
+			go func() { defer c.Close(); _, _ = io.Copy(c, c) }()
+		}
+	}()
+	plainNode := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "plain node") }))
+	defer plainNode.Close()
+
+	echo := func(c net.Conn) {
+		t.Helper()
+		defer c.Close()
+		if _, err := io.WriteString(c, "ping"); err != nil {
+			t.Fatal(err)
+		}
+		b := make([]byte, 4)
+		if _, err := io.ReadFull(c, b); err != nil || string(b) != "ping" {
+			t.Fatalf("echo: %q, %v", b, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	raw, err := net.Dial("tcp", mixed.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	echo(raw) // its first byte, 'p', is not a TLS record: taken as plain
+	if isTLS := <-kinds; isTLS {
+		t.Fatal("a plain connection was handed out as TLS")
+	}
+	mdial := k.MigratingDialer((&net.Dialer{}).DialContext)
+	sc, err := mdial(ctx, "tcp", mixed.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := sc.(*tls.Conn); !ok {
+		t.Fatalf("the migrating dialer reached a secure listener in plain (%T)", sc)
+	}
+	echo(sc)
+	if isTLS := <-kinds; !isTLS {
+		t.Fatal("a secure connection was handed out as plain")
+	}
+	// A node without secure links answers the handshake in plain HTTP:
+	// the plain Dialer fails, the migrating one connects in plain.
+	addr := strings.TrimPrefix(plainNode.URL, "http://")
+	if c, err := dial(ctx, k, addr); err == nil || !seclink.IsPlainPeer(err) {
+		if c != nil {
+			c.Close()
+		}
+		t.Fatalf("secure dial to a plain node: %v, want a plain-peer error", err)
+	}
+	hc := &http.Client{Transport: &http.Transport{DialContext: mdial}}
+	resp, err := hc.Get(plainNode.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(b) != "plain node" {
+		t.Fatalf("migrating dialer to a plain node: %q", b)
+	}
+	// A wrong secret is not taken for a plain peer: no fallback.
+	if c, err := newLink(t, "another-secret-entirely", "intra").MigratingDialer((&net.Dialer{}).DialContext)(ctx, "tcp", mixed.Addr().String()); err == nil || seclink.IsPlainPeer(err) {
+		if c != nil {
+			c.Close()
+		}
+		t.Fatalf("migrating dial with the wrong secret: %v", err)
 	}
 }
