@@ -22,7 +22,6 @@ import (
 	"github.com/slipstream-io/slipstream/internal/config"
 	"github.com/slipstream-io/slipstream/internal/localcluster"
 	"github.com/slipstream-io/slipstream/internal/peer"
-	"github.com/slipstream-io/slipstream/internal/placement"
 	"github.com/slipstream-io/slipstream/internal/remotesim"
 )
 
@@ -77,15 +76,7 @@ func TestIntraTLS(t *testing.T) {
 	}
 	r.SetDown(true)
 	cl := s3Client(c, c.Endpoint(0))
-	m := clusterMap(t, c, 0)
-	var key string
-	for i := 0; ; i++ {
-		key = fmt.Sprintf("obj-%d", i)
-		if placement.Order(m.NodeIDs(), placement.ObjectName("wbk", key))[0] != "node1" {
-			break
-		}
-	}
-	owner := placement.Order(m.NodeIDs(), placement.ObjectName("wbk", key))[0]
+	key, owner := keyNotOwnedBy(clusterMap(t, c, 0), "wbk", "node1")
 	body := randomBytes(5, 3<<20)
 	if err := putObject(ctx, cl, "wbk", key, body); err != nil {
 		t.Fatalf("write-back PUT: %v", err)

@@ -272,16 +272,8 @@ func TestWritebackSurvivesOwnerDeath(t *testing.T) {
 	tieredBucket(t, c, r, "wback", "writeback", "--copies", "2")
 	r.SetDown(true)
 	cl := s3Client(c, c.Endpoint(0))
-	m := clusterMap(t, c, 0)
-	// Pick a key whose owner is not node1 (the node the client talks to).
-	var key string
-	for i := 0; ; i++ {
-		key = fmt.Sprintf("obj-%d", i)
-		if placement.Order(m.NodeIDs(), placement.ObjectName("wback", key))[0] != "node1" {
-			break
-		}
-	}
-	owner := placement.Order(m.NodeIDs(), placement.ObjectName("wback", key))[0]
+	// A key whose owner is not node1 (the node the client talks to).
+	key, owner := keyNotOwnedBy(clusterMap(t, c, 0), "wback", "node1")
 	body := randomBytes(99, 2<<20)
 	if err := putObject(ctx, cl, "wback", key, body); err != nil {
 		t.Fatalf("writeback PUT with the remote down: %v", err)
@@ -329,6 +321,17 @@ func TestWritebackSurvivesOwnerDeath(t *testing.T) {
 	}
 	if got, err := getObject(ctx, cl, "wback", key); err != nil || !bytes.Equal(got, newer) {
 		t.Fatalf("GET after the owner returned: %d bytes, %v; want the newer write", len(got), err)
+	}
+}
+
+// keyNotOwnedBy picks a key of bucket whose first owner in m is not node,
+// and returns it with that owner.
+func keyNotOwnedBy(m *cluster.Map, bucket, node string) (key, owner string) {
+	for i := 0; ; i++ {
+		key = fmt.Sprintf("obj-%d", i)
+		if owner = placement.Order(m.NodeIDs(), placement.ObjectName(bucket, key))[0]; owner != node {
+			return key, owner
+		}
 	}
 }
 
