@@ -153,14 +153,17 @@ func openDestager(ctx context.Context, t *Tier) (*destager, error) {
 // deletesDir is the deletes journal's directory, in the journal's.
 const deletesDir = "deletes"
 
-// appendDelete journals the owned delete o: in the deletes journal, then,
-// with extra records, in the main one, where apply runs as in append.
-func (d *destager) appendDelete(o *op, apply func(), extra ...Record) error {
+// appendOwned journals the owned operation o, with extra records, in the
+// main journal, where apply runs as in append; a delete goes to the
+// deletes journal first.
+func (d *destager) appendOwned(o *op, apply func(), extra ...Record) error {
 	rec := o.record()
-	d.djMu.RLock()
-	defer d.djMu.RUnlock()
-	if err := d.dj.append(true, nil, rec); err != nil {
-		return err
+	if o.kind == KindDelete {
+		d.djMu.RLock()
+		defer d.djMu.RUnlock()
+		if err := d.dj.append(true, nil, rec); err != nil {
+			return err
+		}
 	}
 	return d.j.append(true, apply, append([]Record{rec}, extra...)...)
 }

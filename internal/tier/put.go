@@ -245,7 +245,7 @@ func (t *Tier) Delete(ctx context.Context, bucket, key string) error {
 	// left behind (a crash or an error after the journal) is removed at
 	// the next start or when the delete is destaged; until then the
 	// pending delete hides it.
-	if err := d.appendDelete(o, func() { d.enqueue(o) }); err != nil {
+	if err := d.appendOwned(o, func() { d.enqueue(o) }); err != nil {
 		return err
 	}
 	if err := t.local.Delete(context.WithoutCancel(ctx), bucket, key); err != nil && !errors.Is(err, object.ErrNotFound) {
@@ -519,11 +519,7 @@ func (t *Tier) adopt(ctx context.Context, owner string, ro *op) (bool, error) {
 	}
 	o := &op{kind: kind, seq: d.seq(), time: ro.time, bucket: ro.bucket, key: ro.key, size: ro.size, etag: ro.etag, verify: true}
 	// Own record first: a crash in between leaves both, never neither.
-	if kind == KindDelete {
-		err = d.appendDelete(o, func() { markDone(); d.enqueue(o) }, done)
-	} else {
-		err = d.j.append(true, func() { markDone(); d.enqueue(o) }, o.record(), done)
-	}
+	err = d.appendOwned(o, func() { markDone(); d.enqueue(o) }, done)
 	return err == nil, err
 }
 
