@@ -69,7 +69,7 @@ func (h hinting) RoundTrip(r *http.Request) (*http.Response, error) {
 		err = fmt.Errorf("%w (check --secret or $SLIPSTREAM_SECRET)", err)
 	case !h.intraTLS && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)):
 		err = fmt.Errorf("%w (if the cluster runs intra_tls, add --intra-tls or set $SLIPSTREAM_INTRA_TLS=1)", err)
-	case h.intraTLS && strings.Contains(err.Error(), "does not look like a TLS handshake"):
+	case h.intraTLS && seclink.IsPlainPeer(err):
 		err = fmt.Errorf("%w (the node does not run intra_tls: drop --intra-tls and $SLIPSTREAM_INTRA_TLS)", err)
 	}
 	return resp, err

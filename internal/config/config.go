@@ -307,11 +307,11 @@ func (n *Node) Validate() error {
 	if (n.NBDTLS.Cert == "") != (n.NBDTLS.Key == "") {
 		return bad("nbd_tls", "cert and key must be given together")
 	}
-	if n.IntraTLSMigrate && !n.IntraTLS {
-		return bad("intra_tls_migrate", "needs intra_tls: true")
-	}
 	if n.NBDTLS.ClientCA != "" && !n.NBDTLS.Enabled() {
 		return bad("nbd_tls.client_ca", "needs cert and key")
+	}
+	if n.IntraTLSMigrate && !n.IntraTLS {
+		return bad("intra_tls_migrate", "needs intra_tls: true")
 	}
 	if n.Space.LowWatermark <= 0 || n.Space.HighWatermark > 100 || n.Space.LowWatermark >= n.Space.HighWatermark {
 		return bad("space", "need 0 < low_watermark < high_watermark <= 100 (got %v, %v)", n.Space.LowWatermark, n.Space.HighWatermark)

@@ -37,7 +37,7 @@ func newIntraLinks(cfg config.Node, log *slog.Logger) (intraLinks, error) {
 }
 
 // dialer dials intra-cluster addresses.
-func (l intraLinks) dialer() func(ctx context.Context, network, addr string) (net.Conn, error) {
+func (l intraLinks) dialer() seclink.DialFunc {
 	dial := (&net.Dialer{Timeout: 3 * time.Second, KeepAlive: 30 * time.Second}).DialContext
 	switch {
 	case l.link == nil:

@@ -30,6 +30,7 @@ import (
 	"github.com/slipstream-io/slipstream/internal/peer"
 	"github.com/slipstream-io/slipstream/internal/pki"
 	"github.com/slipstream-io/slipstream/internal/s3api"
+	"github.com/slipstream-io/slipstream/internal/seclink"
 	"github.com/slipstream-io/slipstream/internal/store"
 	"github.com/slipstream-io/slipstream/internal/sysstat"
 	"github.com/slipstream-io/slipstream/internal/tier"
@@ -503,7 +504,7 @@ func (t withSecret) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 // newPeerTransport is tuned for many concurrent streams between nodes.
-func newPeerTransport(dial func(ctx context.Context, network, addr string) (net.Conn, error)) *http.Transport {
+func newPeerTransport(dial seclink.DialFunc) *http.Transport {
 	return &http.Transport{
 		Proxy:               nil,
 		DialContext:         dial,

@@ -24,6 +24,7 @@ import (
 	"github.com/slipstream-io/slipstream/internal/object"
 	"github.com/slipstream-io/slipstream/internal/peer"
 	"github.com/slipstream-io/slipstream/internal/placement"
+	"github.com/slipstream-io/slipstream/internal/seclink"
 	"github.com/slipstream-io/slipstream/internal/volume"
 	"github.com/slipstream-io/slipstream/internal/volume/nbd"
 )
@@ -38,8 +39,8 @@ type volumes struct {
 	local    *volume.Local
 	handler  *volume.Handler
 	stateDir string
-	secret   string                                                            // the cluster secret, sent to other nodes' chunk endpoints
-	dial     func(ctx context.Context, network, addr string) (net.Conn, error) // to other nodes' intra addresses
+	secret   string           // the cluster secret, sent to other nodes' chunk endpoints
+	dial     seclink.DialFunc // to other nodes' intra addresses
 	log      *slog.Logger
 	// sync catches this node's map up with the leader's before a volume
 	// is opened (nil: no-op).

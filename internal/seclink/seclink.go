@@ -120,9 +120,12 @@ func (k *Link) Server(ctx context.Context, raw net.Conn) (*tls.Conn, error) {
 	return tc, nil
 }
 
+// DialFunc dials an address, as net.Dialer.DialContext.
+type DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error)
+
 // Dialer wraps a dial function (net.Dialer.DialContext, say) so that the
 // connections it returns are secured by Client.
-func (k *Link) Dialer(dial func(ctx context.Context, network, addr string) (net.Conn, error)) func(ctx context.Context, network, addr string) (net.Conn, error) {
+func (k *Link) Dialer(dial DialFunc) DialFunc {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		raw, err := dial(ctx, network, addr)
 		if err != nil {
@@ -141,7 +144,7 @@ func (k *Link) Dialer(dial func(ctx context.Context, network, addr string) (net.
 // secure links), it dials again and returns that plain connection. It
 // authenticates nobody who does not want to be: use it only while nodes
 // without secure links are left.
-func (k *Link) MigratingDialer(dial func(ctx context.Context, network, addr string) (net.Conn, error)) func(ctx context.Context, network, addr string) (net.Conn, error) {
+func (k *Link) MigratingDialer(dial DialFunc) DialFunc {
 	secure := k.Dialer(dial)
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := secure(ctx, network, addr)
