@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -88,8 +87,7 @@ func TestIntraTLSCost(t *testing.T) {
 		}
 		med := map[bool]writeRun{}
 		for tls, rs := range runs {
-			sort.Slice(rs, func(i, j int) bool { return rs[i].mibps < rs[j].mibps })
-			med[tls] = rs[len(rs)/2]
+			med[tls] = medianRun(rs)
 		}
 		for _, tls := range []bool{false, true} {
 			r := med[tls]

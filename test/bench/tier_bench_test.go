@@ -173,6 +173,13 @@ type writeRun struct {
 	mibps, p50, p99, cpuPerMiB float64
 }
 
+// medianRun is the run of rs with the median throughput.
+func medianRun(rs []writeRun) writeRun {
+	rs = slices.Clone(rs)
+	sort.Slice(rs, func(i, j int) bool { return rs[i].mibps < rs[j].mibps })
+	return rs[len(rs)/2]
+}
+
 func writePaths(t *testing.T, net, root string, md *strings.Builder) {
 	c, rem, bin := benchEnvIn(t, net, 0, 0, root)
 	defer c.Stop()
@@ -228,9 +235,7 @@ func writePaths(t *testing.T, net, root string, md *strings.Builder) {
 			}
 			med := map[string]writeRun{}
 			for b, rs := range runs {
-				rs = slices.Clone(rs)
-				sort.Slice(rs, func(i, j int) bool { return rs[i].mibps < rs[j].mibps })
-				med[b] = rs[len(rs)/2]
+				med[b] = medianRun(rs)
 			}
 			for _, p := range paths {
 				r := med[p.bucket]
