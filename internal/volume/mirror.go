@@ -523,14 +523,24 @@ func quickFailure(err error) bool {
 // one, or a connection that broke: its node died and may have restarted,
 // which the revive's probe finds out), skipping those whose bit (by owner
 // index) is set in *done and setting the bits of those it tries. It
-// returns the bits of those that are back. Bringing one back inline is
+// returns the bits of those that are back, counting those that are up
+// already: a caller tried them and failed them, so the probe loop has
+// brought them back since. Bringing one back inline is
 // safe for reads and writes: a chunk it may have missed a write to is
 // stale on it and skipped, and the resync of such a chunk still waits
 // OpTimeout after the failure (a write sent before it may still land).
 func (v *Volume) reviveQuick(ctx context.Context, owners []*mirror, chunk int64, done *int) int {
 	back := 0
 	for i, m := range owners {
-		if *done&(1<<i) != 0 || !m.down.Load() || !m.quick.Load() && m.slow.Load() || v.stale.isStale(m.id, chunk) {
+		if *done&(1<<i) != 0 || v.stale.isStale(m.id, chunk) {
+			continue
+		}
+		if !m.down.Load() {
+			*done |= 1 << i
+			back |= 1 << i
+			continue
+		}
+		if !m.quick.Load() && m.slow.Load() {
 			continue
 		}
 		*done |= 1 << i
