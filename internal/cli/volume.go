@@ -224,7 +224,7 @@ func printVolume(env Env, v node.VolumeInfo, asJSON bool) error {
 	fmt.Fprintf(env.Stdout, "volume %s: %s, %s, %s chunks (%d)\n", v.Name, humanBytes(v.Size), plural(v.Copies, "copy", "copies"), humanBytes(v.ChunkSize), v.Chunks)
 	fmt.Fprintf(env.Stdout, "placed on: %s\n", strings.Join(v.Nodes, ", "))
 	if v.Writer != "" {
-		fmt.Fprintf(env.Stdout, "written through: %s (claim %d; a write through another node moves it there)\n", v.Writer, v.Epoch)
+		fmt.Fprintf(env.Stdout, "written through: %s (claim %d; writes through other nodes go through it while its own clients write)\n", v.Writer, v.Epoch)
 	}
 	fmt.Fprintln(env.Stdout, "NBD URIs (any node serves the whole volume):")
 	for _, u := range v.URIs {

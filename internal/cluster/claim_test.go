@@ -9,12 +9,19 @@ import (
 // the epoch; a claim by the writer changes nothing; a resize keeps the
 // claim; a covered clear spares the current writer's mark, and clears a
 // fenced writer's only if the volume was not claimed again since the
-// covering resync began; a claim names the volume's ID.
+// covering resync began; a claim names the volume's ID; a claim from an
+// epoch that is not the volume's any more (another node claimed it since
+// the claimer decided) changes nothing.
 func TestVolumeClaims(t *testing.T) {
 	m := NewMap()
 	spec := VolumeSpec{Name: "v", Size: 1 << 30, ChunkSize: 4 << 20, Copies: 2, Created: t0, ID: "aaaa", Nodes: []string{"n1", "n2"}}
 	claim := func(node, id string) command {
 		return command{Op: opVolumeClaim, Name: "v", Volume: &VolumeSpec{Name: "v", ID: id}, Node: &NodeInfo{ID: node}}
+	}
+	claimFrom := func(node string, from uint64) command {
+		c := claim(node, "aaaa")
+		c.IfEpoch = &from
+		return c
 	}
 	mark := func(mirror, writer string, stale, covered bool, epoch uint64) command {
 		st := StateUp
@@ -45,6 +52,10 @@ func TestVolumeClaims(t *testing.T) {
 		{"covered clear by a resync begun under an older claim", mark("n2", "n1", false, true, 1), nil, "n3", 2, []string{"n1"}, true},
 		{"covered clear of a fenced writer", mark("n2", "n1", false, true, 2), nil, "n3", 2, nil, false},
 		{"n1 claims back", claim("n1", "aaaa"), nil, "n1", 3, nil, false},
+		{"n2 claims from an older claim", claimFrom("n2", 2), nil, "n1", 3, nil, true},
+		{"n2 claims from none", claimFrom("n2", 0), nil, "n1", 3, nil, true},
+		{"n1 claims from an older claim: it holds it", claimFrom("n1", 2), nil, "n1", 3, nil, true},
+		{"n2 claims from the current claim", claimFrom("n2", 3), nil, "n2", 4, nil, false},
 	}
 	for _, st := range steps {
 		n, err := applyCommand(m, st.c)

@@ -524,13 +524,15 @@ func (c *Cluster) SetVolumeStale(ctx context.Context, name, mirror, writer strin
 }
 
 // ClaimVolume makes node the writer of volume name (if it is still the
-// volume with that ID; ErrVolumeNotFound otherwise) and returns the
-// volume as this node's map has it after the claim. A claim by the node
-// that is the writer already changes nothing; any other raises the
-// volume's Epoch. The caller checks the returned Writer: another node may
-// have claimed the volume right after.
-func (c *Cluster) ClaimVolume(ctx context.Context, name, id, node string) (VolumeSpec, error) {
-	err := c.propose(ctx, command{Op: opVolumeClaim, Name: name, Volume: &VolumeSpec{Name: name, ID: id}, Node: &NodeInfo{ID: node}})
+// volume with that ID; ErrVolumeNotFound otherwise), taking it from the
+// claim of epoch from (0: none), and returns the volume as this node's
+// map has it after the claim. A claim by the node that is the writer
+// already changes nothing; nor does one whose from is not the volume's
+// Epoch any more (another node claimed it since the caller decided);
+// any other raises the volume's Epoch. The caller checks the returned
+// Writer.
+func (c *Cluster) ClaimVolume(ctx context.Context, name, id, node string, from uint64) (VolumeSpec, error) {
+	err := c.propose(ctx, command{Op: opVolumeClaim, Name: name, Volume: &VolumeSpec{Name: name, ID: id}, Node: &NodeInfo{ID: node}, IfEpoch: &from})
 	if err != nil {
 		return VolumeSpec{}, err
 	}

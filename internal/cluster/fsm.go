@@ -52,6 +52,11 @@ type command struct {
 	// that claimed the volume in between may have missed more.
 	Covered bool   `json:"covered,omitempty"`
 	Epoch   uint64 `json:"epoch,omitempty"`
+	// IfEpoch, on volume.claim, makes the claim only if the volume's
+	// claim is still the one of this epoch (0: never claimed): the
+	// claimer decided on it, and another node may have claimed the volume
+	// since. Claims without it (older log entries) always apply.
+	IfEpoch *uint64 `json:"ifEpoch,omitempty"`
 }
 
 func decodeCommand(b []byte) (command, error) {
@@ -256,8 +261,8 @@ func applyCommand(m *Map, c command) (*Map, error) {
 		if c.Node == nil || c.Node.ID == "" {
 			return m, fmt.Errorf("%w: volume.claim needs a node", ErrInvalid)
 		}
-		if v.Writer == c.Node.ID {
-			return m, nil
+		if v.Writer == c.Node.ID || c.IfEpoch != nil && *c.IfEpoch != v.Epoch {
+			return m, nil // the caller finds the writer in the map
 		}
 		mut = func(n *Map) error {
 			v.Writer = c.Node.ID

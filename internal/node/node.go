@@ -286,6 +286,7 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 		log: log, open: map[string]openVolume{}, clients: map[string]*volume.Client{}, sync: leaderSync(cl), secret: cfg.Secret, dial: links.dialer(),
 	}
 	n.vols.initState() // before the node serves any chunk request
+	n.vols.handler.Coordinate(n.vols.coordinator)
 	n.registerVolumeAdmin()
 	n.wg.Add(1)
 	go func() { defer n.wg.Done(); n.vols.collect(bgCtx) }()

@@ -153,6 +153,7 @@ func (vs *volumes) lookup(name string) (nbd.Device, error) {
 	if vs.marks != nil {
 		sm := staleMarks{m: vs.marks, name: spec.Name, id: spec.ID, self: vs.self, meta: vs.meta}
 		cfg.Marks, cfg.Claims, cfg.Writer, cfg.Epoch = sm, sm, spec.Writer, spec.Epoch
+		cfg.Forward = vs
 	}
 	v, err := volume.Open(context.Background(), cfg)
 	if err != nil {
@@ -163,6 +164,31 @@ func (vs *volumes) lookup(name string) (nbd.Device, error) {
 	}
 	vs.open[spec.Name] = openVolume{spec: spec, vol: v}
 	return v, nil
+}
+
+// Forward implements volume.Forwarder over the chunk clients.
+func (vs *volumes) Forward(ctx context.Context, node, vol string, op volume.Op) error {
+	vs.mu.Lock()
+	r := vs.replica(vs.meta.Map(), node)
+	vs.mu.Unlock()
+	c, ok := r.(*volume.Client)
+	if !ok {
+		return fmt.Errorf("%w: %s is this node", volume.ErrNotWriter, node)
+	}
+	return c.Forward(ctx, vol, op)
+}
+
+// coordinator returns the open volume whose key is key (nil if none): the
+// one ops forwarded by other nodes go to.
+func (vs *volumes) coordinator(key string) *volume.Volume {
+	vs.mu.Lock()
+	defer vs.mu.Unlock()
+	for _, ov := range vs.open {
+		if toVolumeSpec(ov.spec).Key() == key {
+			return ov.vol
+		}
+	}
+	return nil
 }
 
 // List implements nbd.Exports.
@@ -241,7 +267,7 @@ func (vs *volumes) close() error {
 type volumeMarker interface {
 	SetVolumeStale(ctx context.Context, name, mirror, writer string, stale bool) error
 	ClearCoveredMark(ctx context.Context, name, mirror, writer string, epoch uint64) error
-	ClaimVolume(ctx context.Context, name, id, node string) (cluster.VolumeSpec, error)
+	ClaimVolume(ctx context.Context, name, id, node string, from uint64) (cluster.VolumeSpec, error)
 }
 
 // staleMarks is one volume's volume.StaleMarks and volume.Claims on this
@@ -255,13 +281,13 @@ type staleMarks struct {
 }
 
 // Claim implements volume.Claims.
-func (s staleMarks) Claim(ctx context.Context) (uint64, error) {
-	v, err := s.m.ClaimVolume(ctx, s.name, s.id, s.self)
+func (s staleMarks) Claim(ctx context.Context, from uint64) (uint64, error) {
+	v, err := s.m.ClaimVolume(ctx, s.name, s.id, s.self, from)
 	if err != nil {
 		return 0, err
 	}
 	if v.Writer != s.self {
-		return 0, fmt.Errorf("%w: %s claimed it right after", volume.ErrFenced, v.Writer)
+		return 0, fmt.Errorf("%w: %s holds claim %d (this node took it to be %d)", volume.ErrFenced, v.Writer, v.Epoch, from)
 	}
 	return v.Epoch, nil
 }

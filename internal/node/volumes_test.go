@@ -138,7 +138,7 @@ func (m *markCalls) ClearCoveredMark(_ context.Context, name, mirror, writer str
 	return nil
 }
 
-func (m *markCalls) ClaimVolume(_ context.Context, name, id, node string) (cluster.VolumeSpec, error) {
+func (m *markCalls) ClaimVolume(_ context.Context, name, id, node string, _ uint64) (cluster.VolumeSpec, error) {
 	m.calls = append(m.calls, fmt.Sprintf("%s claim %s %s", name, id, node))
 	return cluster.VolumeSpec{Name: name, ID: id, Writer: "other", Epoch: 7}, nil
 }
@@ -180,7 +180,7 @@ func TestClearCoveredSparesLiveWriters(t *testing.T) {
 // once it applied (that node claimed right after) is refused as fenced.
 func TestClaimTakenRightAfter(t *testing.T) {
 	sm := staleMarks{m: &markCalls{}, name: "v", id: "x1", self: "a"}
-	if _, err := sm.Claim(context.Background()); !errors.Is(err, volume.ErrFenced) {
+	if _, err := sm.Claim(context.Background(), 0); !errors.Is(err, volume.ErrFenced) {
 		t.Fatalf("claim: %v, want ErrFenced", err)
 	}
 }

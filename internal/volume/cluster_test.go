@@ -33,6 +33,7 @@ type testNode struct {
 	mu     sync.Mutex
 	writes map[string]int
 	puts   atomic.Int64
+	syncs  atomic.Int64 // Sync calls served
 	// hang, while set, makes every chunk write block until it is cleared.
 	hang atomic.Bool
 }
@@ -100,6 +101,11 @@ func (c countingReplica) WriteAt(ctx context.Context, vol string, epoch uint64, 
 func (c countingReplica) Zero(ctx context.Context, vol string, epoch uint64, chunk int64, off, n int64, punch bool) error {
 	c.count(vol, chunk)
 	return c.Local.Zero(ctx, vol, epoch, chunk, off, n, punch)
+}
+
+func (c countingReplica) Sync(ctx context.Context, vol string, chunks []int64) error {
+	c.n.syncs.Add(1)
+	return c.Local.Sync(ctx, vol, chunks)
 }
 
 func (n *testNode) url() string { return "http://" + n.addr }

@@ -280,8 +280,8 @@ type cancelAfterClaim struct {
 	cancel func()
 }
 
-func (c cancelAfterClaim) Claim(ctx context.Context) (uint64, error) {
-	ep, err := c.Claims.Claim(ctx)
+func (c cancelAfterClaim) Claim(ctx context.Context, from uint64) (uint64, error) {
+	ep, err := c.Claims.Claim(ctx, from)
 	c.cancel() // the NBD client disconnects now
 	return ep, err
 }

@@ -32,7 +32,7 @@ type memClaimsAs struct {
 	self string
 }
 
-func (c memClaimsAs) Claim(context.Context) (uint64, error) {
+func (c memClaimsAs) Claim(context.Context, uint64) (uint64, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.writer != c.self {

@@ -3,6 +3,7 @@ package volume_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -17,6 +18,7 @@ type claimsMap struct {
 	mu     sync.Mutex
 	writer string
 	epoch  uint64
+	cas    bool // a claim from an older epoch than the current one fails, as the map's does
 }
 
 type claimsAs struct {
@@ -32,9 +34,12 @@ func (c *claimsMap) get() (string, uint64) {
 	return c.writer, c.epoch
 }
 
-func (c claimsAs) Claim(context.Context) (uint64, error) {
+func (c claimsAs) Claim(_ context.Context, from uint64) (uint64, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.cas && c.writer != c.self && c.epoch != from {
+		return 0, fmt.Errorf("%w: %s holds claim %d", volume.ErrFenced, c.writer, c.epoch)
+	}
 	if c.writer != c.self {
 		c.writer = c.self
 		c.epoch++

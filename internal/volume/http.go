@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -24,11 +25,14 @@ import (
 //	POST   /volume/{vol}/{chunk}/zero?off=O&n=N&epoch=E[&punch=1]
 //	POST   /volume/{vol}/_sync                      body: chunk numbers, comma-separated
 //	POST   /volume/{vol}/_fence?epoch=E
+//	POST   /volume/{vol}/_forward?op=write|zero|flush&off=O&n=N[&fua=1][&punch=1]   (forward.go)
 //	DELETE /volume/{vol}
 //	POST   /volume/_stream   (Upgrade: slipstream-volume/2; see stream.go)
 //
 // Errors are plain-text bodies with status 400 (bad request), 409 (a
-// newer writer's epoch was seen: ErrFenced), 507 (out of space) or 500.
+// newer writer's epoch was seen: ErrFenced), 421 (a forwarded op for a
+// node that does not write the volume: ErrNotWriter), 507 (out of space)
+// or 500.
 
 // MaxTransfer caps the data of one chunk request.
 const MaxTransfer = 64 << 20
@@ -68,6 +72,7 @@ func NewHandler(r Replica) *Handler {
 	mux.HandleFunc("PUT /volume/{vol}/{chunk}", h.write)
 	mux.HandleFunc("POST /volume/{vol}/{chunk}/zero", h.zero)
 	mux.HandleFunc("POST /volume/{vol}/_sync", h.sync)
+	mux.HandleFunc("POST /volume/{vol}/_forward", h.forward)
 	mux.HandleFunc("POST /volume/{vol}/_fence", func(w http.ResponseWriter, req *http.Request) {
 		epoch, err := epochArg(req)
 		if err == nil && !req.URL.Query().Has("epoch") {
@@ -95,6 +100,8 @@ type handler struct {
 	// there without a sync may be lost.
 	boot string
 	pool sync.Pool
+	// open finds the Volume a forwarded op is for (see Coordinate).
+	open atomic.Pointer[func(vol string) *Volume]
 
 	smu     sync.Mutex
 	streams map[net.Conn]struct{}
@@ -251,6 +258,8 @@ func httpError(w http.ResponseWriter, err error) {
 		code = http.StatusInsufficientStorage
 	} else if errors.Is(err, ErrFenced) {
 		code = http.StatusConflict
+	} else if errors.Is(err, ErrNotWriter) {
+		code = http.StatusMisdirectedRequest
 	}
 	http.Error(w, err.Error(), code)
 }
@@ -426,6 +435,8 @@ func (c *Client) do(ctx context.Context, method, url string, body []byte, into [
 			return fmt.Errorf("%w: %s", ErrNoSpace, strings.TrimSpace(string(msg)))
 		case http.StatusConflict:
 			return fmt.Errorf("%w: %s", ErrFenced, strings.TrimSpace(string(msg)))
+		case http.StatusMisdirectedRequest:
+			return fmt.Errorf("%w: %s", ErrNotWriter, strings.TrimSpace(string(msg)))
 		}
 		return fmt.Errorf("%w: %s %s: %s: %s", ErrReplicaError, method, url, resp.Status, strings.TrimSpace(string(msg)))
 	}

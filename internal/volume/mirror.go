@@ -51,15 +51,28 @@ type Config struct {
 	Claims Claims
 	Writer string
 	Epoch  uint64
+	// Forward, if set with Claims, sends a client's writes to the node
+	// that holds the claim while that node's own clients write the
+	// volume (see forward.go), so that clients writing through two nodes
+	// at once share one claim instead of taking it from each other.
+	Forward Forwarder
+	// HoldIdle is how long after its own clients' last write the claim's
+	// holder still takes forwarded writes; after that a node that
+	// forwards claims the volume itself. Default 1s.
+	HoldIdle time.Duration
 }
 
 // Claims grants one node at a time the right to write a volume (the
 // cluster map does: VolumeSpec.Writer and Epoch).
 type Claims interface {
-	// Claim makes this node the volume's writer and returns its epoch:
-	// the one it holds if it is the writer already, else one higher than
-	// any granted before.
-	Claim(ctx context.Context) (uint64, error)
+	// Claim makes this node the volume's writer, taking it from the
+	// claim of epoch from (the latest this node knows; 0: none), and
+	// returns its epoch: the one it holds if it is the writer already,
+	// else one higher than any granted before. If another node holds a
+	// claim newer than from, it fails with ErrFenced and changes nothing:
+	// two nodes that decide to claim at once do not take the volume from
+	// each other in turn.
+	Claim(ctx context.Context, from uint64) (uint64, error)
 }
 
 // StaleMarks records, outside the nodes that write a volume, which of its
@@ -92,19 +105,26 @@ const (
 
 // Volume is a mirrored block volume. It implements nbd.Device.
 type Volume struct {
-	cfg     Config
-	spec    Spec   // its Size is that at Open; size is the current one
-	key     string // spec.Key(): what replicas store the chunks under
-	size    atomic.Int64
-	shift   uint
-	nodes   map[string]*mirror
-	wrote   atomic.Bool                                 // this volume has written: it is the writer
-	epoch   atomic.Uint64                               // the writer epoch this node holds; 0: none
-	other   atomic.Bool                                 // another node has claimed the volume since this one did
-	claimMu sync.Mutex                                  // serialises claims
-	owners  atomic.Pointer[[]atomic.Pointer[[]*mirror]] // per chunk, computed lazily
-	locks   [256]sync.RWMutex                           // chunk stripes: I/O shares, resync excludes
-	growMu  sync.Mutex                                  // serialises Grow
+	cfg      Config
+	spec     Spec   // its Size is that at Open; size is the current one
+	key      string // spec.Key(): what replicas store the chunks under
+	size     atomic.Int64
+	shift    uint
+	nodes    map[string]*mirror
+	wrote    atomic.Bool                                 // this volume has written: it is the writer
+	epoch    atomic.Uint64                               // the writer epoch this node holds; 0: none
+	other    atomic.Bool                                 // another node has claimed the volume since this one did
+	holder   atomic.Pointer[claimHolder]                 // the latest claim the map showed
+	own      atomic.Int64                                // this node's clients' writes in flight
+	ownAt    atomic.Int64                                // unix ns of the end of their last write
+	fwd      forwarded                                   // writes forwarded and not flushed yet
+	applyMu  sync.Mutex                                  // orders Apply's refusals with the ops it admits
+	applying atomic.Int64                                // forwarded ops being applied
+	handoff  atomic.Pointer[claimHolder]                 // set by a refusal: the claim the next own write waits to see replaced
+	claimMu  sync.Mutex                                  // serialises claims
+	owners   atomic.Pointer[[]atomic.Pointer[[]*mirror]] // per chunk, computed lazily
+	locks    [256]sync.RWMutex                           // chunk stripes: I/O shares, resync excludes
+	growMu   sync.Mutex                                  // serialises Grow
 
 	umu      sync.Mutex
 	unsynced map[int64]uint64 // chunk -> generation of its last write not known durable
@@ -196,6 +216,9 @@ func Open(ctx context.Context, cfg Config) (*Volume, error) {
 	if cfg.ProbeInterval <= 0 {
 		cfg.ProbeInterval = 500 * time.Millisecond
 	}
+	if cfg.HoldIdle <= 0 {
+		cfg.HoldIdle = time.Second
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -227,6 +250,7 @@ func Open(ctx context.Context, cfg Config) (*Volume, error) {
 	}
 	v.stale = st
 	if cfg.Claims != nil && cfg.Writer != "" {
+		v.holder.Store(&claimHolder{node: cfg.Writer, epoch: cfg.Epoch})
 		if cfg.Writer == cfg.Self {
 			v.epoch.Store(cfg.Epoch)
 		} else {
@@ -593,9 +617,12 @@ func (v *Volume) revive(ctx context.Context, m *mirror) bool {
 // and every mirror that did not is recorded stale durably. Replicas that
 // can send asynchronously (aop) are started first, without a goroutine;
 // the last synchronous one runs inline.
-func (v *Volume) mutate(ctx context.Context, chunk int64, op func(ctx context.Context, ep uint64, m *mirror) error, aop func(ctx context.Context, ep uint64, a asyncReplica) func() error) error {
+func (v *Volume) mutate(ctx context.Context, claim claimFrom, chunk int64, op func(ctx context.Context, ep uint64, m *mirror) error, aop func(ctx context.Context, ep uint64, a asyncReplica) func() error) error {
 	if !v.writer() {
-		if err := v.becomeWriter(ctx); err != nil {
+		if !claim.ok {
+			return fmt.Errorf("%w: %s", ErrNotWriter, v.spec.Name)
+		}
+		if err := v.becomeWriter(ctx, claim.epoch); err != nil {
 			return err
 		}
 	}
@@ -859,9 +886,13 @@ func (v *Volume) noteUnsynced(chunk int64) {
 
 // WriteAt implements nbd.Device.
 func (v *Volume) WriteAt(ctx context.Context, p []byte, off int64, fua bool) error {
+	return v.route(ctx, Op{Kind: OpWrite, Off: off, N: int64(len(p)), Data: p, FUA: fua})
+}
+
+func (v *Volume) writeAt(ctx context.Context, claim claimFrom, p []byte, off int64, fua bool) error {
 	return v.segments(off, int64(len(p)), func(s segment) error {
 		b := p[s.pos : s.pos+s.n]
-		err := v.mutate(ctx, s.chunk, func(ctx context.Context, ep uint64, m *mirror) error {
+		err := v.mutate(ctx, claim, s.chunk, func(ctx context.Context, ep uint64, m *mirror) error {
 			return m.r.WriteAt(ctx, v.key, ep, s.chunk, b, s.off, fua)
 		}, func(ctx context.Context, ep uint64, a asyncReplica) func() error {
 			return a.writeAsync(ctx, v.key, ep, s.chunk, b, s.off, fua)
@@ -875,17 +906,17 @@ func (v *Volume) WriteAt(ctx context.Context, p []byte, off int64, fua bool) err
 
 // Trim implements nbd.Device.
 func (v *Volume) Trim(ctx context.Context, off, n int64) error {
-	return v.zero(ctx, off, n, false, true)
+	return v.route(ctx, Op{Kind: OpZero, Off: off, N: n, Punch: true})
 }
 
 // WriteZeroes implements nbd.Device.
 func (v *Volume) WriteZeroes(ctx context.Context, off, n int64, fua, noHole bool) error {
-	return v.zero(ctx, off, n, fua, !noHole)
+	return v.route(ctx, Op{Kind: OpZero, Off: off, N: n, FUA: fua, Punch: !noHole})
 }
 
-func (v *Volume) zero(ctx context.Context, off, n int64, fua, punch bool) error {
+func (v *Volume) zero(ctx context.Context, claim claimFrom, off, n int64, fua, punch bool) error {
 	return v.segments(off, n, func(s segment) error {
-		err := v.mutate(ctx, s.chunk, func(ctx context.Context, ep uint64, m *mirror) error {
+		err := v.mutate(ctx, claim, s.chunk, func(ctx context.Context, ep uint64, m *mirror) error {
 			if err := m.r.Zero(ctx, v.key, ep, s.chunk, s.off, s.n, punch); err != nil {
 				return err
 			}
@@ -921,7 +952,13 @@ func (v *Volume) zero(ctx context.Context, off, n int64, fua, punch bool) error 
 // copy. The one kept is a mirror that was up, the local one first, since
 // a remote that failed may have restarted and lost its cache. A Flush
 // whose context ends while syncing fails without marking anything.
+// Writes this node forwarded to another (see forward.go) are flushed there.
 func (v *Volume) Flush(ctx context.Context) error {
+	return errors.Join(v.flush(ctx), v.flushForwarded(ctx))
+}
+
+// flush is Flush of the writes this volume applied.
+func (v *Volume) flush(ctx context.Context) error {
 	select {
 	case v.flushing <- struct{}{}:
 	case <-ctx.Done():
@@ -1386,13 +1423,14 @@ func subset(a, b []string) bool {
 	return true
 }
 
-// becomeWriter claims the volume for this node (with Claims) and fences
+// becomeWriter claims the volume for this node (with Claims), taking it
+// from the claim of epoch from (see Claims.Claim), and fences
 // every mirror it reaches at the claim's epoch, then makes the marks of
 // other writers its own: it resynchronises those mirrors in full from now
 // on (again after every new claim: a writer that held the claim in
 // between may have missed more). A write fails if the claim cannot be
 // made (no quorum).
-func (v *Volume) becomeWriter(ctx context.Context) error {
+func (v *Volume) becomeWriter(ctx context.Context, from uint64) error {
 	v.claimMu.Lock()
 	defer v.claimMu.Unlock()
 	if v.writer() {
@@ -1402,7 +1440,7 @@ func (v *Volume) becomeWriter(ctx context.Context) error {
 	if v.cfg.Claims != nil {
 		cctx, cancel := context.WithTimeout(ctx, marksTimeout)
 		var err error
-		ep, err = v.cfg.Claims.Claim(cctx)
+		ep, err = v.cfg.Claims.Claim(cctx, from)
 		cancel()
 		if err == nil {
 			err = v.fenceAll(ctx, ep)
@@ -1411,6 +1449,7 @@ func (v *Volume) becomeWriter(ctx context.Context) error {
 			return fmt.Errorf("volume: claiming %s for writing: %w", v.spec.Name, err)
 		}
 		v.cfg.Logger.Info("this node writes the volume now", "volume", v.spec.Name, "epoch", ep)
+		v.noteHolder(v.cfg.Self, ep)
 		v.epoch.Store(ep)
 		v.other.Store(false)
 	}
@@ -1493,7 +1532,11 @@ func (v *Volume) lose(ep uint64) {
 // NoteClaim tells the volume which node the cluster lets write it, and
 // at which epoch. A node that held an older epoch stops writing.
 func (v *Volume) NoteClaim(writer string, epoch uint64) {
-	if v.cfg.Claims == nil || writer == "" || writer == v.cfg.Self {
+	if v.cfg.Claims == nil || writer == "" {
+		return
+	}
+	v.noteHolder(writer, epoch)
+	if writer == v.cfg.Self {
 		return
 	}
 	v.other.Store(true)

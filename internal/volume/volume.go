@@ -33,6 +33,9 @@ var (
 	// ErrFenced is a mutation refused because another node has claimed
 	// the volume since its writer did (see Claims).
 	ErrFenced = errors.New("volume: another node writes the volume now")
+	// ErrNotWriter is a forwarded op refused by a node that does not
+	// write the volume (see Forwarder): the sender claims it instead.
+	ErrNotWriter = errors.New("volume: this node does not write the volume")
 	// ErrNoSpace is a mirror out of space; it wraps ENOSPC, which the NBD
 	// server passes on to the client.
 	ErrNoSpace = fmt.Errorf("volume: a mirror is out of space: %w", syscall.ENOSPC)
