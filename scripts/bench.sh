@@ -54,6 +54,8 @@ if want nbd && [ -x scripts/bench-nbd.sh ]; then
 	BENCH_IMG="$PWD/docs/img" bash scripts/bench-nbd.sh "$PWD/docs/bench-nbd-run.md"
 fi
 if want nbd; then
+	echo "== volume writes through a node without the claim vs through the holder"
+	go test -count=1 -timeout 20m -run 'TestVolumeForwardCost' -v ./test/bench 2>&1 | show || true
 	echo "== NBD over TLS vs plain NBD"
 	BENCH_OUT="$PWD/docs/bench-nbd-tls.md" go test -count=1 -timeout 10m -run 'TestBenchTLS' -v ./internal/volume/nbd 2>&1 | show || true
 fi

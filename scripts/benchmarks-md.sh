@@ -41,6 +41,8 @@ HDR
 	section "Block volumes over NBD: the fio matrix (analysis of the set-up in docs/bench-nbd.md)" bench-nbd-run.md
 	notes bench-nbd-notes.md
 	section "Intra-cluster TLS (intra_tls) vs plain intra-cluster HTTP" bench-intra-tls.md
+	section "Volume writes through a node without the claim (forwarded) vs through the holder" bench-volume-forward.md
+	notes bench-volume-forward-notes.md
 	section "NBD over TLS vs plain NBD" bench-nbd-tls.md
 	notes bench-nbd-tls-notes.md
 	notes bench-fabric.md # has its own title

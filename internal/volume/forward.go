@@ -348,18 +348,24 @@ func (h *Handler) Coordinate(open func(vol string) *Volume) {
 	h.h.open.Store(&open)
 }
 
-// forward serves POST /volume/{vol}/_forward?op=write|zero|flush&off=O&n=N[&fua=1][&punch=1]
-// (a write's body is its data).
-func (h *handler) forward(w http.ResponseWriter, req *http.Request) {
-	vol := req.PathValue("vol")
+// apply applies a forwarded op to the volume vol open here.
+func (h *handler) apply(ctx context.Context, vol string, op Op) error {
 	var v *Volume
 	if open := h.open.Load(); open != nil {
 		v = (*open)(vol)
 	}
 	if v == nil {
-		httpError(w, fmt.Errorf("%w: volume %s is not open on this node", ErrNotWriter, vol))
-		return
+		return fmt.Errorf("%w: volume %s is not open on this node", ErrNotWriter, vol)
 	}
+	if op.Kind == OpWrite && int64(len(op.Data)) != op.N {
+		return fmt.Errorf("%w: a write of %d bytes with %d bytes of data", ErrOutOfRange, op.N, len(op.Data))
+	}
+	return v.Apply(ctx, op)
+}
+
+// forward serves POST /volume/{vol}/_forward?op=write|zero|flush&off=O&n=N[&fua=1][&punch=1]
+// (a write's body is its data), for clients without the chunk stream.
+func (h *handler) forward(w http.ResponseWriter, req *http.Request) {
 	q := req.URL.Query()
 	op := Op{FUA: q.Get("fua") == "1", Punch: q.Get("punch") == "1"}
 	switch q.Get("op") {
@@ -396,14 +402,33 @@ func (h *handler) forward(w http.ResponseWriter, req *http.Request) {
 		}
 		op.Data = *b
 	}
-	if err := v.Apply(req.Context(), op); err != nil {
+	if err := h.apply(req.Context(), req.PathValue("vol"), op); err != nil {
 		httpError(w, err)
 	}
 }
 
 // Forward sends op to the volume vol open on the client's node (see
-// Forwarder).
+// Forwarder), over a stream connection of its own: an op the node takes
+// long to apply (it waits for a mirror) does not hold up, or time out,
+// the chunk calls of the connections the node's replica is reached by.
 func (c *Client) Forward(ctx context.Context, vol string, op Op) error {
+	if c.fwd != nil {
+		r := &streamReq{op: opForward, vol: vol, chunk: int64(op.Kind), off: op.Off, n: op.N}
+		if op.FUA {
+			r.flags |= flagSync
+		}
+		if op.Punch {
+			r.flags |= flagPunch
+		}
+		if op.Kind == OpWrite {
+			r.payload = op.Data
+		}
+		sc, err := c.fwd.conn(ctx)
+		if err != nil {
+			return err
+		}
+		return sc.do(ctx, r, nil)
+	}
 	q := "op=" + op.Kind.String() + "&off=" + strconv.FormatInt(op.Off, 10) + "&n=" + strconv.FormatInt(op.N, 10)
 	if op.FUA {
 		q += "&fua=1"

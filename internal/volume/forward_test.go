@@ -40,11 +40,18 @@ type sharedCluster struct {
 }
 
 func newSharedCluster(t *testing.T, spec volume.Spec) *sharedCluster {
+	return newSharedClusterConns(t, spec, 0)
+}
+
+// newSharedClusterConns is newSharedCluster whose nodes forward with
+// streamConns stream connections (volume.ClientConfig.StreamConns; -1:
+// plain HTTP requests).
+func newSharedClusterConns(t *testing.T, spec volume.Spec, streamConns int) *sharedCluster {
 	sc := &sharedCluster{t: t, spec: spec, nodes: map[string]*testNode{}, claims: &claimsMap{cas: true}, marks: &marks{},
 		fwd: forwarder{}, vols: map[string]*volume.Volume{}}
 	for _, id := range []string{"a", "b", "c"} {
 		sc.nodes[id] = startNode(t, id)
-		c, err := volume.NewClientConfig(volume.ClientConfig{BaseURL: sc.nodes[id].url(), Timeout: time.Second})
+		c, err := volume.NewClientConfig(volume.ClientConfig{BaseURL: sc.nodes[id].url(), Timeout: time.Second, StreamConns: streamConns})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -148,10 +155,20 @@ func checkRegion(t *testing.T, v *volume.Volume, writer byte, base int64, last [
 // through two nodes (disjoint ranges, with flushes). Neither gets an
 // error: the node without the claim forwards its writes to the holder
 // instead of taking the claim back and forth (fencing the other's writes
-// in flight). A third node then reads every block's last write.
+// in flight). A third node then reads every block's last write. Writes
+// are forwarded over the chunk stream, and over plain HTTP requests.
 func TestTwoWritersShareTheClaim(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		conns int
+	}{{"stream", 0}, {"http", -1}} {
+		t.Run(tc.name, func(t *testing.T) { testTwoWriters(t, tc.conns) })
+	}
+}
+
+func testTwoWriters(t *testing.T, streamConns int) {
 	const chunk = 1 << 20
-	sc := newSharedCluster(t, volume.Spec{Name: "shared", Size: 8 * chunk, ChunkSize: chunk, Copies: 2, ID: "f1"})
+	sc := newSharedClusterConns(t, volume.Spec{Name: "shared", Size: 8 * chunk, ChunkSize: chunk, Copies: 2, ID: "f1"}, streamConns)
 	va, vb, vc := sc.open("a", time.Second), sc.open("b", time.Second), sc.open("c", time.Second)
 	ctx := context.Background()
 	const blocks, writes = 1024, 600

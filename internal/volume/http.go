@@ -272,6 +272,7 @@ type Client struct {
 	hc     *http.Client
 	header http.Header
 	stream *streamClient
+	fwd    *streamClient // for Forward
 }
 
 var _ Replica = (*Client)(nil)
@@ -347,6 +348,14 @@ func NewClientConfig(cfg ClientConfig) (*Client, error) {
 		s.header = c.header
 		s.dial = dial
 		c.stream = s
+		// Forwarded ops may wait on the holder's mirrors, for as long as
+		// its replica calls may: their connection fails after longer.
+		f, err := newStreamClient(c.base, 1, 3*cfg.Timeout)
+		if err != nil {
+			return nil, err
+		}
+		f.header, f.dial = c.header, dial
+		c.fwd = f
 	}
 	return c, nil
 }
@@ -379,6 +388,7 @@ func (c *Client) writeAsync(ctx context.Context, vol string, epoch uint64, chunk
 func (c *Client) Close() error {
 	if c.stream != nil {
 		c.stream.close()
+		c.fwd.close()
 	}
 	return nil
 }

@@ -31,9 +31,13 @@ import (
 //
 // ops: 1 read (n bytes at off), 2 write (payload at off), 3 zero ([off,
 // off+n)), 4 sync (payload: chunk numbers, 8 bytes each), 5 fence (the
-// volume's epoch becomes at least epoch). Writes and zeroes carry the
-// writer's epoch (see fence.go). flags: 1 sync (FUA), 2 punch. status: 0
-// ok, 1 out of range / invalid, 2 other error, 3 out of space, 4 fenced.
+// volume's epoch becomes at least epoch), 6 forward (an Op for the Volume
+// open on the node, see forward.go: chunk is its OpKind, off and n its
+// range in the volume, payload a write's data). Writes and zeroes carry
+// the writer's epoch (see fence.go). flags: 1 sync (FUA), 2 punch. status:
+// 0 ok, 1 out of range / invalid, 2 other error, 3 out of space, 4 fenced,
+// 5 not the volume's writer (ErrNotWriter). A node that does not know op
+// 6 closes the stream; a forwarding node then claims the volume.
 const (
 	streamProto       = "slipstream-volume/2"
 	streamReqLen      = 48
@@ -43,6 +47,7 @@ const (
 	opZero            = 3
 	opSync            = 4
 	opFence           = 5
+	opForward         = 6
 	flagSync          = 1
 	flagPunch         = 2
 	statusOK          = 0
@@ -50,6 +55,7 @@ const (
 	statusError       = 2
 	statusNoSpace     = 3
 	statusFenced      = 4
+	statusNotWriter   = 5
 	streamMaxInFlight = 256
 )
 
@@ -90,7 +96,7 @@ func parseStreamReq(h []byte) (r streamReq, volLen, payLen int, err error) {
 	r.off = int64(binary.BigEndian.Uint64(h[24:32]))
 	r.n = int64(binary.BigEndian.Uint64(h[32:40]))
 	r.epoch = binary.BigEndian.Uint64(h[40:48])
-	if r.op < opRead || r.op > opFence || volLen > maxKeyLen || payLen > MaxTransfer || r.op == opRead && (r.n < 0 || r.n > MaxTransfer) {
+	if r.op < opRead || r.op > opForward || volLen > maxKeyLen || payLen > MaxTransfer || r.op == opRead && (r.n < 0 || r.n > MaxTransfer) {
 		return r, 0, 0, fmt.Errorf("%w: stream request op %d vol %d payload %d n %d", ErrOutOfRange, r.op, volLen, payLen, r.n)
 	}
 	return r, volLen, payLen, nil
@@ -255,6 +261,9 @@ func (s *streamServer) handle(ctx context.Context, r *streamReq, pb *[]byte) {
 			chunks[i] = int64(binary.BigEndian.Uint64(r.payload[8*i:]))
 		}
 		err = s.h.r.Sync(ctx, r.vol, chunks)
+	case opForward:
+		err = s.h.apply(ctx, r.vol, Op{Kind: OpKind(r.chunk), Off: r.off, N: r.n, Data: r.payload,
+			FUA: r.flags&flagSync != 0, Punch: r.flags&flagPunch != 0})
 	}
 	status := uint32(statusOK)
 	if err != nil {
@@ -265,6 +274,8 @@ func (s *streamServer) handle(ctx context.Context, r *streamReq, pb *[]byte) {
 			status = statusNoSpace
 		} else if errors.Is(err, ErrFenced) {
 			status = statusFenced
+		} else if errors.Is(err, ErrNotWriter) {
+			status = statusNotWriter
 		}
 		rep.data = []byte(err.Error())
 	}
@@ -540,6 +551,8 @@ func (sc *streamConn) readLoop(br *bufio.Reader) {
 					call.err = fmt.Errorf("%w: %s", ErrNoSpace, msg)
 				case statusFenced:
 					call.err = fmt.Errorf("%w: %s", ErrFenced, msg)
+				case statusNotWriter:
+					call.err = fmt.Errorf("%w: %s", ErrNotWriter, msg)
 				default:
 					call.err = fmt.Errorf("%w: %s", ErrReplicaError, msg)
 				}
