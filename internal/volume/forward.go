@@ -111,12 +111,21 @@ func (v *Volume) route(ctx context.Context, op Op) error {
 	for {
 		h := v.holder.Load()
 		err := v.routeOnce(ctx, op)
-		if v.cfg.Forward == nil || !errors.Is(err, ErrFenced) || ctx.Err() != nil || time.Since(start) > v.cfg.OpTimeout {
+		left := rerouteWithin - time.Since(start)
+		if v.cfg.Forward == nil || !errors.Is(err, ErrFenced) || ctx.Err() != nil || left <= 0 {
 			return err
 		}
-		v.awaitClaim(ctx, h, v.cfg.OpTimeout)
+		v.awaitClaim(ctx, h, left)
 	}
 }
+
+// rerouteWithin bounds the time during which a client's op that was
+// fenced off is sent again. A client gives up on a write only after far
+// longer (the kernel's NBD client after 30 s), so an op sent again within
+// it is one its client still waits for, not one it has written again
+// through another node since; an op that was fenced off later than that
+// fails (EIO), as the fence intends.
+const rerouteWithin = 2 * time.Second
 
 // routeOnce applies op once.
 func (v *Volume) routeOnce(ctx context.Context, op Op) error {
