@@ -420,6 +420,11 @@ func (vs *volumes) noteStale(ctx context.Context, m *cluster.Map) {
 type VolumeState struct {
 	Stale map[string]int `json:"stale"` // chunks each mirror missed, not yet resynchronised
 	Down  []string       `json:"down"`  // mirrors that do not answer
+	// Forwarded counts this node's clients' writes sent to the node that
+	// holds the volume's claim; Applied those of other nodes' clients it
+	// applied as the holder (since the volume was opened here).
+	Forwarded int64 `json:"forwarded"`
+	Applied   int64 `json:"appliedForOthers"`
 }
 
 // states reports the mirror state of the volumes this node has open.
@@ -428,7 +433,8 @@ func (vs *volumes) states() map[string]VolumeState {
 	defer vs.mu.Unlock()
 	out := map[string]VolumeState{}
 	for name, ov := range vs.open {
-		out[name] = VolumeState{Stale: ov.vol.StaleChunks(), Down: ov.vol.Down()}
+		sent, applied := ov.vol.Forwarded()
+		out[name] = VolumeState{Stale: ov.vol.StaleChunks(), Down: ov.vol.Down(), Forwarded: sent, Applied: applied}
 	}
 	return out
 }

@@ -136,6 +136,7 @@ func (v *Volume) routeOnce(ctx context.Context, op Op) error {
 		cancel()
 		switch {
 		case err == nil:
+			v.sent.Add(1)
 			if !op.FUA {
 				v.fwd.note(h.node, op.Off>>v.shift, (op.Off+max(op.N, 1)-1)>>v.shift)
 			}
@@ -233,7 +234,18 @@ func (v *Volume) Apply(ctx context.Context, op Op) error {
 	if !v.writer() {
 		return fmt.Errorf("%w: %s", ErrFenced, v.spec.Name)
 	}
-	return v.apply(ctx, op, claimFrom{})
+	err := v.apply(ctx, op, claimFrom{})
+	if err == nil {
+		v.applied.Add(1)
+	}
+	return err
+}
+
+// Forwarded returns how many of this node's clients' ops it forwarded to
+// the claim's holder, and how many ops forwarded by other nodes it
+// applied, since the volume was opened here.
+func (v *Volume) Forwarded() (sent, applied int64) {
+	return v.sent.Load(), v.applied.Load()
 }
 
 // forwarded records the ops a node forwarded without FUA and has not

@@ -121,6 +121,8 @@ type Volume struct {
 	applyMu  sync.Mutex                                  // orders Apply's refusals with the ops it admits
 	applying atomic.Int64                                // forwarded ops being applied
 	handoff  atomic.Pointer[claimHolder]                 // set by a refusal: the claim the next own write waits to see replaced
+	sent     atomic.Int64                                // ops forwarded to the holder
+	applied  atomic.Int64                                // forwarded ops applied here
 	claimMu  sync.Mutex                                  // serialises claims
 	owners   atomic.Pointer[[]atomic.Pointer[[]*mirror]] // per chunk, computed lazily
 	locks    [256]sync.RWMutex                           // chunk stripes: I/O shares, resync excludes

@@ -249,26 +249,37 @@ func TestVolumeTwoWritersAtOnce(t *testing.T) {
 		t.Fatalf("volume info: %v: %s", err, info)
 	}
 	t.Logf("claim %d, held by %s", claim, holder)
+	var sent, applied int64
+	for _, vs := range volumeStates(t, c) {
+		sent += vs["shared"].Forwarded
+		applied += vs["shared"].AppliedForOthers
+	}
+	if sent == 0 || applied == 0 {
+		t.Errorf("admin status counts %d writes forwarded and %d applied for other nodes: one client's writes should have gone through the other's node", sent, applied)
+	}
+	t.Logf("%d writes forwarded, %d applied for other nodes", sent, applied)
 	if claim > 2 {
 		t.Errorf("the claim moved %d times while two clients wrote: they took it from each other", claim)
 	}
 }
 
+// volState is a node's view of one of its open volumes in `admin status`.
+type volState struct {
+	Stale            map[string]int
+	Down             []string
+	Forwarded        int64 // writes of its clients sent to the claim's holder
+	AppliedForOthers int64 // writes of other nodes' clients applied as the holder
+}
+
 // volumeStates is every node's view of its open volumes in `admin status`
 // (by node ID, then volume).
-func volumeStates(t *testing.T, c *localcluster.Cluster) map[string]map[string]struct {
-	Stale map[string]int
-	Down  []string
-} {
+func volumeStates(t *testing.T, c *localcluster.Cluster) map[string]map[string]volState {
 	t.Helper()
 	var st []struct {
 		Node   struct{ ID string }
 		Status struct {
 			Extra struct {
-				Volumes map[string]struct {
-					Stale map[string]int
-					Down  []string
-				}
+				Volumes map[string]volState
 			}
 		}
 	}
@@ -285,10 +296,7 @@ func volumeStates(t *testing.T, c *localcluster.Cluster) map[string]map[string]s
 		}
 		break
 	}
-	out := map[string]map[string]struct {
-		Stale map[string]int
-		Down  []string
-	}{}
+	out := map[string]map[string]volState{}
 	for _, n := range st {
 		out[n.Node.ID] = n.Status.Extra.Volumes
 	}
