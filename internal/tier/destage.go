@@ -365,26 +365,46 @@ func (d *destager) compact() error {
 	// other dropped as done. The other way round, a delete done and
 	// dropped from the main journal could come back from the deletes
 	// journal over a newer write of its key.
+	var dels []Record
 	if err := d.dj.rewrite(func() []Record {
 		d.mu.Lock()
 		defer d.mu.Unlock()
-		var recs []Record
+		dels = nil
 		for _, o := range d.ownedOps() {
 			if o.kind == KindDelete {
-				recs = append(recs, o.record())
+				dels = append(dels, o.record())
 			}
 		}
-		sort.Slice(recs, func(i, j int) bool { return recs[i].Seq < recs[j].Seq })
-		return recs
+		sort.Slice(dels, func(i, j int) bool { return dels[i].Seq < dels[j].Seq })
+		return dels
 	}); err != nil {
 		return err
 	}
 	return d.j.rewrite(func() []Record {
 		d.mu.Lock()
 		recs := []Record{{Kind: KindSeqMark, Seq: d.nextSeq, Time: time.Now()}}
+		live := map[uint64]bool{}
+		oldest := map[string]uint64{} // per key, its oldest live operation
 		for _, o := range d.ownedOps() {
+			live[o.seq] = true
+			if k := okey(o.bucket, o.key); oldest[k] == 0 || o.seq < oldest[k] {
+				oldest[k] = o.seq
+			}
 			recs = append(recs, o.record())
 			recs = append(recs, o.supersededRecords()...)
+		}
+		// A delete the deletes journal kept that finished (or was
+		// superseded) since its rewrite: its completion was appended to
+		// the journal being replaced, so it is written again here (unless
+		// an older operation of its key is still live, which the
+		// completion would drop at replay). Without it a restart would
+		// take the delete back from the deletes journal and send it to
+		// the backend again, over any newer write of its key destaged
+		// meanwhile.
+		for _, r := range dels {
+			if o := oldest[okey(r.Bucket, r.Key)]; !live[r.Seq] && (o == 0 || o > r.Seq) {
+				recs = append(recs, Record{Kind: KindDone, Seq: r.Seq, Time: time.Now(), Bucket: r.Bucket, Key: r.Key})
+			}
 		}
 		for _, m := range d.replicas {
 			for _, o := range m {
