@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"strconv"
 	"sync"
@@ -95,12 +96,8 @@ func (v *Volume) route(ctx context.Context, op Op) error {
 	if size := v.size.Load(); op.Kind != OpFlush && (op.Off < 0 || op.N < 0 || op.Off+op.N > size) {
 		return fmt.Errorf("%w: [%d, +%d) beyond %d", ErrOutOfRange, op.Off, op.N, size)
 	}
-	v.own.Add(1)
+	defer v.ownOp()()
 	start := time.Now()
-	defer func() {
-		v.ownAt.Store(time.Now().UnixNano())
-		v.own.Add(-1)
-	}()
 	if h := v.handoff.Load(); h != nil {
 		// This node just handed the volume to the node that forwarded to
 		// it: let that node's claim reach the map rather than write on
@@ -116,6 +113,17 @@ func (v *Volume) route(ctx context.Context, op Op) error {
 			return err
 		}
 		v.awaitClaim(ctx, h, left)
+	}
+}
+
+// ownOp counts a client's op of this node (a write or a flush) as in
+// flight until the function it returns is called: while one is, or for
+// HoldIdle after the last, this node keeps the claim (see Apply).
+func (v *Volume) ownOp() func() {
+	v.own.Add(1)
+	return func() {
+		v.ownAt.Store(time.Now().UnixNano())
+		v.own.Add(-1)
 	}
 }
 
@@ -221,7 +229,7 @@ func (v *Volume) Apply(ctx context.Context, op Op) error {
 	}
 	v.applyMu.Lock()
 	if v.own.Load() == 0 && v.applying.Load() == 0 && time.Since(time.Unix(0, v.ownAt.Load())) > v.cfg.HoldIdle {
-		if v.handoff.Load() == nil {
+		if v.writer() && v.handoff.Load() == nil {
 			v.handoff.Store(v.holder.Load())
 			v.cfg.Logger.Info("this node's clients stopped writing the volume: handing it over to a node that forwards writes", "volume", v.spec.Name)
 		}
@@ -279,14 +287,7 @@ func (f *forwarded) pending() (map[string]uint64, map[int64]uint64) {
 	if len(f.nodes) == 0 {
 		return nil, nil
 	}
-	nodes, chunks := make(map[string]uint64, len(f.nodes)), make(map[int64]uint64, len(f.chunks))
-	for k, g := range f.nodes {
-		nodes[k] = g
-	}
-	for k, g := range f.chunks {
-		chunks[k] = g
-	}
-	return nodes, chunks
+	return maps.Clone(f.nodes), maps.Clone(f.chunks)
 }
 
 // done forgets what pending returned, unless an op added it again since.

@@ -115,7 +115,7 @@ type Volume struct {
 	epoch    atomic.Uint64                               // the writer epoch this node holds; 0: none
 	other    atomic.Bool                                 // another node has claimed the volume since this one did
 	holder   atomic.Pointer[claimHolder]                 // the latest claim the map showed
-	own      atomic.Int64                                // this node's clients' writes in flight
+	own      atomic.Int64                                // this node's clients' writes and flushes in flight
 	ownAt    atomic.Int64                                // unix ns of the end of their last write
 	fwd      forwarded                                   // writes forwarded and not flushed yet
 	applyMu  sync.Mutex                                  // orders Apply's refusals with the ops it admits
@@ -956,6 +956,7 @@ func (v *Volume) zero(ctx context.Context, claim claimFrom, off, n int64, fua, p
 // whose context ends while syncing fails without marking anything.
 // Writes this node forwarded to another (see forward.go) are flushed there.
 func (v *Volume) Flush(ctx context.Context) error {
+	defer v.ownOp()()
 	return errors.Join(v.flush(ctx), v.flushForwarded(ctx))
 }
 
