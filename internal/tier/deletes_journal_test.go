@@ -195,3 +195,84 @@ func TestBrokenDeletesJournalIsRepaired(t *testing.T) {
 	}
 	t.Fatalf("write-back deletes still fail 3s after the deletes journal failed an fsync: %v", err)
 }
+
+// gatedDeletes is a backend whose deletes wait for gate and count.
+type gatedDeletes struct {
+	backend.Backend
+	gate    chan struct{}
+	deletes atomic.Int64
+}
+
+func (b *gatedDeletes) Delete(ctx context.Context, key string) error {
+	<-b.gate
+	b.deletes.Add(1)
+	return b.Backend.Delete(ctx, key)
+}
+
+// TestDeleteDoneDuringCompaction: a delete that finishes while a journal
+// compaction is between its two rewrites (the deletes journal rewritten
+// with the delete still running, the main journal after it finished) is
+// not taken back from the deletes journal at the next start: nothing is
+// pending, and the backend gets no second delete.
+func TestDeleteDoneDuringCompaction(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	st := openStore(t, dir)
+	fsb, err := fs.New(backend.Spec{Kind: "fs", Path: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	be := &gatedDeletes{Backend: fsb, gate: make(chan struct{})}
+	cfg := Config{JournalDir: dir + "/journal", SpoolDir: dir + "/spool", CompactBytes: 1 << 40}
+	tr, err := New(ctx, cfg, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.AddBucket("wback", Bucket{Mode: ModeWriteback, Backend: be}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Delete(ctx, "wback", "gone"); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, func() bool { return tr.Backlog().Running == 1 }) // the delete waits at the gate
+	tr.d.betweenRewrites = func() {
+		jb := tr.Backlog().JournalBytes
+		close(be.gate)
+		// Done, and its completion appended to the main journal.
+		waitUntil(t, func() bool { b := tr.Backlog(); return b.Objects == 0 && b.Destaged == 1 && b.JournalBytes > jb })
+	}
+	if err := tr.d.compact(); err != nil {
+		t.Fatal(err)
+	}
+	tr.Close()
+
+	be.gate = make(chan struct{})
+	close(be.gate)
+	tr2, err := New(ctx, cfg, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr2.Close()
+	if err := tr2.AddBucket("wback", Bucket{Mode: ModeWriteback, Backend: be}); err != nil {
+		t.Fatal(err)
+	}
+	if b := tr2.Backlog(); b.Objects != 0 {
+		t.Errorf("after the restart %d operations are pending: the finished delete came back from the deletes journal", b.Objects)
+	}
+	if err := tr2.WaitDestaged(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := be.deletes.Load(); n != 1 {
+		t.Errorf("the backend got %d deletes, want 1", n)
+	}
+}
+
+// waitUntil polls cond for up to 10 s.
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached in 10s")
+		}
+	}
+}

@@ -103,6 +103,10 @@ type destager struct {
 
 	undelivered map[string]notice // notices replica holders missed, by holder and key (journaled)
 
+	// betweenRewrites, if set (tests), runs in compact after the deletes
+	// journal's rewrite and before the main journal's.
+	betweenRewrites func()
+
 	wg sync.WaitGroup
 }
 
@@ -379,6 +383,9 @@ func (d *destager) compact() error {
 		return dels
 	}); err != nil {
 		return err
+	}
+	if d.betweenRewrites != nil {
+		d.betweenRewrites()
 	}
 	return d.j.rewrite(func() []Record {
 		d.mu.Lock()
