@@ -36,10 +36,7 @@ func TestDamagedDeleteRecordIsRecovered(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
 	st := openStore(t, dir)
-	fsb, err := fs.New(backend.Spec{Kind: "fs", Path: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	fsb := fsBackend(t)
 	be := &refusingDeletes{Backend: fsb}
 	if _, err := be.Put(ctx, "gone", bytes.NewReader([]byte("old")), 3, backend.PutAttrs{}); err != nil {
 		t.Fatal(err)
@@ -196,6 +193,16 @@ func TestBrokenDeletesJournalIsRepaired(t *testing.T) {
 	t.Fatalf("write-back deletes still fail 3s after the deletes journal failed an fsync: %v", err)
 }
 
+// fsBackend is a filesystem backend in a temporary directory.
+func fsBackend(t *testing.T) backend.Backend {
+	t.Helper()
+	b, err := fs.New(backend.Spec{Kind: "fs", Path: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 // gatedDeletes is a backend whose deletes wait for gate and count.
 type gatedDeletes struct {
 	backend.Backend
@@ -218,10 +225,7 @@ func TestDeleteDoneDuringCompaction(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
 	st := openStore(t, dir)
-	fsb, err := fs.New(backend.Spec{Kind: "fs", Path: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	fsb := fsBackend(t)
 	be := &gatedDeletes{Backend: fsb, gate: make(chan struct{})}
 	cfg := Config{JournalDir: dir + "/journal", SpoolDir: dir + "/spool", CompactBytes: 1 << 40}
 	tr, err := New(ctx, cfg, st)
