@@ -24,7 +24,8 @@ import (
 // writing at once through two nodes share it. A holder that cannot be
 // reached is claimed from, as before. A write fenced because another
 // node claimed the volume meanwhile is sent again, to the new holder or
-// here, while its client still waits for it; a claim names the claim it
+// here, while its client still waits for it (rerouteWithin); a claim
+// names the claim it
 // takes the volume from (Claims), so two nodes that decide to claim at
 // once do not take it from each other in turn. Reads never move: every
 // node reads the mirrors itself.
