@@ -69,7 +69,7 @@ func TestDispatch(t *testing.T) {
 		b, k, _ := h.route(r)
 		rq := &request{Request: r, bucket: b, key: k, q: r.URL.Query(), auth: &sigv4.Result{Size: tt.size, Body: r.Body}, body: &errRecorder{r: r.Body}}
 		if err := h.dispatch(w, rq); err != nil {
-			h.writeError(w, r, err)
+			h.writeError(w, r, err, rq.body.read)
 		}
 		code := ""
 		if s := w.Body.String(); strings.Contains(s, "<Code>") {

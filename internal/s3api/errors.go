@@ -160,29 +160,34 @@ const (
 	drainWait  = 10 * time.Second
 )
 
-func drainBody(w http.ResponseWriter, r *http.Request) {
+// drainBody reads what is left of a refused upload's body; read says
+// whether the handler read some of it already.
+func drainBody(w http.ResponseWriter, r *http.Request, read bool) {
 	if r.Body == nil || r.Body == http.NoBody || r.ContentLength > drainLimit {
 		return
 	}
-	if strings.EqualFold(r.Header.Get("Expect"), "100-continue") {
+	if strings.EqualFold(r.Header.Get("Expect"), "100-continue") && !read {
 		// Reading would send 100 Continue and have the client upload a
 		// body only to throw it away; unread, the server answers at once
-		// and closes the connection instead.
+		// and closes the connection instead. Once the handler has read
+		// some of it (a gateway forwarding it to the owner), 100 Continue
+		// is sent and the client is sending: the rest is drained.
 		return
 	}
 	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(drainWait))
 	_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, drainLimit))
 }
 
-// writeError sends err as an S3 error response.
-func (h *handler) writeError(w http.ResponseWriter, r *http.Request, err error) {
+// writeError sends err as an S3 error response; bodyRead says whether the
+// handler read some of the request's body (see drainBody).
+func (h *handler) writeError(w http.ResponseWriter, r *http.Request, err error, bodyRead bool) {
 	e := toAPIError(err)
 	if e.Status >= 500 {
 		h.log.Warn("s3 request failed", "method", r.Method, "path", r.URL.Path, "code", e.Code, "err", err)
 	} else {
 		h.log.Debug("s3 request refused", "method", r.Method, "path", r.URL.Path, "code", e.Code, "err", err)
 	}
-	drainBody(w, r)
+	drainBody(w, r, bodyRead)
 	hdr := w.Header()
 	for _, k := range []string{"Content-Length", "Content-Range", "ETag", "Last-Modified", "Accept-Ranges"} {
 		if k == "Content-Range" && e.Status == http.StatusRequestedRangeNotSatisfiable {

@@ -87,11 +87,13 @@ type request struct {
 // handler reports the body's problem (bad signature, short body) rather than
 // whatever the storage layer made of it.
 type errRecorder struct {
-	r   io.Reader
-	err error
+	r    io.Reader
+	err  error
+	read bool // Read was called: an Expect: 100-continue was answered
 }
 
 func (e *errRecorder) Read(p []byte) (int, error) {
+	e.read = true
 	n, err := e.r.Read(p)
 	if err != nil && err != io.EOF && e.err == nil {
 		e.err = err
@@ -133,13 +135,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	res, err := h.verifier.Verify(r, rq.q, vb)
 	if err != nil {
-		h.writeError(w, r, err)
+		h.writeError(w, r, err, false)
 		return
 	}
 	rq.auth = res
 	rq.body = &errRecorder{r: res.Body}
 	if err := h.dispatch(w, rq); err != nil {
-		h.writeError(w, r, rq.bodyErr(err))
+		h.writeError(w, r, rq.bodyErr(err), rq.body.read)
 	}
 }
 
