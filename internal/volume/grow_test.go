@@ -27,11 +27,12 @@ func TestGrowInPlace(t *testing.T) {
 	if err := v.WriteAt(ctx, []byte("new!!"), 0, false); err != nil { // b misses it
 		t.Fatal(err)
 	}
-	var wg sync.WaitGroup
+	var wg, first sync.WaitGroup
 	stop := make(chan struct{})
+	first.Add(4)
 	for c := range int64(4) {
 		wg.Go(func() {
-			for {
+			for i := 0; ; i++ {
 				select {
 				case <-stop:
 					return
@@ -39,11 +40,18 @@ func TestGrowInPlace(t *testing.T) {
 				}
 				if err := v.WriteAt(ctx, []byte("w"), c*memCS+100, false); err != nil {
 					t.Error(err)
+					if i == 0 {
+						first.Done()
+					}
 					return
+				}
+				if i == 0 {
+					first.Done()
 				}
 			}
 		})
 	}
+	first.Wait() // every old chunk written while b is down, then Grow while writes go on
 	if err := v.Grow(2 * memCS); !errors.Is(err, ErrInvalidSpec) {
 		t.Errorf("shrinking: %v, want ErrInvalidSpec", err)
 	}
