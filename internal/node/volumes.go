@@ -45,6 +45,10 @@ type volumes struct {
 	// sync catches this node's map up with the leader's before a volume
 	// is opened (nil: no-op).
 	sync func(ctx context.Context) error
+	// electionWait is how long Lookup waits for a leader when there is
+	// none (an election, after the leader stopped) before it refuses to
+	// open a volume.
+	electionWait time.Duration
 	// born is when this node's volume state began (zero: unknown, older).
 	born time.Time
 
@@ -104,7 +108,15 @@ func (vs *volumes) replica(m *cluster.Map, id string) volume.Replica {
 // it was down. If the leader cannot be asked, the volume is not opened.
 func (vs *volumes) Lookup(ctx context.Context, name string) (nbd.Device, error) {
 	if vs.sync != nil {
-		if err := vs.sync(ctx); err != nil {
+		err := vs.sync(ctx)
+		for until := time.Now().Add(vs.electionWait); errors.Is(err, cluster.ErrNoLeader) && time.Now().Before(until); err = vs.sync(ctx) {
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+		if err != nil {
 			return nil, fmt.Errorf("volume %q: this node's map may be behind, and the leader could not be asked: %w", name, err)
 		}
 	}

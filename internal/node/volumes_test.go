@@ -252,20 +252,28 @@ func testVolumes(t *testing.T, m *cluster.Map) *volumes {
 // TestLookupWaitsForTheLeadersMap: a volume is opened from a map caught up
 // with the leader's, so that it knows every stale mark (a node that just
 // restarted may not have applied the latest yet); with no leader to ask,
-// it is not opened at all.
+// it waits for an election (electionWait), and is not opened if none
+// ends.
 func TestLookupWaitsForTheLeadersMap(t *testing.T) {
 	ctx := context.Background()
 	m := cluster.NewMap()
 	vs := testVolumes(t, m)
+	vs.electionWait = 300 * time.Millisecond
 	vs.sync = func(context.Context) error { return cluster.ErrNoLeader }
 	m.Volumes["v"] = cluster.VolumeSpec{Name: "v", Size: 1 << 20, ChunkSize: 4096, Copies: 1, ID: "01", Nodes: []string{"a"}}
-	if _, err := vs.Lookup(ctx, "v"); !errors.Is(err, cluster.ErrNoLeader) {
-		t.Fatalf("Lookup with no leader to ask: %v, want ErrNoLeader", err)
+	start := time.Now()
+	if _, err := vs.Lookup(ctx, "v"); !errors.Is(err, cluster.ErrNoLeader) || time.Since(start) < vs.electionWait {
+		t.Fatalf("Lookup with no leader to ask: %v after %v, want ErrNoLeader after %v", err, time.Since(start), vs.electionWait)
 	}
 	synced := 0
-	vs.sync = func(context.Context) error { synced++; return nil }
-	if _, err := vs.Lookup(ctx, "v"); err != nil || synced != 1 {
-		t.Fatalf("Lookup: %v, after %d catch-ups (want 1)", err, synced)
+	vs.sync = func(context.Context) error {
+		if synced++; synced < 3 { // an election in progress
+			return cluster.ErrNoLeader
+		}
+		return nil
+	}
+	if _, err := vs.Lookup(ctx, "v"); err != nil || synced != 3 {
+		t.Fatalf("Lookup during an election: %v, after %d catch-ups (want 3)", err, synced)
 	}
 }
 
