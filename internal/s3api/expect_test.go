@@ -16,21 +16,18 @@ import (
 	"github.com/slipstream-io/slipstream/internal/s3api/s3mem"
 )
 
-// TestRefusedUploadWithExpectContinue: a PUT with Expect: 100-continue
-// that is refused before its body is read (here: no such bucket) is
-// answered at once with the error, not with 100 Continue, which would
-// have the client send the whole body only for it to be thrown away.
-func TestRefusedUploadWithExpectContinue(t *testing.T) {
-	e := newEnv(t, envOpts{})
-	body := make([]byte, 1<<20)
-	r := e.rawRequest(http.MethodPut, "/nosuchbucket/k", "", body, "UNSIGNED-PAYLOAD", map[string]string{"Expect": "100-continue"})
+// sendHead dials e's server and sends the head of the PUT r, whose body
+// of n bytes the caller sends (or not); the connection closes with the
+// test.
+func sendHead(t *testing.T, e *env, r *http.Request, n int) net.Conn {
+	t.Helper()
 	c, err := net.Dial("tcp", strings.TrimPrefix(e.srv.URL, "http://"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { c.Close() })
 	var b strings.Builder
-	fmt.Fprintf(&b, "PUT %s HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\n", r.URL.RequestURI(), r.Host, len(body))
+	fmt.Fprintf(&b, "PUT %s HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\n", r.URL.RequestURI(), r.Host, n)
 	for k, vs := range r.Header {
 		for _, v := range vs {
 			fmt.Fprintf(&b, "%s: %s\r\n", k, v)
@@ -40,6 +37,18 @@ func TestRefusedUploadWithExpectContinue(t *testing.T) {
 	if _, err := c.Write([]byte(b.String())); err != nil {
 		t.Fatal(err)
 	}
+	return c
+}
+
+// TestRefusedUploadWithExpectContinue: a PUT with Expect: 100-continue
+// that is refused before its body is read (here: no such bucket) is
+// answered at once with the error, not with 100 Continue, which would
+// have the client send the whole body only for it to be thrown away.
+func TestRefusedUploadWithExpectContinue(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	body := make([]byte, 1<<20)
+	r := e.rawRequest(http.MethodPut, "/nosuchbucket/k", "", body, "UNSIGNED-PAYLOAD", map[string]string{"Expect": "100-continue"})
+	c := sendHead(t, e, r, len(body))
 	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	resp, err := http.ReadResponse(bufio.NewReader(c), r)
 	if err != nil {
@@ -76,22 +85,7 @@ func TestRefusedUploadAfterContinue(t *testing.T) {
 	}
 	body := make([]byte, 8<<20)
 	r := e.rawRequest(http.MethodPut, "/full/k", "", body, "UNSIGNED-PAYLOAD", map[string]string{"Expect": "100-continue"})
-	c, err := net.Dial("tcp", strings.TrimPrefix(e.srv.URL, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	var b strings.Builder
-	fmt.Fprintf(&b, "PUT %s HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\n", r.URL.RequestURI(), r.Host, len(body))
-	for k, vs := range r.Header {
-		for _, v := range vs {
-			fmt.Fprintf(&b, "%s: %s\r\n", k, v)
-		}
-	}
-	b.WriteString("\r\n")
-	if _, err := c.Write([]byte(b.String())); err != nil {
-		t.Fatal(err)
-	}
+	c := sendHead(t, e, r, len(body))
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 	br := bufio.NewReader(c)
 	cont, err := http.ReadResponse(br, r)
