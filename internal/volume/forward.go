@@ -108,7 +108,7 @@ func (v *Volume) route(ctx context.Context, op Op) error {
 	}
 	for {
 		h := v.holder.Load()
-		err := v.routeOnce(ctx, op)
+		err := v.routeOnce(ctx, h, op)
 		left := rerouteWithin - time.Since(start)
 		if v.cfg.Forward == nil || !errors.Is(err, ErrFenced) || ctx.Err() != nil || left <= 0 {
 			return err
@@ -136,9 +136,8 @@ func (v *Volume) ownOp() func() {
 // fails (EIO), as the fence intends.
 const rerouteWithin = 2 * time.Second
 
-// routeOnce applies op once.
-func (v *Volume) routeOnce(ctx context.Context, op Op) error {
-	h := v.holder.Load()
+// routeOnce applies op once, deciding on h, the latest claim known.
+func (v *Volume) routeOnce(ctx context.Context, h *claimHolder, op Op) error {
 	if v.forwardTo(h) {
 		fctx, cancel := v.opCtx(ctx)
 		err := v.cfg.Forward.Forward(fctx, h.node, v.key, op)
@@ -196,10 +195,7 @@ func (v *Volume) awaitClaim(ctx context.Context, h *claimHolder, d time.Duration
 // first (a client's op) or must fail with ErrNotWriter (a forwarded one).
 func (v *Volume) apply(ctx context.Context, op Op, claim claimFrom) error {
 	switch op.Kind {
-	case OpWrite:
-		if int64(len(op.Data)) != op.N {
-			return fmt.Errorf("%w: %d bytes of data for a write of %d", ErrOutOfRange, len(op.Data), op.N)
-		}
+	case OpWrite: // N is len(Data): WriteAt sets it so, h.apply checks forwarded ones
 		return v.writeAt(ctx, claim, op.Data, op.Off, op.FUA)
 	case OpZero:
 		return v.zero(ctx, claim, op.Off, op.N, op.FUA, op.Punch)
@@ -209,7 +205,8 @@ func (v *Volume) apply(ctx context.Context, op Op, claim claimFrom) error {
 	return fmt.Errorf("%w: unknown op %v", ErrOutOfRange, op.Kind)
 }
 
-// Apply applies an op another node forwarded (see Forwarder). A write or
+// Apply applies an op another node forwarded (see Forwarder; the handler
+// has checked that a write's N is len(Data)). A write or
 // zero is applied only while this node holds the claim and one of its
 // own clients wrote in the last HoldIdle (or is writing). If they did not,
 // it fails with ErrNotWriter, and the sender claims the volume itself; if
