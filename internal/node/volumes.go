@@ -196,7 +196,7 @@ func (vs *volumes) coordinator(key string) *volume.Volume {
 	vs.mu.Lock()
 	defer vs.mu.Unlock()
 	for _, ov := range vs.open {
-		if toVolumeSpec(ov.spec).Key() == key {
+		if ov.spec.Key() == key {
 			return ov.vol
 		}
 	}
