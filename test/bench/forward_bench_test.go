@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -58,7 +57,6 @@ func TestVolumeForwardCost(t *testing.T) {
 	fio(0, 0, 60, "--rw=write", "--bs=1m", "--time_based=0")
 	fio(0, half, 60, "--rw=write", "--bs=1m", "--time_based=0")
 
-	type run struct{ iops, mibps, p50, p99 float64 }
 	jobs := []struct {
 		label string
 		args  []string
@@ -75,7 +73,7 @@ func TestVolumeForwardCost(t *testing.T) {
 	md.WriteString("A 3-node local cluster, one copies=2 volume; two fio clients (nbd engine) write its two halves at once for 5 s. In one set-up both connect to node1, which holds the volume's claim; in the other the second client connects to node2, which forwards its writes to node1. The set-ups alternate, 3 rounds, median shown; the ratio is the median of the rounds' own ratios of the second client's IOPS, with their range. All on one 2-core machine.\n\n")
 	md.WriteString("| load | set-up | client 1 IOPS | client 2 IOPS | client 2 MiB/s | client 2 p50 | client 2 p99 | client 2 forwarded / through the holder |\n|---|---|---:|---:|---:|---:|---:|---|\n")
 	for _, j := range jobs {
-		first, second := map[int][]run{}, map[int][]run{}
+		first, second := map[int][]writeRun{}, map[int][]writeRun{}
 		for round := 0; round < 3; round++ {
 			for si, s := range setups {
 				var r1, r2 *loader.Result
@@ -83,29 +81,23 @@ func TestVolumeForwardCost(t *testing.T) {
 				wg.Go(func() { r1 = fio(0, 0, 5, j.args...) })
 				wg.Go(func() { r2 = fio(s.second, half, 5, j.args...) })
 				wg.Wait()
-				conv := func(r *loader.Result) run {
+				conv := func(r *loader.Result) writeRun {
 					tot := r.Main.Total
-					return run{tot.OpsPerSec, tot.BytesPerSec / (1 << 20), tot.Latency.P50, tot.Latency.P99}
+					return writeRun{iops: tot.OpsPerSec, mibps: tot.BytesPerSec / (1 << 20), p50: tot.Latency.P50, p99: tot.Latency.P99}
 				}
 				first[si] = append(first[si], conv(r1))
 				second[si] = append(second[si], conv(r2))
 			}
 		}
-		median := func(rs []run) run {
-			s := append([]run(nil), rs...)
-			sort.Slice(s, func(a, b int) bool { return s[a].iops < s[b].iops })
-			return s[len(s)/2]
-		}
 		var ratios []float64
 		for i := range second[1] {
 			ratios = append(ratios, second[1][i].iops/second[0][i].iops)
 		}
-		sort.Float64s(ratios)
 		for si, s := range setups {
-			r1, r2 := median(first[si]), median(second[si])
+			r1, r2 := medianRun(first[si]), medianRun(second[si]) // one block size: by MiB/s is by IOPS
 			ratio := "1.00"
 			if si == 1 {
-				ratio = fmt.Sprintf("**%.2f** (%.2f–%.2f)", ratios[len(ratios)/2], ratios[0], ratios[len(ratios)-1])
+				ratio = ratioRange(ratios)
 			}
 			line := fmt.Sprintf("| %s | %s | %.0f | %.0f | %.1f | %.2f ms | %.2f ms | %s |", j.label, s.label, r1.iops, r2.iops, r2.mibps, r2.p50, r2.p99, ratio)
 			fmt.Println(line)

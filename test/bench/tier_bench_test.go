@@ -171,6 +171,16 @@ const writeRunTime = 4 * time.Second
 
 type writeRun struct {
 	mibps, p50, p99, cpuPerMiB float64
+	iops                       float64 // fio runs
+}
+
+// ratioRange is the median of per-round ratios, bold, with their range:
+// on this shared machine a load's throughput moves between rounds by more
+// than the ratios being measured, so ratios are taken within a round.
+func ratioRange(rs []float64) string {
+	rs = slices.Clone(rs)
+	sort.Float64s(rs)
+	return fmt.Sprintf("**%.2f** (%.2f–%.2f)", rs[len(rs)/2], rs[0], rs[len(rs)-1])
 }
 
 // medianRun is the run of rs with the median throughput.
@@ -222,16 +232,13 @@ func writePaths(t *testing.T, net, root string, md *strings.Builder) {
 						p99: res.Main.Total.Latency.P99, cpuPerMiB: float64((nodesCPU(t, c) - cpu0).Milliseconds()) / mib})
 				}
 			}
-			// perRound is the median, with its range, of a / b measured in
-			// the same round: on this shared machine a path's throughput
-			// moves between rounds by more than the ratios being measured.
+			// perRound is ratioRange of a / b measured in the same round.
 			perRound := func(a, b string) string {
 				var rs []float64
 				for i := range min(len(runs[a]), len(runs[b])) {
 					rs = append(rs, runs[a][i].mibps/runs[b][i].mibps)
 				}
-				sort.Float64s(rs)
-				return fmt.Sprintf("**%.2f** (%.2f–%.2f)", rs[len(rs)/2], rs[0], rs[len(rs)-1])
+				return ratioRange(rs)
 			}
 			med := map[string]writeRun{}
 			for b, rs := range runs {
