@@ -145,8 +145,7 @@ func (vs *volumes) lookup(name string) (nbd.Device, error) {
 			ov.spec = spec
 			vs.open[spec.Name] = ov
 		}
-		ov.vol.NoteClaim(spec.Writer, spec.Epoch)
-		ov.vol.NoteStale(spec.StaleMarks())
+		noteMap(ov.vol, m, spec)
 		return ov.vol, nil
 	}
 	nodes := spec.Nodes
@@ -166,11 +165,13 @@ func (vs *volumes) lookup(name string) (nbd.Device, error) {
 		sm := staleMarks{m: vs.marks, name: spec.Name, id: spec.ID, self: vs.self, meta: vs.meta}
 		cfg.Marks, cfg.Claims, cfg.Writer, cfg.Epoch = sm, sm, spec.Writer, spec.Epoch
 		cfg.Forward = vs
+		cfg.MapVersion = func() uint64 { return vs.meta.Map().Version }
 	}
 	v, err := volume.Open(context.Background(), cfg)
 	if err != nil {
 		return nil, err
 	}
+	v.NoteVersion(m.Version)
 	if old, ok := vs.open[spec.Name]; ok {
 		old.vol.Close() // a deleted volume of the same name
 	}
@@ -179,13 +180,13 @@ func (vs *volumes) lookup(name string) (nbd.Device, error) {
 }
 
 // Forward implements volume.Forwarder over the chunk clients.
-func (vs *volumes) Forward(ctx context.Context, node, vol string, op volume.Op) error {
+func (vs *volumes) Forward(ctx context.Context, node, vol string, op volume.Op) (uint64, error) {
 	vs.mu.Lock()
 	r := vs.replica(vs.meta.Map(), node)
 	vs.mu.Unlock()
 	c, ok := r.(*volume.Client)
 	if !ok {
-		return fmt.Errorf("%w: %s is this node", volume.ErrNotWriter, node)
+		return 0, fmt.Errorf("%w: %s is this node", volume.ErrNotWriter, node)
 	}
 	return c.Forward(ctx, vol, op)
 }
@@ -387,6 +388,13 @@ func (vs *volumes) collect(ctx context.Context) {
 	}
 }
 
+// noteMap tells v the claim and stale marks of spec, its record in map m.
+func noteMap(v *volume.Volume, m *cluster.Map, spec cluster.VolumeSpec) {
+	v.NoteClaim(spec.Writer, spec.Epoch)
+	v.NoteStale(spec.StaleMarks())
+	v.NoteVersion(m.Version)
+}
+
 // noteStale passes the map's stale marks to the open volumes. A volume
 // the map lists this node as a writer of, which it does not have open (it
 // restarted), is opened: it resynchronises the chunks its stale map holds
@@ -400,8 +408,7 @@ func (vs *volumes) noteStale(ctx context.Context, m *cluster.Map) {
 		ov, ok := vs.open[name]
 		switch {
 		case ok && spec.ID == ov.spec.ID:
-			ov.vol.NoteClaim(spec.Writer, spec.Epoch)
-			ov.vol.NoteStale(spec.StaleMarks())
+			noteMap(ov.vol, m, spec)
 		case spec.MarkedBy(vs.self):
 			reopen = append(reopen, name)
 		case spec.Writer == vs.self && len(spec.Stale) > 0:

@@ -480,10 +480,11 @@ func TestVolumeExtents(t *testing.T) {
 // marks is an in-memory StaleMarks (the cluster map's role); as gives a
 // volume's view, which marks as its node.
 type marks struct {
-	mu    sync.Mutex
-	stale map[string][]string // mirror -> writers
-	fail  error               // answer every call with this (a cluster without quorum)
-	calls int
+	mu      sync.Mutex
+	stale   map[string][]string // mirror -> writers
+	fail    error               // answer every call with this (a cluster without quorum)
+	calls   int
+	version uint64 // the map's version: raised by every change
 }
 
 type marksAs struct {
@@ -523,6 +524,7 @@ func (m *marks) setLocked(mirror, writer string, stale bool) {
 	if m.stale == nil {
 		m.stale = map[string][]string{}
 	}
+	m.version++
 	ws := slices.DeleteFunc(m.stale[mirror], func(w string) bool { return w == writer })
 	if stale {
 		ws = append(ws, writer)
@@ -540,6 +542,22 @@ func (m *marks) list() []string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return slices.Sorted(maps.Keys(m.stale))
+}
+
+// ver returns the map's version (volume.Config.MapVersion).
+func (m *marks) ver() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.version
+}
+
+// snapshot returns the marks as byWriter and the version they are of.
+func (m *marks) snapshot() (map[string][]string, uint64) {
+	m.mu.Lock()
+	ver := m.version
+	m.mu.Unlock()
+	// A change in between only makes the marks newer than ver.
+	return m.byWriter(), ver
 }
 
 // byWriter returns the marks as the cluster map hands them to a volume.

@@ -2,6 +2,7 @@ package volume
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -66,10 +67,11 @@ type Op struct {
 // Forwarder sends a volume's ops to another node.
 type Forwarder interface {
 	// Forward applies op to the volume vol (its Spec.Key) through the
-	// Volume open on node (Volume.Apply). It fails with ErrNotWriter if
-	// node does not write the volume, and with ErrFenced if another node
-	// claimed it while op ran.
-	Forward(ctx context.Context, node, vol string, op Op) error
+	// Volume open on node (Volume.Apply), and returns the map version
+	// holding the stale marks node had made by then (see marksver.go).
+	// It fails with ErrNotWriter if node does not write the volume, and
+	// with ErrFenced if another node claimed it while op ran.
+	Forward(ctx context.Context, node, vol string, op Op) (marksVer uint64, err error)
 }
 
 // claimHolder is a volume's claim as the cluster map showed it.
@@ -140,11 +142,12 @@ const rerouteWithin = 2 * time.Second
 func (v *Volume) routeOnce(ctx context.Context, h *claimHolder, op Op) error {
 	if v.forwardTo(h) {
 		fctx, cancel := v.opCtx(ctx)
-		err := v.cfg.Forward.Forward(fctx, h.node, v.key, op)
+		ver, err := v.cfg.Forward.Forward(fctx, h.node, v.key, op)
 		cancel()
 		switch {
 		case err == nil:
 			v.sent.Add(1)
+			raise(&v.needVer, ver)
 			if !op.FUA {
 				v.fwd.note(h.node, op.Off>>v.shift, (op.Off+max(op.N, 1)-1)>>v.shift)
 			}
@@ -215,15 +218,19 @@ func (v *Volume) apply(ctx context.Context, op Op, claim claimFrom) error {
 // claim the volume back from it). A flush needs no claim: it makes what
 // this node applied durable.
 //
+// It returns the map version that holds the stale marks this node has
+// made (see marksver.go).
+//
 // The refusal hands the volume over: no forwarded op is in flight here
 // then (a refusal waits for none), and this node's clients' next writes
 // wait, at most HoldIdle, for the sender's claim to reach the map and
 // then go to it. So no write is in flight under the old claim when the
 // new one fences it off, which would leave the mirrors that took it to
 // be resynchronised in full.
-func (v *Volume) Apply(ctx context.Context, op Op) error {
+func (v *Volume) Apply(ctx context.Context, op Op) (uint64, error) {
 	if op.Kind == OpFlush {
-		return v.flush(ctx)
+		err := v.flush(ctx)
+		return v.marksVer.Load(), err
 	}
 	v.applyMu.Lock()
 	if v.own.Load() == 0 && v.applying.Load() == 0 && time.Since(time.Unix(0, v.ownAt.Load())) > v.cfg.HoldIdle {
@@ -232,19 +239,19 @@ func (v *Volume) Apply(ctx context.Context, op Op) error {
 			v.cfg.Logger.Info("this node's clients stopped writing the volume: handing it over to a node that forwards writes", "volume", v.spec.Name)
 		}
 		v.applyMu.Unlock()
-		return fmt.Errorf("%w: %s", ErrNotWriter, v.spec.Name)
+		return 0, fmt.Errorf("%w: %s", ErrNotWriter, v.spec.Name)
 	}
 	v.applying.Add(1)
 	v.applyMu.Unlock()
 	defer v.applying.Add(-1)
 	if !v.writer() {
-		return fmt.Errorf("%w: %s", ErrFenced, v.spec.Name)
+		return 0, fmt.Errorf("%w: %s", ErrFenced, v.spec.Name)
 	}
 	err := v.apply(ctx, op, claimFrom{})
 	if err == nil {
 		v.applied.Add(1)
 	}
-	return err
+	return v.marksVer.Load(), err
 }
 
 // Forwarded returns how many of this node's clients' ops it forwarded to
@@ -316,8 +323,9 @@ func (v *Volume) flushForwarded(ctx context.Context) error {
 	synced := true
 	for node := range nodes {
 		fctx, cancel := v.opCtx(ctx)
-		err := v.cfg.Forward.Forward(fctx, node, v.key, Op{Kind: OpFlush})
+		ver, err := v.cfg.Forward.Forward(fctx, node, v.key, Op{Kind: OpFlush})
 		cancel()
+		raise(&v.needVer, ver)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -368,23 +376,25 @@ func (h *Handler) Coordinate(open func(vol string) *Volume) {
 	h.h.open.Store(&open)
 }
 
-// apply applies a forwarded op to the volume vol open here.
-func (h *handler) apply(ctx context.Context, vol string, op Op) error {
+// apply applies a forwarded op to the volume vol open here and returns
+// the map version holding its marks (Volume.Apply).
+func (h *handler) apply(ctx context.Context, vol string, op Op) (uint64, error) {
 	var v *Volume
 	if open := h.open.Load(); open != nil {
 		v = (*open)(vol)
 	}
 	if v == nil {
-		return fmt.Errorf("%w: volume %s is not open on this node", ErrNotWriter, vol)
+		return 0, fmt.Errorf("%w: volume %s is not open on this node", ErrNotWriter, vol)
 	}
 	if op.Kind == OpWrite && int64(len(op.Data)) != op.N {
-		return fmt.Errorf("%w: a write of %d bytes with %d bytes of data", ErrOutOfRange, op.N, len(op.Data))
+		return 0, fmt.Errorf("%w: a write of %d bytes with %d bytes of data", ErrOutOfRange, op.N, len(op.Data))
 	}
 	return v.Apply(ctx, op)
 }
 
 // forward serves POST /volume/{vol}/_forward?op=write|zero|flush&off=O&n=N[&fua=1][&punch=1]
-// (a write's body is its data), for clients without the chunk stream.
+// (a write's body is its data), for clients without the chunk stream; the
+// answer's headerMarks carries the map version holding the marks.
 func (h *handler) forward(w http.ResponseWriter, req *http.Request) {
 	q := req.URL.Query()
 	op := Op{FUA: q.Get("fua") == "1", Punch: q.Get("punch") == "1"}
@@ -422,16 +432,25 @@ func (h *handler) forward(w http.ResponseWriter, req *http.Request) {
 		}
 		op.Data = *b
 	}
-	if err := h.apply(req.Context(), req.PathValue("vol"), op); err != nil {
+	ver, err := h.apply(req.Context(), req.PathValue("vol"), op)
+	if err != nil {
 		httpError(w, err)
+		return
 	}
+	w.Header().Set(headerMarks, strconv.FormatUint(ver, 10))
 }
+
+// headerMarks carries, in the answer to a forwarded op, the map version
+// holding the stale marks of the node that applied it.
+const headerMarks = "X-Slipstream-Marks-Version"
 
 // Forward sends op to the volume vol open on the client's node (see
 // Forwarder), over a stream connection of its own: an op the node takes
 // long to apply (it waits for a mirror) does not hold up, or time out,
 // the chunk calls of the connections the node's replica is reached by.
-func (c *Client) Forward(ctx context.Context, vol string, op Op) error {
+// It returns the map version holding the node's stale marks (0 from a
+// node that does not tell).
+func (c *Client) Forward(ctx context.Context, vol string, op Op) (uint64, error) {
 	if c.fwd != nil {
 		r := &streamReq{op: opForward, vol: vol, chunk: int64(op.Kind), off: op.Off, n: op.N}
 		if op.FUA {
@@ -445,9 +464,11 @@ func (c *Client) Forward(ctx context.Context, vol string, op Op) error {
 		}
 		sc, err := c.fwd.conn(ctx)
 		if err != nil {
-			return err
+			return 0, err
 		}
-		return sc.do(ctx, r, nil)
+		var ver [8]byte
+		err = sc.do(ctx, r, ver[:])
+		return binary.BigEndian.Uint64(ver[:]), err
 	}
 	q := "op=" + op.Kind.String() + "&off=" + strconv.FormatInt(op.Off, 10) + "&n=" + strconv.FormatInt(op.N, 10)
 	if op.FUA {
@@ -460,5 +481,12 @@ func (c *Client) Forward(ctx context.Context, vol string, op Op) error {
 	if op.Kind == OpWrite {
 		body = op.Data
 	}
-	return c.do(ctx, http.MethodPost, c.url(vol, -1, "/_forward", q), body, nil)
+	resp, err := c.send(ctx, http.MethodPost, c.url(vol, -1, "/_forward", q), body)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	ver, _ := strconv.ParseUint(resp.Header.Get(headerMarks), 10, 64)
+	return ver, nil
 }

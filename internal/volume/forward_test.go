@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,17 +19,17 @@ import (
 // forwarder is the cluster's volume.Forwarder: a chunk client per node.
 type forwarder map[string]*volume.Client
 
-func (f forwarder) Forward(ctx context.Context, node, vol string, op volume.Op) error {
+func (f forwarder) Forward(ctx context.Context, node, vol string, op volume.Op) (uint64, error) {
 	c, ok := f[node]
 	if !ok {
-		return fmt.Errorf("no node %s", node)
+		return 0, fmt.Errorf("no node %s", node)
 	}
 	return c.Forward(ctx, vol, op)
 }
 
 // sharedCluster is three nodes whose volumes share one claim, learn of
-// claims as a map would tell them (every few ms), and forward to each
-// other.
+// claims and stale marks as a map would tell them (every few ms), and
+// forward to each other.
 type sharedCluster struct {
 	t      *testing.T
 	spec   volume.Spec
@@ -37,6 +39,7 @@ type sharedCluster struct {
 	fwd    forwarder
 	mu     sync.Mutex
 	vols   map[string]*volume.Volume
+	held   map[string]bool // nodes the map does not reach for now
 }
 
 func newSharedCluster(t *testing.T, spec volume.Spec) *sharedCluster {
@@ -48,7 +51,7 @@ func newSharedCluster(t *testing.T, spec volume.Spec) *sharedCluster {
 // plain HTTP requests).
 func newSharedClusterConns(t *testing.T, spec volume.Spec, streamConns int) *sharedCluster {
 	sc := &sharedCluster{t: t, spec: spec, nodes: map[string]*testNode{}, claims: &claimsMap{cas: true}, marks: &marks{},
-		fwd: forwarder{}, vols: map[string]*volume.Volume{}}
+		fwd: forwarder{}, vols: map[string]*volume.Volume{}, held: map[string]bool{}}
 	for _, id := range []string{"a", "b", "c"} {
 		sc.nodes[id] = startNode(t, id)
 		c, err := volume.NewClientConfig(volume.ClientConfig{BaseURL: sc.nodes[id].url(), Timeout: time.Second, StreamConns: streamConns})
@@ -64,10 +67,18 @@ func newSharedClusterConns(t *testing.T, spec volume.Spec, streamConns int) *sha
 	go func() { // the map reaching every node
 		defer close(done)
 		for ctx.Err() == nil {
+			// The marks are read first: they are then at most as new as
+			// the version told with them.
+			stale, ver := sc.marks.snapshot()
 			w, e := sc.claims.get()
 			sc.mu.Lock()
-			for _, v := range sc.vols {
+			for id, v := range sc.vols {
+				if sc.held[id] {
+					continue
+				}
 				v.NoteClaim(w, e)
+				v.NoteStale(stale)
+				v.NoteVersion(ver)
 			}
 			sc.mu.Unlock()
 			time.Sleep(5 * time.Millisecond)
@@ -76,8 +87,21 @@ func newSharedClusterConns(t *testing.T, spec volume.Spec, streamConns int) *sha
 	return sc
 }
 
+// hold stops the map from reaching node id (its map falls behind), or
+// lets it reach it again.
+func (sc *sharedCluster) hold(id string, held bool) {
+	sc.mu.Lock()
+	sc.held[id] = held
+	sc.mu.Unlock()
+}
+
 // open opens the volume on node id, which then takes forwarded ops.
 func (sc *sharedCluster) open(id string, holdIdle time.Duration) *volume.Volume {
+	return sc.openWith(id, holdIdle, nil)
+}
+
+// openWith is open with the configuration changed by edit (if not nil).
+func (sc *sharedCluster) openWith(id string, holdIdle time.Duration, edit func(*volume.Config)) *volume.Volume {
 	var others []*testNode
 	for o, n := range sc.nodes {
 		if o != id {
@@ -87,7 +111,10 @@ func (sc *sharedCluster) open(id string, holdIdle time.Duration) *volume.Volume 
 	cfg := volumeConfig(sc.t, sc.spec, sc.t.TempDir(), sc.nodes[id], others...)
 	cfg.Marks, cfg.Claims, cfg.Stale = sc.marks.as(id), sc.claims.as(id), sc.marks.byWriter()
 	cfg.Writer, cfg.Epoch = sc.claims.get()
-	cfg.Forward, cfg.HoldIdle = sc.fwd, holdIdle
+	cfg.Forward, cfg.HoldIdle, cfg.MapVersion = sc.fwd, holdIdle, sc.marks.ver
+	if edit != nil {
+		edit(&cfg)
+	}
 	v := openConfig(sc.t, cfg)
 	sc.nodes[id].h.Coordinate(func(key string) *volume.Volume {
 		if key == v.Spec().Key() {
@@ -324,4 +351,116 @@ func TestFlushReachesTheHolder(t *testing.T) {
 	if w := holder(); w != "b" {
 		t.Errorf("a write beyond the end moved the claim to %q", w)
 	}
+}
+
+// cutReplica is a replica that one volume cannot reach while cut is set
+// (a partial partition: other nodes still reach it).
+type cutReplica struct {
+	volume.Replica
+	cut *atomic.Bool
+}
+
+var errCut = errors.New("cut off")
+
+func (r cutReplica) ReadAt(ctx context.Context, vol string, c int64, p []byte, off int64) error {
+	if r.cut.Load() {
+		return fmt.Errorf("%w: %w", volume.ErrReplicaError, errCut)
+	}
+	return r.Replica.ReadAt(ctx, vol, c, p, off)
+}
+
+func (r cutReplica) WriteAt(ctx context.Context, vol string, e uint64, c int64, p []byte, off int64, sync bool) error {
+	if r.cut.Load() {
+		return fmt.Errorf("%w: %w", volume.ErrReplicaError, errCut)
+	}
+	return r.Replica.WriteAt(ctx, vol, e, c, p, off, sync)
+}
+
+func (r cutReplica) Zero(ctx context.Context, vol string, e uint64, c int64, off, n int64, punch bool) error {
+	if r.cut.Load() {
+		return fmt.Errorf("%w: %w", volume.ErrReplicaError, errCut)
+	}
+	return r.Replica.Zero(ctx, vol, e, c, off, n, punch)
+}
+
+func (r cutReplica) Sync(ctx context.Context, vol string, cs []int64) error {
+	if r.cut.Load() {
+		return fmt.Errorf("%w: %w", volume.ErrReplicaError, errCut)
+	}
+	return r.Replica.Sync(ctx, vol, cs)
+}
+
+func (r cutReplica) Ping(ctx context.Context) error {
+	if r.cut.Load() {
+		return fmt.Errorf("%w: %w", volume.ErrReplicaError, errCut)
+	}
+	return r.Replica.Ping(ctx)
+}
+
+// TestReadsWaitForTheHoldersMarks: a client writes through c, which
+// forwards its writes to a, the holder of the claim. a cannot reach c's
+// mirror (a partial partition), so a write lands on a's mirror only and
+// a marks c's stale; c's map is behind and does not show the mark yet.
+// c's client then reads what it wrote. c must not read its own mirror as
+// current: the read waits for c's map to show the mark, fails if it does
+// not in time, and reads the write from a once it does. Over the chunk
+// stream and over plain HTTP requests.
+func TestReadsWaitForTheHoldersMarks(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		conns int
+	}{{"stream", 0}, {"http", -1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			const chunk = 1 << 20
+			sc := newSharedClusterConns(t, volume.Spec{Name: "marks", Size: 8 * chunk, ChunkSize: chunk, Copies: 2, ID: "f4"}, tc.conns)
+			var cut atomic.Bool
+			va := sc.openWith("a", time.Minute, func(cfg *volume.Config) {
+				cfg.Replicas["c"] = cutReplica{cfg.Replicas["c"], &cut}
+			})
+			vc := sc.open("c", time.Minute)
+			ctx := context.Background()
+			k := chunkOn(t, va, "a", "c")
+			off := k * chunk
+			if err := va.WriteAt(ctx, block('a', 0, 0), 0, true); err != nil { // a holds the claim
+				t.Fatal(err)
+			}
+			time.Sleep(30 * time.Millisecond) // the map reaches c
+			if err := vc.WriteAt(ctx, block('c', 0, 0), off, true); err != nil {
+				t.Fatal(err)
+			}
+			sc.hold("c", true)
+			cut.Store(true)
+			if err := vc.WriteAt(ctx, block('c', 0, 1), off, true); err != nil {
+				t.Fatalf("write forwarded to a while a cannot reach c: %v", err)
+			}
+			if sent, _ := vc.Forwarded(); sent != 2 {
+				t.Fatalf("c forwarded %d writes, want 2", sent)
+			}
+			if !slices.Contains(sc.marks.list(), "c") {
+				t.Fatal("a did not mark c's mirror stale")
+			}
+			got := make([]byte, 4096)
+			start := time.Now()
+			err := vc.ReadAt(ctx, got, off)
+			if !errors.Is(err, volume.ErrNoMirror) {
+				t.Fatalf("read through c, whose map does not show the mark: %v (%s), want ErrNoMirror", err, describe(got))
+			}
+			t.Logf("the read failed after %v: %v", time.Since(start).Round(time.Millisecond), err)
+			time.AfterFunc(100*time.Millisecond, func() { sc.hold("c", false) })
+			if err := vc.ReadAt(ctx, got, off); err != nil {
+				t.Fatalf("read through c once its map shows the mark: %v", err)
+			}
+			if want := block('c', 0, 1); !bytes.Equal(got, want) {
+				t.Fatalf("c read %s, want its last write (round 1)", describe(got))
+			}
+		})
+	}
+}
+
+// describe tells which block() a 4 KiB block holds.
+func describe(b []byte) string {
+	if len(b) < 24 {
+		return "short block"
+	}
+	return fmt.Sprintf("writer %q block %d round %d", b[0], binary.BigEndian.Uint64(b[8:]), binary.BigEndian.Uint64(b[16:]))
 }

@@ -420,36 +420,11 @@ func (c *Client) url(vol string, chunk int64, suffix, query string) string {
 }
 
 func (c *Client) do(ctx context.Context, method, url string, body []byte, into []byte) error {
-	var rd io.Reader
-	if body != nil {
-		rd = bytes.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, url, rd)
+	resp, err := c.send(ctx, method, url, body)
 	if err != nil {
 		return err
 	}
-	for k, vs := range c.header {
-		req.Header[k] = vs
-	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrReplicaError, err)
-	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-		switch resp.StatusCode {
-		case http.StatusBadRequest:
-			return fmt.Errorf("%w: %s", ErrOutOfRange, strings.TrimSpace(string(msg)))
-		case http.StatusInsufficientStorage:
-			return fmt.Errorf("%w: %s", ErrNoSpace, strings.TrimSpace(string(msg)))
-		case http.StatusConflict:
-			return fmt.Errorf("%w: %s", ErrFenced, strings.TrimSpace(string(msg)))
-		case http.StatusMisdirectedRequest:
-			return fmt.Errorf("%w: %s", ErrNotWriter, strings.TrimSpace(string(msg)))
-		}
-		return fmt.Errorf("%w: %s %s: %s: %s", ErrReplicaError, method, url, resp.Status, strings.TrimSpace(string(msg)))
-	}
 	if into != nil {
 		if _, err := io.ReadFull(resp.Body, into); err != nil {
 			return fmt.Errorf("%w: reading body: %w", ErrReplicaError, err)
@@ -457,6 +432,42 @@ func (c *Client) do(ctx context.Context, method, url string, body []byte, into [
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
 	return nil
+}
+
+// send makes a request and returns its 200 OK answer, whose body the
+// caller closes; any other status is an error.
+func (c *Client) send(ctx context.Context, method, url string, body []byte) (*http.Response, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, rd)
+	if err != nil {
+		return nil, err
+	}
+	for k, vs := range c.header {
+		req.Header[k] = vs
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrReplicaError, err)
+	}
+	if resp.StatusCode == http.StatusOK {
+		return resp, nil
+	}
+	defer resp.Body.Close()
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+	switch resp.StatusCode {
+	case http.StatusBadRequest:
+		return nil, fmt.Errorf("%w: %s", ErrOutOfRange, strings.TrimSpace(string(msg)))
+	case http.StatusInsufficientStorage:
+		return nil, fmt.Errorf("%w: %s", ErrNoSpace, strings.TrimSpace(string(msg)))
+	case http.StatusConflict:
+		return nil, fmt.Errorf("%w: %s", ErrFenced, strings.TrimSpace(string(msg)))
+	case http.StatusMisdirectedRequest:
+		return nil, fmt.Errorf("%w: %s", ErrNotWriter, strings.TrimSpace(string(msg)))
+	}
+	return nil, fmt.Errorf("%w: %s %s: %s: %s", ErrReplicaError, method, url, resp.Status, strings.TrimSpace(string(msg)))
 }
 
 // ReadAt implements Replica.

@@ -60,6 +60,12 @@ type Config struct {
 	// holder still takes forwarded writes; after that a node that
 	// forwards claims the volume itself. Default 1s.
 	HoldIdle time.Duration
+	// MapVersion, if set, returns the version of the cluster map this
+	// node has applied; a mark recorded through Marks is in it once the
+	// call returns. The holder of the claim answers forwarded ops with
+	// the version holding its marks, and the forwarding node reads once
+	// it has noted that map (NoteVersion; see marksver.go).
+	MapVersion func() uint64
 }
 
 // Claims grants one node at a time the right to write a volume (the
@@ -123,6 +129,10 @@ type Volume struct {
 	handoff  atomic.Pointer[claimHolder]                 // set by a refusal: the claim the next own write waits to see replaced
 	sent     atomic.Int64                                // ops forwarded to the holder
 	applied  atomic.Int64                                // forwarded ops applied here
+	marksVer atomic.Uint64                               // a map version holding every mark this node recorded or noted
+	marksNew atomic.Bool                                 // NoteStale saw marks new to it since the last NoteVersion
+	needVer  atomic.Uint64                               // the highest marksVer the holders answered this node's forwarded ops with
+	noted    versionWait                                 // the version of the last map noted (NoteVersion)
 	claimMu  sync.Mutex                                  // serialises claims
 	owners   atomic.Pointer[[]atomic.Pointer[[]*mirror]] // per chunk, computed lazily
 	locks    [256]sync.RWMutex                           // chunk stripes: I/O shares, resync excludes
@@ -282,6 +292,9 @@ func Open(ctx context.Context, cfg Config) (*Volume, error) {
 		}
 	}
 	v.noteStale(cfg.Stale, true)
+	if len(cfg.Stale) > 0 {
+		v.noteMarked()
+	}
 	ctx, v.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	v.wg.Add(1)
 	go v.resyncLoop(ctx)
@@ -434,6 +447,9 @@ func (v *Volume) opCtx(ctx context.Context) (context.Context, context.CancelFunc
 
 // ReadAt implements nbd.Device.
 func (v *Volume) ReadAt(ctx context.Context, p []byte, off int64) error {
+	if err := v.awaitMarks(ctx); err != nil {
+		return err
+	}
 	return v.segments(off, int64(len(p)), func(s segment) error {
 		return v.readChunk(ctx, s.chunk, p[s.pos:s.pos+s.n], s.off)
 	})
@@ -488,6 +504,9 @@ type extentsReplica interface {
 // when it is in sync (mirrors write, trim and punch the same ranges);
 // chunks without one are reported as data, which is always correct.
 func (v *Volume) Extents(ctx context.Context, off, n int64) ([]nbd.Extent, error) {
+	if err := v.awaitMarks(ctx); err != nil {
+		return nil, err
+	}
 	var es []nbd.Extent
 	err := v.segments(off, n, func(s segment) error {
 		got := []nbd.Extent{{Length: s.n}}
@@ -1252,6 +1271,9 @@ func (v *Volume) record(ctx context.Context, m *mirror, write bool) {
 		}
 		m.shared.Store(stale)
 		m.listed.Store(stale)
+		if stale {
+			v.noteMarked()
+		}
 		if stale && m.lost.Load() {
 			m.lostMarked.Store(true)
 		}
@@ -1294,6 +1316,7 @@ func (v *Volume) recordLost(ctx context.Context, m *mirror) {
 	m.shared.Store(true)
 	m.listed.Store(true)
 	m.lostMarked.Store(true)
+	v.noteMarked()
 }
 
 // repaired ends m's loss: every chunk of it has been resynchronised.
@@ -1371,6 +1394,7 @@ func (v *Volume) noteStale(marks map[string][]string, atOpen bool) {
 			v.stale.markAll(id, noted)
 			m.noted.Store(noted)
 			m.coverEpoch = v.epoch.Load()
+			v.marksNew.Store(true)
 			v.cfg.Logger.Warn("a mirror missed writes made through another node: not read until resynchronised",
 				"volume", v.spec.Name, "node", id, "writers", others)
 			v.poke()

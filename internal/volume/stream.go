@@ -33,8 +33,9 @@ import (
 // off+n)), 4 sync (payload: chunk numbers, 8 bytes each), 5 fence (the
 // volume's epoch becomes at least epoch), 6 forward (an Op for the Volume
 // open on the node, see forward.go: chunk is its OpKind, off and n its
-// range in the volume, payload a write's data). Writes and zeroes carry
-// the writer's epoch (see fence.go). flags: 1 sync (FUA), 2 punch. status:
+// range in the volume, payload a write's data; an ok reply carries the
+// map version holding the node's stale marks, 8 bytes, see marksver.go).
+// Writes and zeroes carry the writer's epoch (see fence.go). flags: 1 sync (FUA), 2 punch. status:
 // 0 ok, 1 out of range / invalid, 2 other error, 3 out of space, 4 fenced,
 // 5 not the volume's writer (ErrNotWriter). A node that does not know op
 // 6 closes the stream; a forwarding node then claims the volume.
@@ -262,8 +263,10 @@ func (s *streamServer) handle(ctx context.Context, r *streamReq, pb *[]byte) {
 		}
 		err = s.h.r.Sync(ctx, r.vol, chunks)
 	case opForward:
-		err = s.h.apply(ctx, r.vol, Op{Kind: OpKind(r.chunk), Off: r.off, N: r.n, Data: r.payload,
+		var ver uint64
+		ver, err = s.h.apply(ctx, r.vol, Op{Kind: OpKind(r.chunk), Off: r.off, N: r.n, Data: r.payload,
 			FUA: r.flags&flagSync != 0, Punch: r.flags&flagPunch != 0})
+		rep.data = binary.BigEndian.AppendUint64(nil, ver)
 	}
 	status := uint32(statusOK)
 	if err != nil {
