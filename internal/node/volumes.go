@@ -85,13 +85,44 @@ func (vs *volumes) replica(m *cluster.Map, id string) volume.Replica {
 	if vs.secret != "" {
 		hdr = http.Header{peer.SecretHeader: {vs.secret}}
 	}
-	c, err := volume.NewClientConfig(volume.ClientConfig{BaseURL: base, Header: hdr, Dial: vs.dial})
+	c, err := volume.NewClientConfig(volume.ClientConfig{BaseURL: base, Header: hdr, Dial: vs.dialNode(id)})
 	if err != nil {
 		vs.log.Warn("volume replica client", "node", id, "err", err)
 		c = volume.NewClient(base, nil)
 	}
 	vs.clients[id] = c
 	return c
+}
+
+// dialNode dials node id at its intra addresses as the map shows them
+// now, in turn until one answers, rather than at the address its client
+// was made with (addr, dialed only while the map lists none): a node that
+// came back on other addresses (a new machine under the ID of a dead
+// one) is reached there, and one whose first interface is down through
+// another.
+func (vs *volumes) dialNode(id string) seclink.DialFunc {
+	dial := vs.dial
+	if dial == nil {
+		dial = (&net.Dialer{Timeout: 3 * time.Second}).DialContext
+	}
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		addrs := []string{addr}
+		if ni, ok := vs.meta.Map().Node(id); ok && len(ni.IntraAddrs) > 0 {
+			addrs = ni.IntraAddrs
+		}
+		var errs []error
+		for _, a := range addrs {
+			c, err := dial(ctx, network, a)
+			if err == nil {
+				return c, nil
+			}
+			errs = append(errs, err)
+			if ctx.Err() != nil {
+				break
+			}
+		}
+		return nil, errors.Join(errs...)
+	}
 }
 
 // Lookup implements nbd.Exports: it opens the volume once, with a replica

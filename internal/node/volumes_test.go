@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -364,4 +366,64 @@ func TestWipedNodeTreatsWrittenVolumesAsLost(t *testing.T) {
 		}
 	}
 	waitFor("old")
+}
+
+// TestVolumeClientsFollowTheMap: the chunk client of another node dials
+// that node where the map shows it now: at its new address once it came
+// back on other addresses (a new machine under a dead node's ID), and at
+// its second address while its first does not answer.
+func TestVolumeClientsFollowTheMap(t *testing.T) {
+	ctx := context.Background()
+	serve := func() (addr string, stop func()) {
+		vl, err := volume.NewLocal(volume.LocalConfig{Mountpaths: []string{t.TempDir()}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := volume.NewHandler(vl)
+		srv := &http.Server{Handler: h}
+		go func() { _ = srv.Serve(ln) }()
+		return ln.Addr().String(), func() { srv.Close(); h.Close(); vl.Close() }
+	}
+	deadAddr := func() string { // a port nothing listens on
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		return ln.Addr().String()
+	}()
+	old, stopOld := serve()
+	m := cluster.NewMap()
+	m.Nodes["b"] = cluster.NodeInfo{ID: "b", IntraAddrs: []string{old}}
+	vs := testVolumes(t, m)
+	vs.mu.Lock()
+	r := vs.replica(m, "b")
+	vs.mu.Unlock()
+	if err := r.WriteAt(ctx, "v", 0, 0, []byte("old"), 0, false); err != nil {
+		t.Fatalf("write to b at its first address: %v", err)
+	}
+	stopOld()
+	moved, stopMoved := serve()
+	defer stopMoved()
+	m.Nodes["b"] = cluster.NodeInfo{ID: "b", IntraAddrs: []string{deadAddr, moved}}
+	var err error
+	for range 3 { // the broken stream is found on the first call
+		if err = r.WriteAt(ctx, "v", 0, 0, []byte("new"), 0, false); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("write to b after it moved: %v", err)
+	}
+	got := make([]byte, 3)
+	if err := r.ReadAt(ctx, "v", 0, got, 0); err != nil || string(got) != "new" {
+		t.Fatalf("read from b after it moved: %q, %v", got, err)
+	}
+	if err := r.Ping(ctx); err != nil {
+		t.Fatalf("ping of b after it moved: %v", err)
+	}
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/slipstream-io/slipstream/internal/cluster"
+	"github.com/slipstream-io/slipstream/internal/config"
 	"github.com/slipstream-io/slipstream/internal/localcluster"
 	"github.com/slipstream-io/slipstream/internal/placement"
 	"github.com/slipstream-io/slipstream/internal/volume"
@@ -456,22 +457,32 @@ func TestVolumeDriveReplaced(t *testing.T) {
 	}
 	emptyMountpaths(t, c, 1)
 	startAgain(t, c, 1)
+	node2CopiedBack(t, c, name, 0x33, "node2's drive was replaced")
+}
+
+// node2CopiedBack checks a 32 MiB volume that node1 wrote with pattern,
+// of which node2 lost every chunk (what): every node reads the pattern at
+// once, node2 never serving its empty copy; node1 copies node2's chunks
+// back; and with node1 down, node2 reads the pattern.
+func node2CopiedBack(t *testing.T, c *localcluster.Cluster, name string, pattern byte, what string) {
+	t.Helper()
+	uri := func(i int) string { return fmt.Sprintf("nbd://%s/%s", c.Configs[i].NBD[0], name) }
 	for _, i := range []int{1, 0, 2} {
-		if msg := qemuRead(uri(i), 0, 32<<20, 0x33); msg != "" {
-			t.Fatalf("the volume through node%d after node2's drive was replaced: %s", i+1, msg)
+		if msg := qemuRead(uri(i), 0, 32<<20, pattern); msg != "" {
+			t.Fatalf("the volume through node%d after %s: %s", i+1, what, msg)
 		}
 	}
 	// node2 has the volume open (the read above) and knows its own
 	// mirror lost every chunk; once node1 has copied them back, node2
 	// learns it from the map. (The map alone can show no mark before
 	// node2 has made its own.)
-	waitFor(t, 60*time.Second, "node2 to be resynchronised", func() bool {
+	waitFor(t, 60*time.Second, "node2 to be resynchronised after "+what, func() bool {
 		st, open := volumeStates(t, c)["node2"][name]
 		return open && st.Stale["node2"] == 0 && len(clusterMap(t, c, 0).Volumes[name].Stale) == 0
 	})
 	c.Kill(0)
-	if msg := readsBack(uri(1), 32<<20, 0x33); msg != "" {
-		t.Fatalf("the volume through node2 once resynchronised, node1 down: %s", msg)
+	if msg := readsBack(uri(1), 32<<20, pattern); msg != "" {
+		t.Fatalf("the volume through node2 once resynchronised after %s, node1 (the writer) down: %s", what, msg)
 	}
 }
 
@@ -543,4 +554,48 @@ func readsBack(uri string, n int64, pattern byte) string {
 		}
 	}
 	return msg
+}
+
+// TestVolumeServerReplaced is the replacement of a dead server: node2
+// dies, is removed (`admin node rm`), and a new machine, with empty
+// drives and a data directory of its own, on another address, joins
+// under node2's ID. It holds none of the chunks node2 held, so it must
+// not serve them as current (zeros) before it has them: the node that
+// wrote the volume copies them back from the other mirrors, with no
+// client asking. Afterwards the volume reads back through the new node
+// with the writer down.
+func TestVolumeServerReplaced(t *testing.T) {
+	c := startCluster(t, localcluster.Spec{})
+	const name = "vol7"
+	volumeCmd(t, c, 0, "create", name, "--size", "32MiB", "--copies", "2", "--chunk", "4MiB")
+	uri := func(i int) string { return fmt.Sprintf("nbd://%s/%s", c.Configs[i].NBD[0], name) }
+	runTool(t, "qemu-io", "-f", "raw", "-c", "write -P 0x6c 0 32M", "-c", "flush", uri(0))
+
+	c.Kill(1)
+	waitFor(t, 30*time.Second, "the map to mark node2 down", func() bool {
+		return clusterMap(t, c, 0).Nodes["node2"].State == cluster.StateDown
+	})
+	admin(t, c, 0, "node", "rm", "node2")
+	// The new machine: empty drives and data directory, other addresses.
+	emptyMountpaths(t, c, 1)
+	if err := os.RemoveAll(c.Configs[1].DataDir); err != nil {
+		t.Fatal(err)
+	}
+	moved := func(addr string) string { return strings.Replace(addr, ".2:", ".12:", 1) }
+	err := c.Reconfigure(1, func(n *config.Node) {
+		n.Raft = moved(n.Raft)
+		for _, l := range [][]string{n.Public, n.Intra, n.NBD} {
+			for k := range l {
+				l[k] = moved(l[k])
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	startAgain(t, c, 1)
+	if got := clusterMap(t, c, 0).Nodes["node2"].IntraAddrs; len(got) == 0 || got[0] != c.Configs[1].Intra[0] {
+		t.Fatalf("node2's intra addresses in the map: %v, want %s first", got, c.Configs[1].Intra[0])
+	}
+	node2CopiedBack(t, c, name, 0x6c, "node2 was replaced by a new machine")
 }
