@@ -223,6 +223,9 @@ func printVolume(env Env, v node.VolumeInfo, asJSON bool) error {
 	}
 	fmt.Fprintf(env.Stdout, "volume %s: %s, %s, %s chunks (%d)\n", v.Name, humanBytes(v.Size), plural(v.Copies, "copy", "copies"), humanBytes(v.ChunkSize), v.Chunks)
 	fmt.Fprintf(env.Stdout, "placed on: %s\n", strings.Join(v.Nodes, ", "))
+	for _, id := range v.Removed {
+		fmt.Fprintf(env.Stdout, "WARNING: %s is no longer a member: its %d chunk copies are missing until a node joins under the ID %s (see docs/operations.md, replacing a dead server)\n", id, v.ChunksPerNode[id], id)
+	}
 	if v.Writer != "" {
 		fmt.Fprintf(env.Stdout, "written through: %s (claim %d; writes through other nodes go through it while its own clients write)\n", v.Writer, v.Epoch)
 	}

@@ -499,6 +499,10 @@ type VolumeInfo struct {
 	ChunksPerNode map[string]int64 `json:"chunksPerNode"`
 	// Placement lists, for the first chunks, the nodes holding each.
 	Placement [][]string `json:"placement,omitempty"`
+	// Removed lists the nodes the volume is placed on that are no longer
+	// members of the cluster: their chunks are a copy short until a node
+	// joins under that ID.
+	Removed []string `json:"removed,omitempty"`
 }
 
 // volumeInfo computes where the volume's chunks live.
@@ -509,6 +513,11 @@ func volumeInfo(m *cluster.Map, v cluster.VolumeSpec, nbdURLs map[string][]strin
 	}
 	spec := toVolumeSpec(v).WithDefaults()
 	info := VolumeInfo{VolumeSpec: v, Chunks: spec.Chunks(), ChunksPerNode: map[string]int64{}}
+	for _, id := range nodes {
+		if _, ok := m.Node(id); !ok {
+			info.Removed = append(info.Removed, id)
+		}
+	}
 	for i := int64(0); i < info.Chunks; i++ {
 		owners := placement.Owners(nodes, volume.ChunkName(v.Name, i), v.Copies)
 		for _, o := range owners {

@@ -427,3 +427,24 @@ func TestVolumeClientsFollowTheMap(t *testing.T) {
 		t.Fatalf("ping of b after it moved: %v", err)
 	}
 }
+
+// TestVolumeInfoNamesRemovedNodes: a node of the volume's set that the
+// map no longer lists is reported, with its chunk copies.
+func TestVolumeInfoNamesRemovedNodes(t *testing.T) {
+	m := cluster.NewMap()
+	for _, id := range []string{"a", "c"} {
+		m.Nodes[id] = cluster.NodeInfo{ID: id}
+	}
+	v := cluster.VolumeSpec{Name: "v", Size: 64 << 20, ChunkSize: 4 << 20, Copies: 2, ID: "01", Nodes: []string{"a", "b", "c"}}
+	info := volumeInfo(m, v, nil, 0)
+	if !slices.Equal(info.Removed, []string{"b"}) {
+		t.Fatalf("removed %v, want [b]", info.Removed)
+	}
+	if info.ChunksPerNode["b"] == 0 {
+		t.Error("no chunk copies counted on the removed node")
+	}
+	m.Nodes["b"] = cluster.NodeInfo{ID: "b"}
+	if info := volumeInfo(m, v, nil, 0); len(info.Removed) != 0 {
+		t.Errorf("removed %v once b is a member again", info.Removed)
+	}
+}

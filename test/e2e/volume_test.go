@@ -576,6 +576,9 @@ func TestVolumeServerReplaced(t *testing.T) {
 		return clusterMap(t, c, 0).Nodes["node2"].State == cluster.StateDown
 	})
 	admin(t, c, 0, "node", "rm", "node2")
+	if out := volumeCmd(t, c, 0, "info", name); !strings.Contains(out, "WARNING: node2 is no longer a member") {
+		t.Errorf("volume info does not say node2's chunk copies are missing:\n%s", out)
+	}
 	// The new machine: empty drives and data directory, other addresses.
 	emptyMountpaths(t, c, 1)
 	if err := os.RemoveAll(c.Configs[1].DataDir); err != nil {
