@@ -85,7 +85,7 @@ func (vs *volumes) replica(m *cluster.Map, id string) volume.Replica {
 	if vs.secret != "" {
 		hdr = http.Header{peer.SecretHeader: {vs.secret}}
 	}
-	c, err := volume.NewClientConfig(volume.ClientConfig{BaseURL: base, Header: hdr, Dial: vs.dialNode(id)})
+	c, err := volume.NewClientConfig(volume.ClientConfig{BaseURL: base, Header: hdr, Dial: vs.dialNode(id), Addrs: vs.addrsOf(id)})
 	if err != nil {
 		vs.log.Warn("volume replica client", "node", id, "err", err)
 		c = volume.NewClient(base, nil)
@@ -94,12 +94,20 @@ func (vs *volumes) replica(m *cluster.Map, id string) volume.Replica {
 	return c
 }
 
-// dialNode dials node id at its intra addresses as the map shows them
-// now, in turn until one answers, rather than at the address its client
-// was made with (addr, dialed only while the map lists none): a node that
-// came back on other addresses (a new machine under the ID of a dead
-// one) is reached there, and one whose first interface is down through
-// another.
+// addrsOf returns node id's intra addresses as the map shows them now:
+// its chunk client keeps a stream connection to each (multihoming).
+func (vs *volumes) addrsOf(id string) func() []string {
+	return func() []string {
+		ni, _ := vs.meta.Map().Node(id)
+		return ni.IntraAddrs
+	}
+}
+
+// dialNode dials node id at addr if the map still lists it among the
+// node's intra addresses, else, and if it does not answer, at the others
+// in turn: a node that came back on other addresses (a new machine under
+// the ID of a dead one) is reached there, and one whose interface is down
+// through another. addr alone is dialed while the map lists none.
 func (vs *volumes) dialNode(id string) seclink.DialFunc {
 	dial := vs.dial
 	if dial == nil {
@@ -109,6 +117,9 @@ func (vs *volumes) dialNode(id string) seclink.DialFunc {
 		addrs := []string{addr}
 		if ni, ok := vs.meta.Map().Node(id); ok && len(ni.IntraAddrs) > 0 {
 			addrs = ni.IntraAddrs
+			if i := slices.Index(addrs, addr); i > 0 {
+				addrs = append([]string{addr}, slices.Delete(slices.Clone(addrs), i, i+1)...)
+			}
 		}
 		var errs []error
 		for _, a := range addrs {

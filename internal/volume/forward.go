@@ -462,7 +462,7 @@ func (c *Client) Forward(ctx context.Context, vol string, op Op) (uint64, error)
 		if op.Kind == OpWrite {
 			r.payload = op.Data
 		}
-		sc, err := c.fwd.conn(ctx)
+		sc, err := c.fwd.conn(ctx, len(op.Data))
 		if err != nil {
 			return 0, err
 		}

@@ -283,9 +283,11 @@ type ClientConfig struct {
 	BaseURL string
 	// HTTP is used for plain requests; nil means a pooled default.
 	HTTP *http.Client
-	// StreamConns is the number of stream connections; 0 means 1 (one
-	// connection batches best: many requests share each syscall), and a
+	// StreamConns is the number of stream connections; 0 means 1, and a
 	// negative value sends chunk data over plain HTTP requests instead.
+	// Calls of up to 64 KiB all go over the first connection (one
+	// connection batches them best: many share each syscall); larger ones
+	// are spread over every connection.
 	StreamConns int
 	// Timeout fails a stream connection (and every call on it) when one
 	// call waits longer than this. Default 10s.
@@ -297,6 +299,11 @@ type ClientConfig struct {
 	// for plain requests; nil means a net.Dialer (TCP_NODELAY is Go's
 	// default for TCP).
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// Addrs, if set, returns the node's addresses ("host:port") as they
+	// are now: the client keeps a stream connection per address (at
+	// least StreamConns), each dialing its own address first, and
+	// spreads calls of more than 64 KiB over them (see streamClient).
+	Addrs func() []string
 }
 
 // NewClient returns a replica client for the node at baseURL with the
@@ -338,6 +345,9 @@ func NewClientConfig(cfg ClientConfig) (*Client, error) {
 		if n == 0 {
 			n = 1
 		}
+		if cfg.Addrs != nil {
+			n = max(n, len(cfg.Addrs()))
+		}
 		if cfg.Timeout <= 0 {
 			cfg.Timeout = 10 * time.Second
 		}
@@ -345,16 +355,15 @@ func NewClientConfig(cfg ClientConfig) (*Client, error) {
 		if err != nil {
 			return nil, err
 		}
-		s.header = c.header
-		s.dial = dial
+		s.header, s.dial, s.addrs = c.header, dial, cfg.Addrs
 		c.stream = s
 		// Forwarded ops may wait on the holder's mirrors, for as long as
 		// its replica calls may: their connection fails after longer.
-		f, err := newStreamClient(c.base, 1, 3*cfg.Timeout)
+		f, err := newStreamClient(c.base, n, 3*cfg.Timeout)
 		if err != nil {
 			return nil, err
 		}
-		f.header, f.dial = c.header, dial
+		f.header, f.dial, f.addrs = c.header, dial, cfg.Addrs
 		c.fwd = f
 	}
 	return c, nil
@@ -373,7 +382,7 @@ func (c *Client) writeAsync(ctx context.Context, vol string, epoch uint64, chunk
 	if sync {
 		r.flags = flagSync
 	}
-	sc, err := c.stream.conn(ctx)
+	sc, err := c.stream.conn(ctx, len(p))
 	if err != nil {
 		return func() error { return err }
 	}
@@ -394,7 +403,7 @@ func (c *Client) Close() error {
 }
 
 func (c *Client) streamDo(ctx context.Context, r *streamReq, dst []byte) error {
-	sc, err := c.stream.conn(ctx)
+	sc, err := c.stream.conn(ctx, max(len(r.payload), len(dst)))
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -325,11 +326,17 @@ const headerBoot = "X-Slipstream-Boot"
 // volume marks what it had not synced there stale.
 var ErrReplicaRestarted = fmt.Errorf("%w: the node restarted", ErrReplicaError)
 
-// streamClient keeps a few upgraded connections to one node and spreads
-// calls over them.
+// streamClient keeps a few upgraded connections to one node: calls of up
+// to smallCall bytes go over the first (one connection batches small calls
+// best: many share each syscall), larger ones are spread over all of them.
+// With the node's addresses (addrs), slot i dials the i-th address first
+// (modulo their number) and the others if it does not answer: a node with
+// several interfaces takes large transfers on every one, and a slot whose
+// interface is down reconnects through another.
 type streamClient struct {
-	host    string
-	header  http.Header // added to the upgrade request
+	host    string          // the address of the client's base URL
+	addrs   func() []string // the node's addresses now (nil: host only)
+	header  http.Header     // added to the upgrade request
 	dial    dialFunc
 	timeout time.Duration
 	conns   []streamSlot
@@ -355,9 +362,18 @@ func newStreamClient(baseURL string, n int, timeout time.Duration) (*streamClien
 	return &streamClient{host: u.Host, timeout: timeout, conns: make([]streamSlot, n)}, nil
 }
 
-// conn returns a live connection, dialing if its slot is empty or broken.
-func (sc *streamClient) conn(ctx context.Context) (*streamConn, error) {
-	return sc.slotConn(ctx, &sc.conns[sc.next.Add(1)%uint64(len(sc.conns))])
+// smallCall is the largest call (payload or read) kept on the first
+// connection.
+const smallCall = 64 << 10
+
+// conn returns a live connection for a call of n bytes, dialing if its
+// slot is empty or broken.
+func (sc *streamClient) conn(ctx context.Context, n int) (*streamConn, error) {
+	i := uint64(0)
+	if n > smallCall {
+		i = sc.next.Add(1) % uint64(len(sc.conns))
+	}
+	return sc.slotConn(ctx, int(i))
 }
 
 // ready makes every slot hold a live connection, dialing those that are
@@ -366,7 +382,7 @@ func (sc *streamClient) conn(ctx context.Context) (*streamConn, error) {
 func (sc *streamClient) ready(ctx context.Context) error {
 	var restarted error
 	for i := range sc.conns {
-		_, err := sc.slotConn(ctx, &sc.conns[i])
+		_, err := sc.slotConn(ctx, i)
 		switch {
 		case errors.Is(err, ErrReplicaRestarted):
 			restarted = err
@@ -377,15 +393,27 @@ func (sc *streamClient) ready(ctx context.Context) error {
 	return restarted
 }
 
-func (sc *streamClient) slotConn(ctx context.Context, slot *streamSlot) (*streamConn, error) {
+func (sc *streamClient) slotConn(ctx context.Context, i int) (*streamConn, error) {
+	slot := &sc.conns[i]
 	slot.mu.Lock()
 	defer slot.mu.Unlock()
 	if slot.c != nil && !slot.c.broken.Load() {
 		return slot.c, nil
 	}
-	c, err := dialStream(ctx, sc.dial, sc.host, sc.header, sc.timeout)
-	if err != nil {
-		return nil, err
+	var c *streamConn
+	var errs []error
+	for _, host := range sc.hostsFor(i) {
+		var err error
+		if c, err = dialStream(ctx, sc.dial, host, sc.header, sc.timeout); err == nil {
+			break
+		}
+		errs = append(errs, err)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	if c == nil {
+		return nil, errors.Join(errs...)
 	}
 	slot.c = c
 	sc.bmu.Lock()
@@ -396,6 +424,20 @@ func (sc *streamClient) slotConn(ctx context.Context, slot *streamSlot) (*stream
 		return nil, fmt.Errorf("%w: %s", ErrReplicaRestarted, sc.host)
 	}
 	return c, nil
+}
+
+// hostsFor returns the addresses slot i dials, in turn: the node's
+// addresses now, starting with the i-th.
+func (sc *streamClient) hostsFor(i int) []string {
+	var addrs []string
+	if sc.addrs != nil {
+		addrs = sc.addrs()
+	}
+	if len(addrs) == 0 {
+		return []string{sc.host}
+	}
+	k := i % len(addrs)
+	return append(slices.Clone(addrs[k:]), addrs[:k]...)
 }
 
 func (sc *streamClient) close() {

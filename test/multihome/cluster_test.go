@@ -27,6 +27,7 @@ const (
 	publicPort = "9000"
 	intraPort  = "9100"
 	raftPort   = "9200"
+	nbdPort    = "10809"
 )
 
 var (
@@ -117,6 +118,7 @@ func startCluster(t *testing.T, o options) *bedCluster {
 		for _, a := range h.Addrs {
 			cfg.Public = append(cfg.Public, net.JoinHostPort(a, publicPort))
 			cfg.Intra = append(cfg.Intra, net.JoinHostPort(a, intraPort))
+			cfg.NBD = append(cfg.NBD, net.JoinHostPort(a, nbdPort))
 		}
 		if i > 0 {
 			cfg.Seeds = []string{seed}
