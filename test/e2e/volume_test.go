@@ -432,17 +432,26 @@ func TestVolumeWriterLostAfterResync(t *testing.T) {
 // (zeros): every node keeps reading the pattern, and the node is
 // resynchronised from the other mirrors.
 func TestVolumeDriveReplaced(t *testing.T) {
-	c := startCluster(t, localcluster.Spec{})
 	const name = "vol5"
-	volumeCmd(t, c, 0, "create", name, "--size", "32MiB", "--copies", "2", "--chunk", "4MiB")
-	uri := func(i int) string { return fmt.Sprintf("nbd://%s/%s", c.Configs[i].NBD[0], name) }
-	runTool(t, "qemu-io", "-f", "raw", "-c", "write -P 0x33 0 32M", "-c", "flush", uri(0))
+	c, _ := writtenVolume(t, name, 0x33)
 	if err := c.StopNode(1); err != nil {
 		t.Fatal(err)
 	}
 	emptyMountpaths(t, c, 1)
 	startAgain(t, c, 1)
 	node2CopiedBack(t, c, name, 0x33, "node2's drive was replaced")
+}
+
+// writtenVolume starts a 3-node cluster, creates a 32 MiB copies=2
+// volume of 4 MiB chunks and writes pattern over all of it through node1
+// (which then holds its claim). uri(i) is its NBD URI on node i.
+func writtenVolume(t *testing.T, name string, pattern byte) (c *localcluster.Cluster, uri func(i int) string) {
+	t.Helper()
+	c = startCluster(t, localcluster.Spec{})
+	volumeCmd(t, c, 0, "create", name, "--size", "32MiB", "--copies", "2", "--chunk", "4MiB")
+	uri = func(i int) string { return fmt.Sprintf("nbd://%s/%s", c.Configs[i].NBD[0], name) }
+	runTool(t, "qemu-io", "-f", "raw", "-c", fmt.Sprintf("write -P 0x%x 0 32M", pattern), "-c", "flush", uri(0))
+	return c, uri
 }
 
 // node2CopiedBack checks a 32 MiB volume that node1 wrote with pattern,
@@ -479,11 +488,8 @@ func node2CopiedBack(t *testing.T, c *localcluster.Cluster, name string, pattern
 // alone may resynchronise it. Afterwards the volume reads back through
 // the emptied node with the claim holder down.
 func TestVolumeDriveReplacedWhileWriterRestarts(t *testing.T) {
-	c := startCluster(t, localcluster.Spec{})
 	const name = "vol6"
-	volumeCmd(t, c, 0, "create", name, "--size", "32MiB", "--copies", "2", "--chunk", "4MiB")
-	uri := func(i int) string { return fmt.Sprintf("nbd://%s/%s", c.Configs[i].NBD[0], name) }
-	runTool(t, "qemu-io", "-f", "raw", "-c", "write -P 0x5a 0 32M", "-c", "flush", uri(0))
+	c, uri := writtenVolume(t, name, 0x5a)
 	if w := clusterMap(t, c, 0).Volumes[name].Writer; w != "node1" {
 		t.Fatalf("the volume's claim is held by %q, want node1 (it wrote)", w)
 	}
@@ -550,11 +556,8 @@ func readsBack(uri string, n int64, pattern byte) string {
 // client asking. Afterwards the volume reads back through the new node
 // with the writer down.
 func TestVolumeServerReplaced(t *testing.T) {
-	c := startCluster(t, localcluster.Spec{})
 	const name = "vol7"
-	volumeCmd(t, c, 0, "create", name, "--size", "32MiB", "--copies", "2", "--chunk", "4MiB")
-	uri := func(i int) string { return fmt.Sprintf("nbd://%s/%s", c.Configs[i].NBD[0], name) }
-	runTool(t, "qemu-io", "-f", "raw", "-c", "write -P 0x6c 0 32M", "-c", "flush", uri(0))
+	c, _ := writtenVolume(t, name, 0x6c)
 
 	c.Kill(1)
 	waitFor(t, 30*time.Second, "the map to mark node2 down", func() bool {
