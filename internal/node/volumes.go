@@ -433,7 +433,7 @@ func (vs *volumes) collect(ctx context.Context) {
 // noteMap tells v the claim and stale marks of spec, its record in map m.
 func noteMap(v *volume.Volume, m *cluster.Map, spec cluster.VolumeSpec) {
 	v.NoteClaim(spec.Writer, spec.Epoch)
-	v.NoteStale(spec.StaleMarks())
+	v.NoteStaleAt(spec.StaleMarks(), m.Version)
 	v.NoteVersion(m.Version)
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -67,9 +68,10 @@ func wipe(t *testing.T, dir string) {
 // lostSetup writes a pattern over a 2-copy volume on nodes a and b (each
 // a Local) through a, then restarts b after damage(b) and opens the
 // volume on b and on c (a node without chunks), every volume following
-// the marks as a cluster map would. It returns the volumes a, b, c, b's
-// new Local and the marks.
-func lostSetup(t *testing.T, damage func(b lostNode) lostNode) (va, vb, vc *Volume, lb *Local, mk *memMarks, pattern []byte) {
+// the marks as a cluster map would; with hideOwn, b is never shown marks
+// that list its own mark (its map's watcher skipped those versions). It
+// returns the volumes a, b, c, b's new Local and the marks.
+func lostSetup(t *testing.T, hideOwn bool, damage func(b lostNode) lostNode) (va, vb, vc *Volume, lb *Local, mk *memMarks, pattern []byte) {
 	t.Helper()
 	ctx := context.Background()
 	na := lostNode{mp: t.TempDir(), state: t.TempDir()}
@@ -79,12 +81,15 @@ func lostSetup(t *testing.T, damage func(b lostNode) lostNode) (va, vb, vc *Volu
 	rb.p.Store(nb.open(t))
 	nodes := []string{"a", "b"}
 	mk = &memMarks{}
+	claims := &memClaims{} // a writes first and holds the claim: only it resynchronises
 	cfg := func(self string, reps map[string]Replica) Config {
+		w, e := claims.get()
 		c := Config{
+			Claims: claims.as(self), Writer: w, Epoch: e,
 			Spec:  Spec{Name: "vol", Size: 8 * memCS, ChunkSize: memCS, Copies: 2, ID: "1"},
 			Nodes: nodes, Self: self, Replicas: reps, StateDir: filepath.Join(map[string]string{"a": na.state, "b": nb.state, "c": t.TempDir()}[self], "vol@1"),
 			OpTimeout: 50 * time.Millisecond, ProbeInterval: 10 * time.Millisecond, Marks: memMarksAs{mk, self},
-			Stale: mk.list(),
+			Stale: mk.list(), MapVersion: mk.version,
 		}
 		return c
 	}
@@ -117,9 +122,12 @@ func lostSetup(t *testing.T, damage func(b lostNode) lostNode) (va, vb, vc *Volu
 				return
 			case <-time.After(5 * time.Millisecond):
 			}
-			m := mk.list()
+			m, ver := mk.listAt()
 			for _, v := range []*Volume{va, vb, vc} {
-				v.NoteStale(m)
+				if v == vb && hideOwn && slices.Contains(m["b"], "b") {
+					continue
+				}
+				v.NoteStaleAt(m, ver)
 			}
 		}
 	}()
@@ -168,7 +176,7 @@ func checkLostRepaired(t *testing.T, va, vb, vc *Volume, lb *Local, mk *memMarks
 // current through any node: it is marked stale for every chunk and
 // resynchronised from a.
 func TestLostMountpathIsResynced(t *testing.T) {
-	va, vb, vc, lb, mk, pattern := lostSetup(t, func(b lostNode) lostNode {
+	va, vb, vc, lb, mk, pattern := lostSetup(t, false, func(b lostNode) lostNode {
 		wipe(t, b.mp)
 		return b
 	})
@@ -179,10 +187,24 @@ func TestLostMountpathIsResynced(t *testing.T) {
 // directory) and starts again under its ID; its chunks of a volume
 // written before must not be read as current either.
 func TestLostNodeIsResynced(t *testing.T) {
-	va, vb, vc, lb, mk, pattern := lostSetup(t, func(b lostNode) lostNode {
+	va, vb, vc, lb, mk, pattern := lostSetup(t, false, func(b lostNode) lostNode {
 		wipe(t, b.mp)
 		wipe(t, b.state)
 		b.prior = func(string) bool { return true } // the node's volumes say so (internal/node)
+		return b
+	})
+	checkLostRepaired(t, va, vb, vc, lb, mk, pattern)
+}
+
+// TestLostRepairedUnseen: as TestLostMountpathIsResynced, but b never
+// sees a map that lists its own mark (the map's watcher hands over only
+// the latest map, and a's resync cleared the mark before b's watcher
+// looked): b must still find its mirror repaired once a map at least as
+// new as its mark shows the mark gone, or it would refuse its chunks for
+// good.
+func TestLostRepairedUnseen(t *testing.T) {
+	va, vb, vc, lb, mk, pattern := lostSetup(t, true, func(b lostNode) lostNode {
+		wipe(t, b.mp)
 		return b
 	})
 	checkLostRepaired(t, va, vb, vc, lb, mk, pattern)

@@ -172,11 +172,20 @@ type memMarks struct {
 	mu    sync.Mutex
 	marks map[string]map[string]bool // mirror -> writer -> stale
 	alive map[string]bool            // writers ClearCovered leaves alone
+	ver   uint64                     // raised by every change (Config.MapVersion)
+}
+
+// version returns the marks' version (Config.MapVersion).
+func (m *memMarks) version() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.ver
 }
 
 func (m *memMarks) set(mirror, writer string, stale bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.ver++
 	if m.marks == nil {
 		m.marks = map[string]map[string]bool{}
 	}
@@ -225,6 +234,12 @@ func (m *memMarks) isStale(mirror string) bool {
 
 // list returns the marks as the cluster map hands them to a volume.
 func (m *memMarks) list() map[string][]string {
+	l, _ := m.listAt()
+	return l
+}
+
+// listAt returns the marks with their version.
+func (m *memMarks) listAt() (map[string][]string, uint64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := map[string][]string{}
@@ -234,7 +249,7 @@ func (m *memMarks) list() map[string][]string {
 		}
 		slices.Sort(out[mirror])
 	}
-	return out
+	return out, m.ver
 }
 
 // memMarksAs is a volume's view of memMarks: it marks as writer.

@@ -190,7 +190,11 @@ type mirror struct {
 	// lost: the local mirror lost its chunks (lostReplica), every chunk
 	// is stale until it is resynchronised in full. lostMarked: its own
 	// mark for it was made; lostSeen: the marks seen since list it.
+	// lostVer: a map version holding the mark this volume made (0:
+	// unknown): a map that new without it shows it cleared, even when
+	// no map listing it was noted (the map's watcher skips versions).
 	lost, lostMarked, lostSeen atomic.Bool
+	lostVer                    atomic.Uint64
 	// selfMarked: the marks list the mirror's own node for it (it lost
 	// its chunks): never a source of last resort (rescue).
 	selfMarked atomic.Bool
@@ -291,7 +295,7 @@ func Open(ctx context.Context, cfg Config) (*Volume, error) {
 				"volume", cfg.Spec.Name, "node", m.id)
 		}
 	}
-	v.noteStale(cfg.Stale, true)
+	v.noteStale(cfg.Stale, true, 0)
 	if len(cfg.Stale) > 0 {
 		v.noteMarked()
 	}
@@ -1276,6 +1280,7 @@ func (v *Volume) record(ctx context.Context, m *mirror, write bool) {
 		}
 		if stale && m.lost.Load() {
 			m.lostMarked.Store(true)
+			m.noteLostVer(v.cfg.MapVersion)
 		}
 		if !stale {
 			v.cfg.Logger.Info("volume mirror resynchronised", "volume", v.spec.Name, "node", m.id)
@@ -1316,7 +1321,16 @@ func (v *Volume) recordLost(ctx context.Context, m *mirror) {
 	m.shared.Store(true)
 	m.listed.Store(true)
 	m.lostMarked.Store(true)
+	m.noteLostVer(v.cfg.MapVersion)
 	v.noteMarked()
+}
+
+// noteLostVer records the map version (mapVersion's, nil: unknown) that
+// holds the lost mark m's volume has just made.
+func (m *mirror) noteLostVer(mapVersion func() uint64) {
+	if mapVersion != nil {
+		m.lostVer.Store(mapVersion())
+	}
 }
 
 // repaired ends m's loss: every chunk of it has been resynchronised.
@@ -1344,7 +1358,11 @@ func (v *Volume) repaired(m *mirror) {
 // other writer is listed any more (they resynchronised it); if this node's
 // own mark is listed too, they become its own instead and are
 // resynchronised in full, since its own older misses are among them.
-func (v *Volume) NoteStale(marks map[string][]string) { v.noteStale(marks, false) }
+func (v *Volume) NoteStale(marks map[string][]string) { v.noteStale(marks, false, 0) }
+
+// NoteStaleAt is NoteStale with the version of the map the marks are
+// from (see mirror.lostVer).
+func (v *Volume) NoteStaleAt(marks map[string][]string, ver uint64) { v.noteStale(marks, false, ver) }
 
 // noteStale is NoteStale. At Open it also takes this node's own listed
 // marks as its shared state; a mirror it has a mark of its own on but no
@@ -1352,7 +1370,7 @@ func (v *Volume) NoteStale(marks map[string][]string) { v.noteStale(marks, false
 // Later, a mark of its own the list drops is taken as gone (another node
 // cleared it), which at worst costs a call marking it again; a listed one
 // is never taken as made, since the list may be older than a clear.
-func (v *Volume) noteStale(marks map[string][]string, atOpen bool) {
+func (v *Volume) noteStale(marks map[string][]string, atOpen bool, ver uint64) {
 	for id, m := range v.nodes {
 		own := slices.Contains(marks[id], v.cfg.Self)
 		others := slices.DeleteFunc(slices.Clone(marks[id]), func(w string) bool { return w == v.cfg.Self })
@@ -1366,7 +1384,7 @@ func (v *Volume) noteStale(marks map[string][]string, atOpen bool) {
 			case own:
 				m.lostSeen.Store(true)
 				m.lostMarked.Store(true)
-			case m.lostSeen.Load() && len(others) == 0:
+			case len(others) == 0 && (m.lostSeen.Load() || ver != 0 && m.lostVer.Load() != 0 && ver >= m.lostVer.Load()):
 				lostDone = true
 			}
 		}
