@@ -507,9 +507,12 @@ func TestVolumeDriveReplacedWhileWriterRestarts(t *testing.T) {
 	if err := c.WaitReady(t.Context(), 3); err != nil {
 		t.Fatal(err)
 	}
+	// node1 opens the volume once its map shows node2's mark, and then
+	// counts every chunk of node2 stale until it has copied it. The map
+	// is read from node1 too: another node's may not show the mark yet.
 	waitFor(t, 60*time.Second, "node2's lost mirror to be marked and then resynchronised without a client", func() bool {
-		_, open := volumeStates(t, c)["node1"][name]
-		return open && len(clusterMap(t, c, 2).Volumes[name].Stale) == 0
+		st, open := volumeStates(t, c)["node1"][name]
+		return open && st.Stale["node2"] == 0 && len(clusterMap(t, c, 0).Volumes[name].Stale) == 0
 	})
 	c.Kill(0)
 	if msg := readsBack(uri(1), 32<<20, 0x5a); msg != "" {
