@@ -347,7 +347,9 @@ func TestDirtyCapFirstComeFirstServed(t *testing.T) {
 		return done
 	}
 	big := put("big", 700<<10) // does not fit until "first" is destaged
-	time.Sleep(100 * time.Millisecond)
+	// Time for "big" to queue for room: a CI run with the race detector
+	// on a loaded machine took more than 100 ms.
+	time.Sleep(time.Second)
 	small := put("small", 100<<10) // would fit, but "big" came first
 	select {
 	case err := <-small:
