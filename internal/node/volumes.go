@@ -85,7 +85,7 @@ func (vs *volumes) replica(m *cluster.Map, id string) volume.Replica {
 	if vs.secret != "" {
 		hdr = http.Header{peer.SecretHeader: {vs.secret}}
 	}
-	c, err := volume.NewClientConfig(volume.ClientConfig{BaseURL: base, Header: hdr, Dial: vs.dialNode(id), Addrs: vs.addrsOf(id)})
+	c, err := volume.NewClientConfig(volume.ClientConfig{BaseURL: base, Header: hdr, Dial: vs.dial, Addrs: vs.addrsOf(id)})
 	if err != nil {
 		vs.log.Warn("volume replica client", "node", id, "err", err)
 		c = volume.NewClient(base, nil)
@@ -95,44 +95,13 @@ func (vs *volumes) replica(m *cluster.Map, id string) volume.Replica {
 }
 
 // addrsOf returns node id's intra addresses as the map shows them now:
-// its chunk client keeps a stream connection to each (multihoming).
+// its chunk client keeps a stream connection to each (multihoming), and
+// dials them in turn when one does not answer, or when the node came back
+// on other addresses (a new machine under the ID of a dead one).
 func (vs *volumes) addrsOf(id string) func() []string {
 	return func() []string {
 		ni, _ := vs.meta.Map().Node(id)
 		return ni.IntraAddrs
-	}
-}
-
-// dialNode dials node id at addr if the map still lists it among the
-// node's intra addresses, else, and if it does not answer, at the others
-// in turn: a node that came back on other addresses (a new machine under
-// the ID of a dead one) is reached there, and one whose interface is down
-// through another. addr alone is dialed while the map lists none.
-func (vs *volumes) dialNode(id string) seclink.DialFunc {
-	dial := vs.dial
-	if dial == nil {
-		dial = (&net.Dialer{Timeout: 3 * time.Second}).DialContext
-	}
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		addrs := []string{addr}
-		if ni, ok := vs.meta.Map().Node(id); ok && len(ni.IntraAddrs) > 0 {
-			addrs = ni.IntraAddrs
-			if i := slices.Index(addrs, addr); i > 0 {
-				addrs = append([]string{addr}, slices.Delete(slices.Clone(addrs), i, i+1)...)
-			}
-		}
-		var errs []error
-		for _, a := range addrs {
-			c, err := dial(ctx, network, a)
-			if err == nil {
-				return c, nil
-			}
-			errs = append(errs, err)
-			if ctx.Err() != nil {
-				break
-			}
-		}
-		return nil, errors.Join(errs...)
 	}
 }
 
@@ -434,7 +403,6 @@ func (vs *volumes) collect(ctx context.Context) {
 func noteMap(v *volume.Volume, m *cluster.Map, spec cluster.VolumeSpec) {
 	v.NoteClaim(spec.Writer, spec.Epoch)
 	v.NoteStaleAt(spec.StaleMarks(), m.Version)
-	v.NoteVersion(m.Version)
 }
 
 // noteStale passes the map's stale marks to the open volumes. A volume

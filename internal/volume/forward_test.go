@@ -77,8 +77,7 @@ func newSharedClusterConns(t *testing.T, spec volume.Spec, streamConns int) *sha
 					continue
 				}
 				v.NoteClaim(w, e)
-				v.NoteStale(stale)
-				v.NoteVersion(ver)
+				v.NoteStaleAt(stale, ver)
 			}
 			sc.mu.Unlock()
 			time.Sleep(5 * time.Millisecond)

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -303,7 +304,40 @@ type ClientConfig struct {
 	// are now: the client keeps a stream connection per address (at
 	// least StreamConns), each dialing its own address first, and
 	// spreads calls of more than 64 KiB over them (see streamClient).
+	// Every dial (plain requests too, when HTTP is nil) falls back to the
+	// node's other addresses, and skips one it no longer lists.
 	Addrs func() []string
+}
+
+// dialAddrs returns dial, made to dial addr and, if it does not answer,
+// the node's other addresses (addrs) in turn; an addr that addrs no
+// longer lists (the node came back on other addresses) is not dialed, and
+// addr alone is while addrs lists none (nil addrs: dial as it is).
+func dialAddrs(dial dialFunc, addrs func() []string) dialFunc {
+	if addrs == nil {
+		return dial
+	}
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		hosts := []string{addr}
+		if now := addrs(); len(now) > 0 {
+			hosts = now
+			if i := slices.Index(now, addr); i > 0 {
+				hosts = append([]string{addr}, slices.Delete(slices.Clone(now), i, i+1)...)
+			}
+		}
+		var errs []error
+		for _, h := range hosts {
+			c, err := dial(ctx, network, h)
+			if err == nil {
+				return c, nil
+			}
+			errs = append(errs, err)
+			if ctx.Err() != nil {
+				break
+			}
+		}
+		return nil, errors.Join(errs...)
+	}
 }
 
 // NewClient returns a replica client for the node at baseURL with the
@@ -323,6 +357,7 @@ func NewClientConfig(cfg ClientConfig) (*Client, error) {
 	if dial == nil {
 		dial = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext
 	}
+	dial = dialAddrs(dial, cfg.Addrs)
 	hc := cfg.HTTP
 	if hc == nil {
 		tr := http.DefaultTransport.(*http.Transport).Clone()

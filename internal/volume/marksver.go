@@ -36,11 +36,15 @@ func (v *Volume) NoteVersion(ver uint64) {
 }
 
 // noteMarked records that a mark this node set is in StaleMarks: the map
-// this node has applied now holds it.
-func (v *Volume) noteMarked() {
-	if v.cfg.MapVersion != nil {
-		raise(&v.marksVer, v.cfg.MapVersion())
+// this node has applied now holds it. It returns that map's version (0:
+// unknown, without Config.MapVersion).
+func (v *Volume) noteMarked() uint64 {
+	if v.cfg.MapVersion == nil {
+		return 0
 	}
+	ver := v.cfg.MapVersion()
+	raise(&v.marksVer, ver)
+	return ver
 }
 
 // awaitMarks waits until this node has noted the marks the holders of

@@ -1276,11 +1276,11 @@ func (v *Volume) record(ctx context.Context, m *mirror, write bool) {
 		m.shared.Store(stale)
 		m.listed.Store(stale)
 		if stale {
-			v.noteMarked()
-		}
-		if stale && m.lost.Load() {
-			m.lostMarked.Store(true)
-			m.noteLostVer(v.cfg.MapVersion)
+			ver := v.noteMarked()
+			if m.lost.Load() {
+				m.lostMarked.Store(true)
+				m.lostVer.Store(ver)
+			}
 		}
 		if !stale {
 			v.cfg.Logger.Info("volume mirror resynchronised", "volume", v.spec.Name, "node", m.id)
@@ -1321,16 +1321,7 @@ func (v *Volume) recordLost(ctx context.Context, m *mirror) {
 	m.shared.Store(true)
 	m.listed.Store(true)
 	m.lostMarked.Store(true)
-	m.noteLostVer(v.cfg.MapVersion)
-	v.noteMarked()
-}
-
-// noteLostVer records the map version (mapVersion's, nil: unknown) that
-// holds the lost mark m's volume has just made.
-func (m *mirror) noteLostVer(mapVersion func() uint64) {
-	if mapVersion != nil {
-		m.lostVer.Store(mapVersion())
-	}
+	m.lostVer.Store(v.noteMarked())
 }
 
 // repaired ends m's loss: every chunk of it has been resynchronised.
@@ -1361,8 +1352,12 @@ func (v *Volume) repaired(m *mirror) {
 func (v *Volume) NoteStale(marks map[string][]string) { v.noteStale(marks, false, 0) }
 
 // NoteStaleAt is NoteStale with the version of the map the marks are
-// from (see mirror.lostVer).
-func (v *Volume) NoteStaleAt(marks map[string][]string, ver uint64) { v.noteStale(marks, false, ver) }
+// from (see mirror.lostVer), which it then notes (NoteVersion): the
+// claim of that map is to be noted first (NoteClaim).
+func (v *Volume) NoteStaleAt(marks map[string][]string, ver uint64) {
+	v.noteStale(marks, false, ver)
+	v.NoteVersion(ver)
+}
 
 // noteStale is NoteStale. At Open it also takes this node's own listed
 // marks as its shared state; a mirror it has a mark of its own on but no

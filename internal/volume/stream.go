@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"net/url"
 	"runtime"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -36,9 +35,10 @@ import (
 // open on the node, see forward.go: chunk is its OpKind, off and n its
 // range in the volume, payload a write's data; an ok reply carries the
 // map version holding the node's stale marks, 8 bytes, see marksver.go).
-// Writes and zeroes carry the writer's epoch (see fence.go). flags: 1 sync (FUA), 2 punch. status:
-// 0 ok, 1 out of range / invalid, 2 other error, 3 out of space, 4 fenced,
-// 5 not the volume's writer (ErrNotWriter). A node that does not know op
+// Writes and zeroes carry the writer's epoch (see fence.go). flags: 1
+// sync (FUA), 2 punch. status: 0 ok, 1 out of range / invalid, 2 other
+// error, 3 out of space, 4 fenced, 5 not the volume's writer
+// (ErrNotWriter). A node that does not know op
 // 6 closes the stream; a forwarding node then claims the volume.
 const (
 	streamProto       = "slipstream-volume/2"
@@ -329,10 +329,11 @@ var ErrReplicaRestarted = fmt.Errorf("%w: the node restarted", ErrReplicaError)
 // streamClient keeps a few upgraded connections to one node: calls of up
 // to smallCall bytes go over the first (one connection batches small calls
 // best: many share each syscall), larger ones are spread over all of them.
-// With the node's addresses (addrs), slot i dials the i-th address first
-// (modulo their number) and the others if it does not answer: a node with
-// several interfaces takes large transfers on every one, and a slot whose
-// interface is down reconnects through another.
+// With the node's addresses (addrs), slot i dials the i-th address
+// (modulo their number), and the others if it does not answer (dial is
+// dialAddrs'): a node with several interfaces takes large transfers on
+// every one, and a slot whose interface is down reconnects through
+// another.
 type streamClient struct {
 	host    string          // the address of the client's base URL
 	addrs   func() []string // the node's addresses now (nil: host only)
@@ -400,20 +401,9 @@ func (sc *streamClient) slotConn(ctx context.Context, i int) (*streamConn, error
 	if slot.c != nil && !slot.c.broken.Load() {
 		return slot.c, nil
 	}
-	var c *streamConn
-	var errs []error
-	for _, host := range sc.hostsFor(i) {
-		var err error
-		if c, err = dialStream(ctx, sc.dial, host, sc.header, sc.timeout); err == nil {
-			break
-		}
-		errs = append(errs, err)
-		if ctx.Err() != nil {
-			break
-		}
-	}
-	if c == nil {
-		return nil, errors.Join(errs...)
+	c, err := dialStream(ctx, sc.dial, sc.hostFor(i), sc.header, sc.timeout)
+	if err != nil {
+		return nil, err
 	}
 	slot.c = c
 	sc.bmu.Lock()
@@ -426,18 +416,15 @@ func (sc *streamClient) slotConn(ctx context.Context, i int) (*streamConn, error
 	return c, nil
 }
 
-// hostsFor returns the addresses slot i dials, in turn: the node's
-// addresses now, starting with the i-th.
-func (sc *streamClient) hostsFor(i int) []string {
-	var addrs []string
+// hostFor returns the address slot i dials first: the node's i-th
+// address now (modulo their number), or the base URL's.
+func (sc *streamClient) hostFor(i int) string {
 	if sc.addrs != nil {
-		addrs = sc.addrs()
+		if addrs := sc.addrs(); len(addrs) > 0 {
+			return addrs[i%len(addrs)]
+		}
 	}
-	if len(addrs) == 0 {
-		return []string{sc.host}
-	}
-	k := i % len(addrs)
-	return append(slices.Clone(addrs[k:]), addrs[:k]...)
+	return sc.host
 }
 
 func (sc *streamClient) close() {
