@@ -151,21 +151,11 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		scheme = "https"
 	}
 	c := &Client{cfg: cfg, log: cfg.Log, scheme: scheme, mapHC: mapHC, changes: make(chan struct{}), done: make(chan struct{})}
-	var errs []error
-	for _, s := range cfg.Seeds {
-		m, err := cluster.FetchMap(ctx, mapHC, s, 0, 0)
-		if err == nil {
-			c.setMap(m)
-			break
-		}
-		errs = append(errs, err)
-		if ctx.Err() != nil {
-			break
-		}
+	m, err := firstMap(ctx, mapHC, cfg.Seeds, firstMapWait)
+	if err != nil {
+		return nil, err
 	}
-	if c.currentMap() == nil {
-		return nil, fmt.Errorf("%w: %w", ErrNoMap, errors.Join(errs...))
-	}
+	c.setMap(m)
 	tr, err := netx.NewTransport(netx.Config{
 		LocalAddrs:          cfg.LocalAddrs,
 		Scheme:              scheme,
@@ -188,6 +178,69 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	c.cancel = cancel
 	go c.follow(wctx)
 	return c, nil
+}
+
+// firstMapWait bounds how long New waits for a seed whose map lists no node
+// with a public address to learn the cluster's map.
+const firstMapWait = 30 * time.Second
+
+// firstMap returns the map of the first seed that answers with one that
+// lists a node with a public address. A node that has just restarted
+// answers with the map it had before it hears from the cluster's leader,
+// which can be empty: such a seed is asked again for a newer map, until one
+// is usable, ctx ends or wait passes. If no seed answers at all, firstMap
+// fails at once with ErrNoMap; if the seeds that answered never give a
+// usable map, with ErrNoNodes.
+func firstMap(ctx context.Context, hc *http.Client, seeds []string, wait time.Duration) (*cluster.Map, error) {
+	deadline := time.Now().Add(wait)
+	seen := make(map[string]uint64, len(seeds)) // version of each answering seed's unusable map
+	for round := 0; ; round++ {
+		var errs []error
+		for _, s := range seeds {
+			after, answered := seen[s]
+			if round > 0 && !answered {
+				continue
+			}
+			var m *cluster.Map
+			var err error
+			if answered {
+				// Long poll: back as soon as the seed's map changes, or
+				// with the same map after a second.
+				m, err = cluster.FetchMap(ctx, hc, s, max(after, 1), time.Second)
+			} else {
+				m, err = cluster.FetchMap(ctx, hc, s, 0, 0)
+			}
+			if err == nil && usable(m) {
+				return m, nil
+			}
+			if err == nil {
+				seen[s] = m.Version
+				err = fmt.Errorf("%w: %s answers with map version %d", ErrNoNodes, s, m.Version)
+			} else {
+				delete(seen, s)
+			}
+			errs = append(errs, err)
+			if ctx.Err() != nil {
+				break
+			}
+		}
+		switch {
+		case len(seen) == 0:
+			return nil, fmt.Errorf("%w: %w", ErrNoMap, errors.Join(errs...))
+		case ctx.Err() != nil || time.Now().After(deadline):
+			return nil, errors.Join(errs...)
+		}
+	}
+}
+
+// usable reports whether m lists a node with a public address.
+func usable(m *cluster.Map) bool {
+	for _, n := range m.Nodes {
+		if len(n.PublicAddrs) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // Close stops following the map and closes idle connections.
