@@ -535,13 +535,13 @@ func (c *Cluster) logPath(i int) string {
 	return filepath.Join(c.Spec.LogDir, fmt.Sprintf("node%d.log", i+1))
 }
 
-// WaitReady waits until every running node answers its health check and
-// the cluster map seen by node 1 (or the first running node) lists want
-// nodes up (a node restarted quickly can still be up in the map before it
-// listens again) and as many voters as the nodes ask for, up to want (new
-// members join as non-voters and are promoted by the leader moments later),
-// and every running node names the leader (a node that just restarted
-// applies its latest map entries only once the leader reaches it).
+// WaitReady waits until every running node answers its health check, the
+// cluster map seen by every running node lists want nodes up (a node
+// restarted quickly can still be up in the map before it listens again; a
+// node that just restarted serves an empty map until the leader reaches it
+// and it applies the latest entries) and as many voters as the nodes ask
+// for, up to want (new members join as non-voters and are promoted by the
+// leader moments later), and every running node names the leader.
 func (c *Cluster) WaitReady(ctx context.Context, want int) error {
 	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
 	defer cancel()
@@ -559,20 +559,21 @@ func (c *Cluster) WaitReady(ctx context.Context, want int) error {
 				return err
 			}
 		}
+		last = ""
 		for i := range c.Configs {
 			if c.PID(i) == 0 {
 				continue
 			}
 			up, voters, err := c.upCount(ctx, i)
-			if err == nil && up >= want && voters >= min(want, c.Configs[i].Voters) {
-				last = ""
-				if lost := c.leaderless(ctx); lost >= 0 {
-					last = fmt.Sprintf("node%d names no leader yet", lost+1)
-				}
-			} else {
+			if err != nil || up < want || voters < min(want, c.Configs[i].Voters) {
 				last = fmt.Sprintf("node%d sees %d up, %d voters (%v)", i+1, up, voters, err)
+				break
 			}
-			break
+		}
+		if last == "" {
+			if lost := c.leaderless(ctx); lost >= 0 {
+				last = fmt.Sprintf("node%d names no leader yet", lost+1)
+			}
 		}
 		if last == "" {
 			return nil
