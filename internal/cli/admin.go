@@ -585,8 +585,9 @@ func adminPrefetch(ctx context.Context, env Env, args []string) error {
 // undrains it, or removes a dead node for good (from the map and the raft
 // configuration); the others then re-create its copies.
 func adminNode(ctx context.Context, env Env, args []string) error {
-	fs := newFlagSet(env, "admin node", "drain|undrain|rm ID")
+	fs := newFlagSet(env, "admin node", "drain|undrain|rm ID [--force]")
 	mk := newAdminClient(fs)
+	force := fs.Bool("force", false, "rm: remove the node even if it holds the only copy of chunks of copies=1 volumes (they are lost)")
 	if slices.ContainsFunc(args, func(s string) bool { return isHelpArg(s) && s != "help" }) || (len(args) == 1 && args[0] == "help") {
 		fs.Usage()
 		return flag.ErrHelp
@@ -629,12 +630,34 @@ func adminNode(ctx context.Context, env Env, args []string) error {
 	if ni.State == cluster.StateUp {
 		return fmt.Errorf("admin node rm: %s is up; stop it (and wipe its data directory) first", id)
 	}
+	var short, lost []string
+	for _, v := range node.VolumesOn(m, id) {
+		what := fmt.Sprintf("%s (copies=%d, %s)", v.Volume, v.Copies, plural(int(v.Chunks), "chunk"))
+		if v.Copies == 1 {
+			lost = append(lost, what)
+		} else {
+			short = append(short, what)
+		}
+	}
+	if len(lost) > 0 && !*force {
+		return fmt.Errorf("admin node rm: %s %w: %s; they are lost with it unless it comes back under that ID with its drives (--force removes it anyway)",
+			id, errOnlyCopy, strings.Join(lost, ", "))
+	}
 	if err := a.call(ctx, http.MethodPost, cluster.PathLeave, map[string]string{"id": id}, nil); err != nil {
 		return err
 	}
-	fmt.Fprintf(env.Stdout, "removed %s; the other nodes re-create its copies (see admin status, rebalance)\n", id)
+	fmt.Fprintf(env.Stdout, "removed %s; the other nodes re-create its object copies (see admin status, rebalance)\n", id)
+	if len(short) > 0 {
+		fmt.Fprintf(env.Stdout, "volume chunks are not moved to other nodes: these are a copy short until a node joins as %s (docs/operations.md): %s\n", id, strings.Join(short, ", "))
+	}
+	if len(lost) > 0 {
+		fmt.Fprintf(env.Stdout, "lost with %s, the only copy of: %s\n", id, strings.Join(lost, ", "))
+	}
 	return nil
 }
+
+// errOnlyCopy: a node to remove holds the only copy of volume chunks.
+var errOnlyCopy = errors.New("holds the only copy of volume chunks")
 
 // adminScrub makes every up node read its copies back, check them against
 // their checksums and repair the damaged ones, and shows the summed

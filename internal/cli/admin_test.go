@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -28,6 +29,7 @@ type fakeCluster struct {
 	secret  string
 	mps     map[string][]store.MountpathStats
 	jobs    []string      // job requests seen
+	removed []string      // nodes removed (admin node rm)
 	jobWait time.Duration // pause between a job's progress lines
 }
 
@@ -67,6 +69,15 @@ func (f *fakeCluster) handler(id string) http.Handler {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		_ = json.NewEncoder(w).Encode(f.m)
+	})
+	mux.HandleFunc("POST "+cluster.PathLeave, func(w http.ResponseWriter, r *http.Request) {
+		var req struct{ ID string }
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.removed = append(f.removed, req.ID)
+		delete(f.m.Nodes, req.ID)
+		_ = json.NewEncoder(w).Encode(struct{}{})
 	})
 	admin := http.NewServeMux()
 	admin.HandleFunc("GET /admin/v1/status", func(w http.ResponseWriter, r *http.Request) {
@@ -290,6 +301,51 @@ func TestAdminUnknownBucket(t *testing.T) {
 	code, out, errOut := run(f.args("admin", "scrub", "--bucket", "data")...)
 	if code != 0 || !strings.Contains(out, "scrub: 9 copies checked") {
 		t.Errorf("scrub of a known bucket: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}
+
+// admin node rm refuses to remove a node that holds the only copy of
+// chunks of a copies=1 volume unless --force is given, and says which
+// volumes are left a copy short (chunks are never moved to other nodes).
+func TestAdminNodeRmVolumes(t *testing.T) {
+	f := newFakeCluster(t)
+	nodes := []string{"node1", "node2", "node3"}
+	f.m.Volumes["solo"] = cluster.VolumeSpec{Name: "solo", Size: 64 << 20, ChunkSize: 1 << 20, Copies: 1, Nodes: nodes}
+	f.m.Volumes["pair"] = cluster.VolumeSpec{Name: "pair", Size: 64 << 20, ChunkSize: 1 << 20, Copies: 2, Nodes: nodes}
+	f.m.Volumes["away"] = cluster.VolumeSpec{Name: "away", Size: 64 << 20, ChunkSize: 1 << 20, Copies: 1, Nodes: []string{"node1", "node3"}}
+	n2 := f.m.Nodes["node2"]
+	n2.State = cluster.StateDown
+	f.m.Nodes["node2"] = n2
+	on := map[string]int64{}
+	for _, v := range node.VolumesOn(f.m, "node2") {
+		on[v.Volume] = v.Chunks
+	}
+	// HRW over 3 nodes puts about a third of solo's 64 chunks and two
+	// thirds of pair's on node2, and none of away's.
+	if on["solo"] < 10 || on["solo"] > 35 || on["pair"] < 30 || on["pair"] > 60 || len(on) != 2 {
+		t.Fatalf("chunk copies on node2: %v", on)
+	}
+
+	code, out, errOut := run(f.args("admin", "node", "rm", "node2")...)
+	if code != 1 || out != "" || len(f.removed) != 0 ||
+		!strings.Contains(errOut, fmt.Sprintf("node2 holds the only copy of volume chunks: solo (copies=1, %d chunks)", on["solo"])) ||
+		strings.Contains(errOut, "pair") || !strings.Contains(errOut, "--force") {
+		t.Fatalf("rm of the only copy: exit %d, removed %v, stdout %q, stderr %q", code, f.removed, out, errOut)
+	}
+	code, out, errOut = run(f.args("admin", "node", "rm", "node2", "--force")...)
+	if code != 0 || !slices.Equal(f.removed, []string{"node2"}) ||
+		!strings.Contains(out, fmt.Sprintf("a copy short until a node joins as node2 (docs/operations.md): pair (copies=2, %d chunks)\n", on["pair"])) ||
+		!strings.Contains(out, fmt.Sprintf("lost with node2, the only copy of: solo (copies=1, %d chunks)\n", on["solo"])) {
+		t.Errorf("rm --force: exit %d, removed %v, stdout %q, stderr %q", code, f.removed, out, errOut)
+	}
+
+	// A node without volume chunks goes without a word about volumes.
+	f.m.Volumes = map[string]cluster.VolumeSpec{"one": {Name: "one", Size: 64 << 20, ChunkSize: 1 << 20, Copies: 1, Nodes: []string{"node1"}}}
+	n3 := f.m.Nodes["node3"]
+	n3.State = cluster.StateDown
+	f.m.Nodes["node3"] = n3
+	if code, out, errOut := run(f.args("admin", "node", "rm", "node3")...); code != 0 || strings.Contains(out, "volume") {
+		t.Errorf("rm of a node without volume chunks: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -482,6 +483,29 @@ type VolumeInfo struct {
 	// members of the cluster: their chunks are a copy short until a node
 	// joins under that ID.
 	Removed []string `json:"removed,omitempty"`
+}
+
+// VolumeCopies counts the chunk copies of one volume on one node.
+type VolumeCopies struct {
+	Volume string `json:"volume"`
+	Copies int    `json:"copies"` // the volume's copies per chunk
+	Chunks int64  `json:"chunks"` // chunks with a copy on the node
+}
+
+// VolumesOn lists, by name, the volumes of m with chunk copies on node id.
+// Chunks are never moved to another node ID, so removing the node leaves
+// each of these chunks a copy short, and loses those of copies=1 volumes,
+// until a node joins under the same ID.
+func VolumesOn(m *cluster.Map, id string) []VolumeCopies {
+	var out []VolumeCopies
+	names := slices.Sorted(maps.Keys(m.Volumes))
+	for _, name := range names {
+		v := m.Volumes[name]
+		if n := volumeInfo(m, v, nil, 0).ChunksPerNode[id]; n > 0 {
+			out = append(out, VolumeCopies{Volume: name, Copies: v.Copies, Chunks: n})
+		}
+	}
+	return out
 }
 
 // volumeInfo computes where the volume's chunks live.

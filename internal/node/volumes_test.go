@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -446,5 +447,35 @@ func TestVolumeInfoNamesRemovedNodes(t *testing.T) {
 	m.Nodes["b"] = cluster.NodeInfo{ID: "b"}
 	if info := volumeInfo(m, v, nil, 0); len(info.Removed) != 0 {
 		t.Errorf("removed %v once b is a member again", info.Removed)
+	}
+}
+
+// TestVolumesOn: every chunk copy of every volume is counted on exactly
+// one node, and a node outside a volume's set holds none of it.
+func TestVolumesOn(t *testing.T) {
+	m := cluster.NewMap()
+	for _, id := range []string{"a", "b", "c", "d"} {
+		m.Nodes[id] = cluster.NodeInfo{ID: id}
+	}
+	m.Volumes["v2"] = cluster.VolumeSpec{Name: "v2", Size: 64 << 20, ChunkSize: 1 << 20, Copies: 2, Nodes: []string{"a", "b", "c"}}
+	m.Volumes["v1"] = cluster.VolumeSpec{Name: "v1", Size: 32 << 20, ChunkSize: 1 << 20, Copies: 1, Nodes: []string{"a", "b", "c", "d"}}
+	total := map[string]int64{}
+	for _, id := range []string{"a", "b", "c", "d"} {
+		vols := VolumesOn(m, id)
+		if !slices.IsSortedFunc(vols, func(x, y VolumeCopies) int { return strings.Compare(x.Volume, y.Volume) }) {
+			t.Errorf("%s: not sorted by name: %+v", id, vols)
+		}
+		for _, v := range vols {
+			if v.Copies != m.Volumes[v.Volume].Copies || v.Chunks <= 0 {
+				t.Errorf("%s: %+v", id, v)
+			}
+			if v.Volume == "v2" && id == "d" {
+				t.Errorf("d is not in v2's set but holds %d of its chunks", v.Chunks)
+			}
+			total[v.Volume] += v.Chunks
+		}
+	}
+	if total["v2"] != 128 || total["v1"] != 32 {
+		t.Errorf("chunk copies counted: %v, want v2 128 (64 chunks, 2 copies), v1 32", total)
 	}
 }

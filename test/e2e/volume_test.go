@@ -566,7 +566,9 @@ func TestVolumeServerReplaced(t *testing.T) {
 	waitFor(t, 30*time.Second, "the map to mark node2 down", func() bool {
 		return clusterMap(t, c, 0).Nodes["node2"].State == cluster.StateDown
 	})
-	admin(t, c, 0, "node", "rm", "node2")
+	if out := admin(t, c, 0, "node", "rm", "node2"); !strings.Contains(out, "a copy short until a node joins as node2") || !strings.Contains(out, name+" (copies=2, ") {
+		t.Errorf("node rm does not say %s's chunks on node2 are a copy short:\n%s", name, out)
+	}
 	if out := volumeCmd(t, c, 0, "info", name); !strings.Contains(out, "WARNING: node2 is no longer a member") {
 		t.Errorf("volume info does not say node2's chunk copies are missing:\n%s", out)
 	}
