@@ -622,6 +622,13 @@ func adminNode(ctx context.Context, env Env, args []string) error {
 		}
 		if verb == "drain" {
 			fmt.Fprintf(env.Stdout, "%s is draining: new copies go elsewhere and its copies move away (admin status shows its objects); then stop it and run admin node rm %s\n", id, id)
+			if vols := node.VolumesOn(m, id); len(vols) > 0 {
+				names := make([]string, len(vols))
+				for i, v := range vols {
+					names[i] = volumeCopies(v)
+				}
+				fmt.Fprintf(env.Stdout, "volume chunks do not move: %s keeps those of %s\n", id, strings.Join(names, ", "))
+			}
 		} else {
 			fmt.Fprintf(env.Stdout, "%s takes copies again\n", id)
 		}
@@ -632,11 +639,10 @@ func adminNode(ctx context.Context, env Env, args []string) error {
 	}
 	var short, lost []string
 	for _, v := range node.VolumesOn(m, id) {
-		what := fmt.Sprintf("%s (copies=%d, %s)", v.Volume, v.Copies, plural(int(v.Chunks), "chunk"))
 		if v.Copies == 1 {
-			lost = append(lost, what)
+			lost = append(lost, volumeCopies(v))
 		} else {
-			short = append(short, what)
+			short = append(short, volumeCopies(v))
 		}
 	}
 	if len(lost) > 0 && !*force {
@@ -654,6 +660,11 @@ func adminNode(ctx context.Context, env Env, args []string) error {
 		fmt.Fprintf(env.Stdout, "lost with %s, the only copy of: %s\n", id, strings.Join(lost, ", "))
 	}
 	return nil
+}
+
+// volumeCopies describes a volume's chunk copies on one node.
+func volumeCopies(v node.VolumeCopies) string {
+	return fmt.Sprintf("%s (copies=%d, %s)", v.Volume, v.Copies, plural(int(v.Chunks), "chunk"))
 }
 
 // errOnlyCopy: a node to remove holds the only copy of volume chunks.

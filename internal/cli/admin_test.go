@@ -80,6 +80,9 @@ func (f *fakeCluster) handler(id string) http.Handler {
 		_ = json.NewEncoder(w).Encode(struct{}{})
 	})
 	admin := http.NewServeMux()
+	admin.HandleFunc("POST /admin/v1/nodes/{id}/drain", func(w http.ResponseWriter, r *http.Request) {
+		_ = json.NewEncoder(w).Encode(struct{}{})
+	})
 	admin.HandleFunc("GET /admin/v1/status", func(w http.ResponseWriter, r *http.Request) {
 		_ = json.NewEncoder(w).Encode(node.Status{Node: id, Mountpaths: f.mps[id], Extra: map[string]any{
 			"scrub": map[string]int{"passes": 1}, "destage-backlog": map[string]int{"objects": 0}}})
@@ -304,18 +307,16 @@ func TestAdminUnknownBucket(t *testing.T) {
 	}
 }
 
-// admin node rm refuses to remove a node that holds the only copy of
-// chunks of a copies=1 volume unless --force is given, and says which
-// volumes are left a copy short (chunks are never moved to other nodes).
-func TestAdminNodeRmVolumes(t *testing.T) {
+// admin node drain says which volumes' chunks stay on the node; admin
+// node rm refuses to remove a node that holds the only copy of chunks of
+// a copies=1 volume unless --force is given, and says which volumes are
+// left a copy short (chunks are never moved to other nodes).
+func TestAdminNodeVolumes(t *testing.T) {
 	f := newFakeCluster(t)
 	nodes := []string{"node1", "node2", "node3"}
 	f.m.Volumes["solo"] = cluster.VolumeSpec{Name: "solo", Size: 64 << 20, ChunkSize: 1 << 20, Copies: 1, Nodes: nodes}
 	f.m.Volumes["pair"] = cluster.VolumeSpec{Name: "pair", Size: 64 << 20, ChunkSize: 1 << 20, Copies: 2, Nodes: nodes}
 	f.m.Volumes["away"] = cluster.VolumeSpec{Name: "away", Size: 64 << 20, ChunkSize: 1 << 20, Copies: 1, Nodes: []string{"node1", "node3"}}
-	n2 := f.m.Nodes["node2"]
-	n2.State = cluster.StateDown
-	f.m.Nodes["node2"] = n2
 	on := map[string]int64{}
 	for _, v := range node.VolumesOn(f.m, "node2") {
 		on[v.Volume] = v.Chunks
@@ -326,7 +327,14 @@ func TestAdminNodeRmVolumes(t *testing.T) {
 		t.Fatalf("chunk copies on node2: %v", on)
 	}
 
-	code, out, errOut := run(f.args("admin", "node", "rm", "node2")...)
+	code, out, errOut := run(f.args("admin", "node", "drain", "node2")...)
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("volume chunks do not move: node2 keeps those of pair (copies=2, %d chunks), solo (copies=1, %d chunks)\n", on["pair"], on["solo"])) {
+		t.Errorf("drain: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	n2 := f.m.Nodes["node2"]
+	n2.State = cluster.StateDown
+	f.m.Nodes["node2"] = n2
+	code, out, errOut = run(f.args("admin", "node", "rm", "node2")...)
 	if code != 1 || out != "" || len(f.removed) != 0 ||
 		!strings.Contains(errOut, fmt.Sprintf("node2 holds the only copy of volume chunks: solo (copies=1, %d chunks)", on["solo"])) ||
 		strings.Contains(errOut, "pair") || !strings.Contains(errOut, "--force") {
