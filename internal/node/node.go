@@ -53,6 +53,10 @@ type Options struct {
 	Raft                         cluster.RaftTimeouts
 }
 
+// publicMapCatchUp bounds how long a request for the public map waits for
+// a node that has applied no map yet to catch up with the leader.
+const publicMapCatchUp = 10 * time.Second
+
 // minSecretLen is the shortest cluster secret the node takes without a
 // warning.
 const minSecretLen = 16
@@ -309,6 +313,15 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 	public := http.NewServeMux()
 	public.HandleFunc(PublicHealthPath, n.health)
 	public.HandleFunc("GET "+cluster.PublicMapPath, func(w http.ResponseWriter, r *http.Request) {
+		if cl.Map().Version == 0 && !r.URL.Query().Has("after") {
+			// A node that has just started has applied no map yet (on a
+			// restart, until the leader reaches it): it catches up with
+			// the leader first, for a while, rather than answer with an
+			// empty map; without a leader it answers with what it has.
+			ctx, cancel := context.WithTimeout(r.Context(), publicMapCatchUp)
+			_ = cl.Sync(ctx)
+			cancel()
+		}
 		r = r.Clone(r.Context())
 		r.URL.Path = cluster.PathMap
 		r.Header.Del(peer.SecretHeader) // backends' keys never leave on public addresses

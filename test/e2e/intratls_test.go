@@ -30,7 +30,8 @@ import (
 // an intra address gets no HTTP answer, while objects, write-back replicas
 // (destaged by the replica holder after the owner is killed), volume
 // chunks, the admin CLI and the smart client, which follows the map on the
-// public addresses, all work across nodes.
+// public addresses, all work across nodes. The owner, restarted, serves
+// the cluster's map from its first answer.
 func TestIntraTLS(t *testing.T) {
 	r, direct := startRemote(t, remotesim.Config{})
 	c := startCluster(t, localcluster.Spec{IntraTLS: true})
@@ -92,6 +93,20 @@ func TestIntraTLS(t *testing.T) {
 	})
 	if err := c.StartNode(nodeIndex(c, owner)); err != nil {
 		t.Fatal(err)
+	}
+	// The restarted node has applied no map until the leader reaches it;
+	// the first public map it answers with is the cluster's all the same.
+	for start := time.Now(); ; time.Sleep(20 * time.Millisecond) {
+		pm, err := cluster.FetchMap(ctx, nil, c.Endpoint(nodeIndex(c, owner))+cluster.PublicMapPath, 0, 0)
+		if err == nil {
+			if len(pm.Nodes) != 3 {
+				t.Fatalf("the first public map of the restarted %s: version %d, %d nodes", owner, pm.Version, len(pm.Nodes))
+			}
+			break
+		}
+		if time.Since(start) > 30*time.Second {
+			t.Fatalf("the restarted %s does not serve its public map: %v", owner, err)
+		}
 	}
 	if err := c.WaitReady(ctx, 3); err != nil {
 		t.Fatal(err)
