@@ -581,9 +581,10 @@ func adminPrefetch(ctx context.Context, env Env, args []string) error {
 	return err
 }
 
-// adminNode drains a node (moves its copies away while it stays up),
-// undrains it, or removes a dead node for good (from the map and the raft
-// configuration); the others then re-create its copies.
+// adminNode drains a node (moves its object copies away while it stays
+// up), undrains it, or removes a dead node for good (from the map and the
+// raft configuration); the others then re-create its object copies. Both
+// name the volumes whose chunks stay on the node (they never move).
 func adminNode(ctx context.Context, env Env, args []string) error {
 	fs := newFlagSet(env, "admin node", "drain|undrain|rm ID [--force]")
 	mk := newAdminClient(fs)
