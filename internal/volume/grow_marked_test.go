@@ -43,13 +43,7 @@ func TestGrowWhileMirrorMarked(t *testing.T) {
 		t.Fatal(err)
 	}
 	// 16 Ki chunks to copy: under the race detector that takes seconds.
-	deadline := time.Now().Add(60 * time.Second)
-	for len(v.StaleChunks()) != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for b's new chunks in sync: %v", v.StaleChunks())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitUntilFor(t, time.Minute, "b's new chunks in sync", func() bool { return len(v.StaleChunks()) == 0 })
 	reps["a"].down.Store(true) // read b's copy
 	b := make([]byte, 1)
 	for _, off := range []int64{0, size - 1} {

@@ -306,13 +306,21 @@ func memReps(nodes ...string) map[string]*memRep {
 	return reps
 }
 
+// waitUntil polls cond every 10 ms for at least 5 s and fails the test if
+// it never holds.
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for range 500 {
+	waitUntilFor(t, 5*time.Second, what, cond)
+}
+
+// waitUntilFor is waitUntil for at least d.
+func waitUntilFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for range d / (10 * time.Millisecond) {
 		if cond() {
 			return
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	t.Fatalf("timed out waiting for %s", what)
+	t.Fatalf("timed out after %v waiting for %s", d, what)
 }

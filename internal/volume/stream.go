@@ -38,8 +38,8 @@ import (
 // Writes and zeroes carry the writer's epoch (see fence.go). flags: 1
 // sync (FUA), 2 punch. status: 0 ok, 1 out of range / invalid, 2 other
 // error, 3 out of space, 4 fenced, 5 not the volume's writer
-// (ErrNotWriter). A node that does not know op
-// 6 closes the stream; a forwarding node then claims the volume.
+// (ErrNotWriter). A node that does not know op 6 closes the stream; a
+// forwarding node then claims the volume.
 const (
 	streamProto       = "slipstream-volume/2"
 	streamReqLen      = 48
