@@ -623,12 +623,19 @@ func adminNode(ctx context.Context, env Env, args []string) error {
 		}
 		if verb == "drain" {
 			fmt.Fprintf(env.Stdout, "%s is draining: new copies go elsewhere and its copies move away (admin status shows its objects); then stop it and run admin node rm %s\n", id, id)
-			if vols := node.VolumesOn(m, id); len(vols) > 0 {
-				names := make([]string, len(vols))
-				for i, v := range vols {
-					names[i] = volumeCopies(v)
+			var moved, kept []string
+			for _, v := range node.VolumesOn(m, id) {
+				if v.Replaced {
+					moved = append(moved, volumeCopies(v))
+				} else {
+					kept = append(kept, volumeCopies(v))
 				}
-				fmt.Fprintf(env.Stdout, "volume chunks do not move: %s keeps those of %s\n", id, strings.Join(names, ", "))
+			}
+			if len(moved) > 0 {
+				fmt.Fprintf(env.Stdout, "volume chunks stay while it drains; admin node rm %s copies those of %s to the volumes' other nodes\n", id, strings.Join(moved, ", "))
+			}
+			if len(kept) > 0 {
+				fmt.Fprintf(env.Stdout, "volume chunks do not move: %s keeps those of %s\n", id, strings.Join(kept, ", "))
 			}
 		} else {
 			fmt.Fprintf(env.Stdout, "%s takes copies again\n", id)
@@ -638,11 +645,14 @@ func adminNode(ctx context.Context, env Env, args []string) error {
 	if ni.State == cluster.StateUp {
 		return fmt.Errorf("admin node rm: %s is up; stop it (and wipe its data directory) first", id)
 	}
-	var short, lost []string
+	var moved, short, lost []string
 	for _, v := range node.VolumesOn(m, id) {
-		if v.Copies == 1 {
+		switch {
+		case v.Replaced:
+			moved = append(moved, volumeCopies(v))
+		case v.Copies == 1:
 			lost = append(lost, volumeCopies(v))
-		} else {
+		default:
 			short = append(short, volumeCopies(v))
 		}
 	}
@@ -654,8 +664,11 @@ func adminNode(ctx context.Context, env Env, args []string) error {
 		return err
 	}
 	fmt.Fprintf(env.Stdout, "removed %s; the other nodes re-create its object copies (see admin status, rebalance)\n", id)
+	if len(moved) > 0 {
+		fmt.Fprintf(env.Stdout, "volume chunks are copied to the volumes' other nodes (volume info shows when it is done): %s\n", strings.Join(moved, ", "))
+	}
 	if len(short) > 0 {
-		fmt.Fprintf(env.Stdout, "volume chunks are not moved to other nodes: these are a copy short until a node joins as %s (docs/operations.md): %s\n", id, strings.Join(short, ", "))
+		fmt.Fprintf(env.Stdout, "volume chunks with too few other nodes to move to: these are a copy short until a node joins as %s (docs/operations.md): %s\n", id, strings.Join(short, ", "))
 	}
 	if len(lost) > 0 {
 		fmt.Fprintf(env.Stdout, "lost with %s, the only copy of: %s\n", id, strings.Join(lost, ", "))

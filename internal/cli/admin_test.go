@@ -307,28 +307,31 @@ func TestAdminUnknownBucket(t *testing.T) {
 	}
 }
 
-// admin node drain says which volumes' chunks stay on the node; admin
-// node rm refuses to remove a node that holds the only copy of chunks of
-// a copies=1 volume unless --force is given, and says which volumes are
-// left a copy short (chunks are never moved to other nodes).
+// admin node drain says which volumes' chunks stay on the node and which
+// its removal re-places; admin node rm refuses to remove a node that
+// holds the only copy of chunks of a copies=1 volume unless --force is
+// given, and says which volumes' chunks are copied to their other nodes
+// and which are left a copy short (too few other nodes).
 func TestAdminNodeVolumes(t *testing.T) {
 	f := newFakeCluster(t)
 	nodes := []string{"node1", "node2", "node3"}
 	f.m.Volumes["solo"] = cluster.VolumeSpec{Name: "solo", Size: 64 << 20, ChunkSize: 1 << 20, Copies: 1, Nodes: nodes}
 	f.m.Volumes["pair"] = cluster.VolumeSpec{Name: "pair", Size: 64 << 20, ChunkSize: 1 << 20, Copies: 2, Nodes: nodes}
 	f.m.Volumes["away"] = cluster.VolumeSpec{Name: "away", Size: 64 << 20, ChunkSize: 1 << 20, Copies: 1, Nodes: []string{"node1", "node3"}}
+	f.m.Volumes["tight"] = cluster.VolumeSpec{Name: "tight", Size: 64 << 20, ChunkSize: 1 << 20, Copies: 2, Nodes: []string{"node1", "node2"}}
 	on := map[string]int64{}
 	for _, v := range node.VolumesOn(f.m, "node2") {
 		on[v.Volume] = v.Chunks
 	}
 	// HRW over 3 nodes puts about a third of solo's 64 chunks and two
 	// thirds of pair's on node2, and none of away's.
-	if on["solo"] < 10 || on["solo"] > 35 || on["pair"] < 30 || on["pair"] > 60 || len(on) != 2 {
+	if on["solo"] < 10 || on["solo"] > 35 || on["pair"] < 30 || on["pair"] > 60 || on["tight"] != 64 || len(on) != 3 {
 		t.Fatalf("chunk copies on node2: %v", on)
 	}
 
 	code, out, errOut := run(f.args("admin", "node", "drain", "node2")...)
-	if code != 0 || !strings.Contains(out, fmt.Sprintf("volume chunks do not move: node2 keeps those of pair (copies=2, %d chunks), solo (copies=1, %d chunks)\n", on["pair"], on["solo"])) {
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("volume chunks do not move: node2 keeps those of solo (copies=1, %d chunks), tight (copies=2, 64 chunks)\n", on["solo"])) ||
+		!strings.Contains(out, fmt.Sprintf("admin node rm node2 copies those of pair (copies=2, %d chunks) to the volumes' other nodes\n", on["pair"])) {
 		t.Errorf("drain: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 	n2 := f.m.Nodes["node2"]
@@ -342,7 +345,8 @@ func TestAdminNodeVolumes(t *testing.T) {
 	}
 	code, out, errOut = run(f.args("admin", "node", "rm", "node2", "--force")...)
 	if code != 0 || !slices.Equal(f.removed, []string{"node2"}) ||
-		!strings.Contains(out, fmt.Sprintf("a copy short until a node joins as node2 (docs/operations.md): pair (copies=2, %d chunks)\n", on["pair"])) ||
+		!strings.Contains(out, "a copy short until a node joins as node2 (docs/operations.md): tight (copies=2, 64 chunks)\n") ||
+		!strings.Contains(out, fmt.Sprintf("copied to the volumes' other nodes (volume info shows when it is done): pair (copies=2, %d chunks)\n", on["pair"])) ||
 		!strings.Contains(out, fmt.Sprintf("lost with node2, the only copy of: solo (copies=1, %d chunks)\n", on["solo"])) {
 		t.Errorf("rm --force: exit %d, removed %v, stdout %q, stderr %q", code, f.removed, out, errOut)
 	}

@@ -226,6 +226,9 @@ func printVolume(env Env, v node.VolumeInfo, asJSON bool) error {
 	for _, id := range v.Removed {
 		fmt.Fprintf(env.Stdout, "WARNING: %s is no longer a member: its %d chunk copies are missing until a node joins under the ID %s (see docs/operations.md, replacing a dead server)\n", id, v.ChunksPerNode[id], id)
 	}
+	if v.Prev != nil {
+		fmt.Fprintf(env.Stdout, "re-placing: %d chunk copies of removed nodes are being copied to the nodes above (placed on %s before)\n", v.Copying, strings.Join(v.Prev, ", "))
+	}
 	if v.Writer != "" {
 		fmt.Fprintf(env.Stdout, "written through: %s (claim %d; writes through other nodes go through it while its own clients write)\n", v.Writer, v.Epoch)
 	}

@@ -42,6 +42,9 @@ var (
 	ErrNotLeader      = errors.New("cluster: not the leader")
 	ErrNodeNotFound   = errors.New("cluster: no such node")
 	ErrVolumeNotFound = errors.New("cluster: no such volume")
+	// ErrStalePlacement refuses to end a volume's re-placement for a node
+	// set or a claim that is no longer the volume's.
+	ErrStalePlacement = errors.New("cluster: volume placement changed")
 	ErrInvalid        = errors.New("cluster: invalid request")
 	ErrClosed         = errors.New("cluster: closed")
 	ErrForbidden      = errors.New("cluster: the cluster secret is required")
@@ -541,6 +544,14 @@ func (c *Cluster) ClaimVolume(ctx context.Context, name, id, node string, from u
 		return VolumeSpec{}, fmt.Errorf("%w: %q", ErrVolumeNotFound, name)
 	}
 	return v, nil
+}
+
+// VolumePlaced ends the re-placement of volume name (VolumeSpec.Prev):
+// node, holding the volume's claim of epoch, has copied every chunk to
+// its owners among nodes. It fails with ErrStalePlacement when nodes is
+// no longer the volume's node set or the claim has moved on.
+func (c *Cluster) VolumePlaced(ctx context.Context, name, id, node string, epoch uint64, nodes []string) error {
+	return c.propose(ctx, command{Op: opVolumePlaced, Name: name, Volume: &VolumeSpec{Name: name, ID: id, Nodes: nodes}, Node: &NodeInfo{ID: node}, Epoch: epoch})
 }
 
 // ClearCoveredMark clears writer's mark on mirror of volume name, which

@@ -26,8 +26,12 @@ const (
 	opVolumeDelete = "volume.delete"
 	opVolumeStale  = "volume.stale" // Name: the volume; Node.ID: the mirror; State: up (in sync) or down (stale)
 	opVolumeClaim  = "volume.claim" // Name, Volume.ID: the volume; Node.ID: its new writer
-	opNodeDrain    = "node.drain"   // Name: the node; Drain: on or off
-	opNodeVoter    = "node.voter"   // Node.ID: the node; Node.Voter: its suffrage (nothing else changes)
+	// Name, Volume.ID and Volume.Nodes: the volume and the node set its
+	// chunks were copied for; Node.ID and Epoch: the writer that copied
+	// them, under that claim.
+	opVolumePlaced = "volume.placed"
+	opNodeDrain    = "node.drain" // Name: the node; Drain: on or off
+	opNodeVoter    = "node.voter" // Node.ID: the node; Node.Voter: its suffrage (nothing else changes)
 )
 
 // command is one entry of the raft log, JSON-encoded. Everything that must be
@@ -166,6 +170,7 @@ func applyCommand(m *Map, c command) (*Map, error) {
 		}
 		mut = func(n *Map) error {
 			delete(n.Nodes, c.Name)
+			replaceVolumes(n, c.Name)
 			if n.RemovedDowns == nil {
 				n.RemovedDowns = map[string]uint64{}
 			}
@@ -220,7 +225,7 @@ func applyCommand(m *Map, c command) (*Map, error) {
 				return m, fmt.Errorf("%w: volume %q can only grow (%d < %d)", ErrInvalid, nv.Name, nv.Size, old.Size)
 			}
 			nv.Created, nv.Stale, nv.StaleBy = old.Created, old.Stale, old.StaleBy
-			nv.Writer, nv.Epoch = old.Writer, old.Epoch
+			nv.Writer, nv.Epoch, nv.Prev = old.Writer, old.Epoch, old.Prev
 			if old.equal(nv) {
 				return m, nil
 			}
@@ -270,6 +275,20 @@ func applyCommand(m *Map, c command) (*Map, error) {
 			n.Volumes[c.Name] = v
 			return nil
 		}
+	case opVolumePlaced:
+		v, ok := m.Volumes[c.Name]
+		if !ok || c.Volume == nil || c.Volume.ID != v.ID {
+			return m, fmt.Errorf("%w: %q", ErrVolumeNotFound, c.Name)
+		}
+		if c.Node == nil || v.Prev == nil || !slices.Equal(c.Volume.Nodes, v.Nodes) || v.Writer != c.Node.ID || v.Epoch != c.Epoch {
+			// Copied for another node set, or by a writer fenced off since.
+			return m, fmt.Errorf("%w: volume %q: not re-placed by this writer for these nodes", ErrStalePlacement, c.Name)
+		}
+		mut = func(n *Map) error {
+			v.Prev = nil
+			n.Volumes[c.Name] = v
+			return nil
+		}
 	case opVolumeDelete:
 		old, ok := m.Volumes[c.Name]
 		if !ok || c.Volume != nil && c.Volume.ID != old.ID {
@@ -294,6 +313,33 @@ func applyCommand(m *Map, c command) (*Map, error) {
 	}
 	n.Version++
 	return n, nil
+}
+
+// replaceVolumes takes node id, which is being removed from n, out of the
+// node set of every volume that keeps at least Copies nodes without it
+// (Copies >= 2: a copies=1 volume's chunks on id have no other copy, and
+// stay placed on id until a node joins under its ID). The first removal
+// of a re-placement records the set the chunks are on in Prev. id's own
+// stale marks go with it.
+func replaceVolumes(n *Map, id string) {
+	for name, v := range n.Volumes {
+		if !v.Replaces(id) {
+			continue
+		}
+		if v.Prev == nil {
+			v.Prev = v.Nodes
+		}
+		v.Nodes = slices.DeleteFunc(slices.Clone(v.Nodes), func(s string) bool { return s == id })
+		if _, ok := v.StaleBy[id]; ok || slices.Contains(v.Stale, id) {
+			marks := v.StaleMarks()
+			delete(marks, id)
+			v.Stale, v.StaleBy = slices.Sorted(maps.Keys(marks)), marks
+			if len(marks) == 0 {
+				v.Stale, v.StaleBy = nil, nil
+			}
+		}
+		n.Volumes[name] = v
+	}
 }
 
 func nodeEqual(a, b NodeInfo) bool {

@@ -224,8 +224,17 @@ type VolumeSpec struct {
 	// open treats every chunk of the mirror as stale.
 	StaleBy map[string][]string `json:"staleBy,omitempty"`
 	// Nodes are the members chunks are placed on, fixed when the volume
-	// is created so that later membership changes do not move chunks.
+	// is created: joins do not move chunks. Removing a member takes it out
+	// of Nodes when the others still number at least Copies (Copies >= 2):
+	// its chunks are then re-placed on the others (HRW over the rest only
+	// adds owners, it never moves a chunk between surviving nodes).
 	Nodes []string `json:"nodes,omitempty"`
+	// Prev is the node set chunks were placed on before the removals whose
+	// re-placement is not complete yet (nil: none). While it is set, an
+	// owner of a chunk under Nodes that is not one under Prev (a
+	// newcomer) holds no copy of the chunk until the volume's writer has
+	// copied it there; the writer then clears Prev (volume.placed).
+	Prev []string `json:"prev,omitempty"`
 	// Writer is the node that last claimed the volume for writing, and
 	// Epoch the number of claims by a new node so far: the mirrors refuse
 	// writes of a writer with an older epoch (see volume.Claims).
@@ -236,8 +245,15 @@ type VolumeSpec struct {
 // equal reports whether v and o describe the same volume.
 func (v VolumeSpec) equal(o VolumeSpec) bool {
 	return v.Name == o.Name && v.Size == o.Size && v.ChunkSize == o.ChunkSize && v.Copies == o.Copies &&
-		v.Created.Equal(o.Created) && v.ID == o.ID && slices.Equal(v.Nodes, o.Nodes) && slices.Equal(v.Stale, o.Stale) &&
+		v.Created.Equal(o.Created) && v.ID == o.ID && slices.Equal(v.Nodes, o.Nodes) && slices.Equal(v.Prev, o.Prev) && slices.Equal(v.Stale, o.Stale) &&
 		maps.EqualFunc(v.StaleBy, o.StaleBy, slices.Equal) && v.Writer == o.Writer && v.Epoch == o.Epoch
+}
+
+// Replaces reports whether removing node id from the cluster re-places
+// the volume's chunks on its other nodes (see Nodes): id is one of them,
+// and they number at least Copies >= 2 without it.
+func (v VolumeSpec) Replaces(id string) bool {
+	return v.Copies >= 2 && len(v.Nodes)-1 >= v.Copies && slices.Contains(v.Nodes, id)
 }
 
 // MarkedBy reports whether node marks any mirror of the volume stale.

@@ -53,10 +53,12 @@ type volumes struct {
 	// born is when this node's volume state began (zero: unknown, older).
 	born time.Time
 
-	mu      sync.Mutex
-	open    map[string]openVolume // by name
-	clients map[string]*volume.Client
-	server  *nbd.Server
+	mu   sync.Mutex
+	open map[string]openVolume // by name
+	// claiming names the volumes this node is claiming to re-place them.
+	claiming map[string]bool
+	clients  map[string]*volume.Client
+	server   *nbd.Server
 }
 
 type openVolume struct {
@@ -169,13 +171,14 @@ func (vs *volumes) lookup(name string) (nbd.Device, error) {
 		reps[id] = vs.replica(m, id)
 	}
 	cfg := volume.Config{
-		Spec: toVolumeSpec(spec), Nodes: nodes, Self: vs.self, Replicas: reps,
+		Spec: toVolumeSpec(spec), Nodes: nodes, Prev: spec.Prev, Self: vs.self, Replicas: reps,
 		StateDir: filepath.Join(vs.stateDir, spec.Key()), Logger: vs.log.With("volume", spec.Name),
 		Stale: spec.StaleMarks(),
 	}
 	if vs.marks != nil {
 		sm := staleMarks{m: vs.marks, name: spec.Name, id: spec.ID, self: vs.self, meta: vs.meta}
 		cfg.Marks, cfg.Claims, cfg.Writer, cfg.Epoch = sm, sm, spec.Writer, spec.Epoch
+		cfg.Placed = sm.Placed
 		cfg.Forward = vs
 		cfg.MapVersion = func() uint64 { return vs.meta.Map().Version }
 	}
@@ -293,6 +296,7 @@ type volumeMarker interface {
 	SetVolumeStale(ctx context.Context, name, mirror, writer string, stale bool) error
 	ClearCoveredMark(ctx context.Context, name, mirror, writer string, epoch uint64) error
 	ClaimVolume(ctx context.Context, name, id, node string, from uint64) (cluster.VolumeSpec, error)
+	VolumePlaced(ctx context.Context, name, id, node string, epoch uint64, nodes []string) error
 }
 
 // staleMarks is one volume's volume.StaleMarks and volume.Claims on this
@@ -315,6 +319,11 @@ func (s staleMarks) Claim(ctx context.Context, from uint64) (uint64, error) {
 		return 0, fmt.Errorf("%w: %s holds claim %d (this node took it to be %d)", volume.ErrFenced, v.Writer, v.Epoch, from)
 	}
 	return v.Epoch, nil
+}
+
+// Placed ends the volume's re-placement (volume.Config.Placed).
+func (s staleMarks) Placed(ctx context.Context, nodes []string, epoch uint64) error {
+	return s.m.VolumePlaced(ctx, s.name, s.id, s.self, epoch, nodes)
 }
 
 func (s staleMarks) SetStale(ctx context.Context, mirror string, stale bool) error {
@@ -400,9 +409,13 @@ func (vs *volumes) collect(ctx context.Context) {
 	}
 }
 
-// noteMap tells v the claim and stale marks of spec, its record in map m.
+// noteMap tells v the claim, placement and stale marks of spec, its record
+// in map m.
 func noteMap(v *volume.Volume, m *cluster.Map, spec cluster.VolumeSpec) {
 	v.NoteClaim(spec.Writer, spec.Epoch)
+	if len(spec.Nodes) > 0 {
+		v.NotePlacement(spec.Nodes, spec.Prev)
+	}
 	v.NoteStaleAt(spec.StaleMarks(), m.Version)
 }
 
@@ -444,6 +457,63 @@ func (vs *volumes) noteStale(ctx context.Context, m *cluster.Map) {
 			vs.log.Warn("opening a volume to resynchronise the mirrors it marked stale", "volume", name, "err", err)
 		}
 	}
+	for name, spec := range m.Volumes {
+		if spec.Prev != nil && moverOf(m, spec) == vs.self {
+			vs.move(ctx, name, spec)
+		}
+	}
+}
+
+// moverOf returns the node that copies the chunks of volume spec's
+// re-placement: its writer while that one is a member and not down, else
+// the first node of its set that is up (which claims the volume).
+func moverOf(m *cluster.Map, spec cluster.VolumeSpec) string {
+	if n, ok := m.Node(spec.Writer); ok && spec.Writer != "" && n.State != cluster.StateDown {
+		return spec.Writer
+	}
+	for _, id := range spec.Nodes {
+		if n, ok := m.Node(id); ok && n.State == cluster.StateUp {
+			return id
+		}
+	}
+	return ""
+}
+
+// move opens volume name, whose re-placement this node is to carry out,
+// and claims it unless it holds the claim: its resync loop then copies
+// the chunks to their new owners and ends the re-placement.
+func (vs *volumes) move(ctx context.Context, name string, spec cluster.VolumeSpec) {
+	dev, err := vs.lookup(name)
+	if err != nil {
+		vs.log.Warn("opening a volume to re-place its chunks", "volume", name, "err", err)
+		return
+	}
+	v, ok := dev.(*volume.Volume)
+	if !ok || spec.Writer == vs.self || !v.Moving() {
+		return
+	}
+	vs.mu.Lock()
+	if vs.claiming[name] {
+		vs.mu.Unlock()
+		return
+	}
+	if vs.claiming == nil {
+		vs.claiming = map[string]bool{}
+	}
+	vs.claiming[name] = true
+	vs.mu.Unlock()
+	go func() {
+		defer func() {
+			vs.mu.Lock()
+			delete(vs.claiming, name)
+			vs.mu.Unlock()
+		}()
+		if err := v.Claim(ctx); err != nil {
+			vs.log.Warn("claiming a volume to re-place its chunks", "volume", name, "err", err)
+			return
+		}
+		vs.log.Info("claimed the volume to copy its chunks to their new nodes", "volume", name)
+	}()
 }
 
 // VolumeState is what an open volume on this node knows of its mirrors.
@@ -483,6 +553,9 @@ type VolumeInfo struct {
 	// members of the cluster: their chunks are a copy short until a node
 	// joins under that ID.
 	Removed []string `json:"removed,omitempty"`
+	// Copying counts, while a re-placement is in progress (Prev), the
+	// chunk copies it makes on the volume's other nodes.
+	Copying int64 `json:"copying,omitempty"`
 }
 
 // VolumeCopies counts the chunk copies of one volume on one node.
@@ -490,19 +563,22 @@ type VolumeCopies struct {
 	Volume string `json:"volume"`
 	Copies int    `json:"copies"` // the volume's copies per chunk
 	Chunks int64  `json:"chunks"` // chunks with a copy on the node
+	// Replaced: removing the node re-places these chunks on the volume's
+	// other nodes (cluster.VolumeSpec.Replaces).
+	Replaced bool `json:"replaced,omitempty"`
 }
 
 // VolumesOn lists, by name, the volumes of m with chunk copies on node id.
-// Chunks are never moved to another node ID, so removing the node leaves
-// each of these chunks a copy short, and loses those of copies=1 volumes,
-// until a node joins under the same ID.
+// Removing the node re-places the chunks of those marked Replaced on
+// their volume's other nodes; the others stay a copy short (and those of
+// copies=1 volumes are lost) until a node joins under the same ID.
 func VolumesOn(m *cluster.Map, id string) []VolumeCopies {
 	var out []VolumeCopies
 	names := slices.Sorted(maps.Keys(m.Volumes))
 	for _, name := range names {
 		v := m.Volumes[name]
 		if n := volumeInfo(m, v, nil, 0).ChunksPerNode[id]; n > 0 {
-			out = append(out, VolumeCopies{Volume: name, Copies: v.Copies, Chunks: n})
+			out = append(out, VolumeCopies{Volume: name, Copies: v.Copies, Chunks: n, Replaced: v.Replaces(id)})
 		}
 	}
 	return out
@@ -522,9 +598,18 @@ func volumeInfo(m *cluster.Map, v cluster.VolumeSpec, nbdURLs map[string][]strin
 		}
 	}
 	for i := int64(0); i < info.Chunks; i++ {
-		owners := placement.Owners(nodes, volume.ChunkName(v.Name, i), v.Copies)
+		name := volume.ChunkName(v.Name, i)
+		owners := placement.Owners(nodes, name, v.Copies)
 		for _, o := range owners {
 			info.ChunksPerNode[o]++
+		}
+		if v.Prev != nil {
+			before := placement.Owners(v.Prev, name, v.Copies)
+			for _, o := range owners {
+				if !slices.Contains(before, o) {
+					info.Copying++
+				}
+			}
 		}
 		if i < int64(listChunks) {
 			info.Placement = append(info.Placement, owners)

@@ -146,6 +146,11 @@ func (m *markCalls) ClaimVolume(_ context.Context, name, id, node string, _ uint
 	return cluster.VolumeSpec{Name: name, ID: id, Writer: "other", Epoch: 7}, nil
 }
 
+func (m *markCalls) VolumePlaced(_ context.Context, name, id, node string, epoch uint64, nodes []string) error {
+	m.calls = append(m.calls, fmt.Sprintf("%s placed %s %s %d %v", name, id, node, epoch, nodes))
+	return nil
+}
+
 // TestClearCoveredSparesLiveWriters: a node that resynchronised a mirror
 // in full clears the marks other writers left on it only for writers that
 // can no longer write. Of a volume no node claimed, those are the writers
@@ -443,6 +448,18 @@ func TestVolumeInfoNamesRemovedNodes(t *testing.T) {
 	}
 	if info.ChunksPerNode["b"] == 0 {
 		t.Error("no chunk copies counted on the removed node")
+	}
+	if info.Copying != 0 {
+		t.Errorf("copying %d without a re-placement", info.Copying)
+	}
+	// Re-placed on a and c (b removed): each of b's copies gets a new
+	// owner, and a and c keep theirs.
+	moved := v
+	moved.Prev, moved.Nodes = v.Nodes, []string{"a", "c"}
+	after := volumeInfo(m, moved, nil, 0)
+	if after.Copying != info.ChunksPerNode["b"] || len(after.Removed) != 0 ||
+		after.ChunksPerNode["a"]+after.ChunksPerNode["c"] != 2*info.Chunks || after.ChunksPerNode["a"] < info.ChunksPerNode["a"] {
+		t.Errorf("re-placed: copying %d (b held %d), per node %v (before %v)", after.Copying, info.ChunksPerNode["b"], after.ChunksPerNode, info.ChunksPerNode)
 	}
 	m.Nodes["b"] = cluster.NodeInfo{ID: "b"}
 	if info := volumeInfo(m, v, nil, 0); len(info.Removed) != 0 {

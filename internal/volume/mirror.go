@@ -24,6 +24,12 @@ type Config struct {
 	Spec Spec
 	// Nodes are the IDs of the nodes chunks may be placed on.
 	Nodes []string
+	// Prev, while a re-placement is not complete, is the node set the
+	// chunks were placed on before (see move.go); nil: none.
+	Prev []string
+	// Placed, if set, ends a re-placement: this node, writing under the
+	// claim of epoch, has copied every chunk to its owners among nodes.
+	Placed func(ctx context.Context, nodes []string, epoch uint64) error
 	// Self is the ID of the node running this Volume ("" if none); reads
 	// prefer its mirror.
 	Self string
@@ -116,7 +122,9 @@ type Volume struct {
 	key      string // spec.Key(): what replicas store the chunks under
 	size     atomic.Int64
 	shift    uint
-	nodes    map[string]*mirror
+	nodes    map[string]*mirror                          // every node of Config.Nodes
+	set      atomic.Pointer[[]string]                    // the nodes chunks are placed on now
+	mv       atomic.Pointer[moveState]                   // a re-placement in progress; nil: none
 	wrote    atomic.Bool                                 // this volume has written: it is the writer
 	epoch    atomic.Uint64                               // the writer epoch this node holds; 0: none
 	other    atomic.Bool                                 // another node has claimed the volume since this one did
@@ -136,7 +144,7 @@ type Volume struct {
 	claimMu  sync.Mutex                                  // serialises claims
 	owners   atomic.Pointer[[]atomic.Pointer[[]*mirror]] // per chunk, computed lazily
 	locks    [256]sync.RWMutex                           // chunk stripes: I/O shares, resync excludes
-	growMu   sync.Mutex                                  // serialises Grow
+	growMu   sync.Mutex                                  // serialises Grow and NotePlacement
 
 	umu      sync.Mutex
 	unsynced map[int64]uint64 // chunk -> generation of its last write not known durable
@@ -260,6 +268,11 @@ func Open(ctx context.Context, cfg Config) (*Volume, error) {
 		}
 		v.nodes[id] = &mirror{id: id, r: r, local: id == cfg.Self}
 	}
+	nodes := slices.Clone(cfg.Nodes)
+	v.set.Store(&nodes)
+	if cfg.Prev != nil {
+		v.mv.Store(v.newMove(cfg.Prev, nodes, cfg.Spec.Chunks()))
+	}
 	st, err := openStaleStore(cfg.StateDir, v.key, cfg.Spec.Chunks())
 	if err != nil {
 		return nil, err
@@ -356,8 +369,9 @@ func (v *Volume) Grow(size int64) error {
 	}
 	v.owners.Store(&owners)
 	v.stale.grow(chunks)
+	v.growMove(chunks)
 	marked := false
-	for _, id := range v.cfg.Nodes {
+	for _, id := range v.nodeIDs() {
 		m := v.nodes[id]
 		m.markMu.Lock()
 		if m.shared.Load() || len(m.others) > 0 {
@@ -399,7 +413,7 @@ func (v *Volume) StaleChunks() map[string]int { return v.stale.counts() }
 // Down returns the nodes currently considered failed.
 func (v *Volume) Down() []string {
 	var out []string
-	for _, id := range v.cfg.Nodes {
+	for _, id := range v.nodeIDs() {
 		if v.nodes[id].down.Load() {
 			out = append(out, id)
 		}
@@ -412,7 +426,9 @@ func (v *Volume) ownersOf(i int64) []*mirror {
 	if o := slot.Load(); o != nil {
 		return *o
 	}
-	ids := placement.Owners(v.cfg.Nodes, ChunkName(v.spec.Name, i), v.spec.Copies)
+	// The node set is read after the table: a table NotePlacement has
+	// replaced only ever gets owners of the set before.
+	ids := placement.Owners(v.nodeIDs(), ChunkName(v.spec.Name, i), v.spec.Copies)
 	o := make([]*mirror, len(ids))
 	for k, id := range ids {
 		o[k] = v.nodes[id]
@@ -460,7 +476,7 @@ func (v *Volume) ReadAt(ctx context.Context, p []byte, off int64) error {
 }
 
 func (v *Volume) readChunk(ctx context.Context, chunk int64, p []byte, off int64) error {
-	owners := v.ownersOf(chunk)
+	owners := v.current(chunk)
 	tried, revived := 0, 0
 	for {
 		var best *mirror
@@ -514,7 +530,7 @@ func (v *Volume) Extents(ctx context.Context, off, n int64) ([]nbd.Extent, error
 	var es []nbd.Extent
 	err := v.segments(off, n, func(s segment) error {
 		got := []nbd.Extent{{Length: s.n}}
-		for _, m := range v.ownersOf(s.chunk) {
+		for _, m := range v.current(s.chunk) {
 			er, ok := m.r.(extentsReplica)
 			if !ok || !m.local || m.down.Load() || v.stale.isStale(m.id, s.chunk) {
 				continue
@@ -652,7 +668,9 @@ func (v *Volume) mutate(ctx context.Context, claim claimFrom, chunk int64, op fu
 		}
 	}
 	ep := v.epoch.Load()
-	owners := v.ownersOf(chunk)
+	// A newcomer of a re-placement misses the write with the rest of the
+	// chunk, which is copied to it later under the chunk's lock.
+	owners := v.current(chunk)
 	live := false
 	for _, m := range owners {
 		live = live || !m.down.Load() && !v.stale.isStale(m.id, chunk)
@@ -1003,8 +1021,12 @@ func (v *Volume) flush(ctx context.Context) error {
 	held := make(map[int64]uint8, len(pending))
 	tried := make(map[int64]uint8, len(pending))
 	per := map[*mirror][]int64{}
+	// The owners of each chunk are taken once: a re-placement's copy may
+	// add one meanwhile, which would shift the bits.
+	ownersAt := make(map[int64][]*mirror, len(pending))
 	for c := range pending {
-		for i, m := range v.ownersOf(c) {
+		ownersAt[c] = v.current(c)
+		for i, m := range ownersAt[c] {
 			if v.stale.isStale(m.id, c) {
 				continue
 			}
@@ -1050,7 +1072,7 @@ func (v *Volume) flush(ctx context.Context) error {
 	marked := map[*mirror]bool{}
 	newly := false
 	for c := range pending {
-		owners := v.ownersOf(c)
+		owners := ownersAt[c]
 		var good uint8
 		for i, m := range owners {
 			if tried[c]&(1<<i) != 0 && failed[m] == nil {
@@ -1154,7 +1176,7 @@ func (v *Volume) resyncLoop(ctx context.Context) {
 		case <-t.C:
 		case <-v.kick:
 		}
-		for _, id := range v.cfg.Nodes {
+		for _, id := range v.nodeIDs() {
 			m := v.nodes[id]
 			if m.down.Load() {
 				// Its mark stays made while it is away (another node may
@@ -1188,6 +1210,7 @@ func (v *Volume) resyncLoop(ctx context.Context) {
 			}
 			v.record(ctx, m, false)
 		}
+		v.move(ctx)
 	}
 }
 
@@ -1202,7 +1225,7 @@ func (v *Volume) markUnsynced(ctx context.Context, m *mirror) error {
 	v.umu.Unlock()
 	marked := false
 	for _, c := range chunks {
-		owners := v.ownersOf(c)
+		owners := v.current(c)
 		if !slices.Contains(owners, m) || v.stale.isStale(m.id, c) {
 			continue
 		}
@@ -1528,9 +1551,10 @@ func (v *Volume) writer() bool {
 // (ErrFenced).
 func (v *Volume) fenceAll(ctx context.Context, epoch uint64) error {
 	ctx = context.WithoutCancel(ctx)
-	errs := make([]error, len(v.cfg.Nodes))
+	ids := v.nodeIDs()
+	errs := make([]error, len(ids))
 	var wg sync.WaitGroup
-	for i, id := range v.cfg.Nodes {
+	for i, id := range ids {
 		m := v.nodes[id]
 		if m.down.Load() {
 			continue
@@ -1548,7 +1572,7 @@ func (v *Volume) fenceAll(ctx context.Context, epoch uint64) error {
 		case errors.Is(err, ErrFenced):
 			return err
 		default:
-			v.fail(v.nodes[v.cfg.Nodes[i]], err)
+			v.fail(v.nodes[ids[i]], err)
 		}
 	}
 	return nil
@@ -1618,7 +1642,7 @@ func (v *Volume) resyncChunk(ctx context.Context, ep uint64, dst *mirror, c int6
 	lk.Lock()
 	defer lk.Unlock()
 	var src *mirror
-	for _, m := range v.ownersOf(c) {
+	for _, m := range v.current(c) {
 		if m != dst && !m.down.Load() && !v.stale.isStale(m.id, c) {
 			if src == nil || m.local {
 				src = m
@@ -1663,6 +1687,7 @@ func (v *Volume) resyncChunk(ctx context.Context, ep uint64, dst *mirror, c int6
 		return err
 	}
 	v.stale.clear(dst.id, c)
+	v.copied(c, dst)
 	return nil
 }
 
@@ -1679,6 +1704,9 @@ func (v *Volume) rescue(dst *mirror, c int64) *mirror {
 	// A mirror whose node lost its chunks is never taken: its copy is
 	// zeros, not an older version.
 	gone := func(m *mirror) bool { return m.lost.Load() || m.selfMarked.Load() }
+	if len(v.current(c)) != len(v.ownersOf(c)) {
+		return nil // a re-placement's newcomer holds no copy to take
+	}
 	src := dst
 	for _, m := range v.ownersOf(c) {
 		if !v.stale.isStale(m.id, c) || m.noted.Load() {

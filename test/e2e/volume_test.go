@@ -15,6 +15,7 @@ import (
 	"github.com/slipstream-io/slipstream/internal/cluster"
 	"github.com/slipstream-io/slipstream/internal/config"
 	"github.com/slipstream-io/slipstream/internal/localcluster"
+	"github.com/slipstream-io/slipstream/internal/node"
 	"github.com/slipstream-io/slipstream/internal/placement"
 	"github.com/slipstream-io/slipstream/internal/volume"
 )
@@ -448,10 +449,19 @@ func TestVolumeDriveReplaced(t *testing.T) {
 func writtenVolume(t *testing.T, name string, pattern byte) (c *localcluster.Cluster, uri func(i int) string) {
 	t.Helper()
 	c = startCluster(t, localcluster.Spec{})
+	return c, writeVolume(t, c, name, pattern)
+}
+
+// writeVolume creates a 32 MiB copies=2 volume of 4 MiB chunks on c's
+// nodes that are not draining and writes pattern over all of it through
+// node1 (which then holds its claim). It returns the volume's NBD URI on
+// node i.
+func writeVolume(t *testing.T, c *localcluster.Cluster, name string, pattern byte) (uri func(i int) string) {
+	t.Helper()
 	volumeCmd(t, c, 0, "create", name, "--size", "32MiB", "--copies", "2", "--chunk", "4MiB")
 	uri = func(i int) string { return fmt.Sprintf("nbd://%s/%s", c.Configs[i].NBD[0], name) }
 	runTool(t, "qemu-io", "-f", "raw", "-c", fmt.Sprintf("write -P 0x%x 0 32M", pattern), "-c", "flush", uri(0))
-	return c, uri
+	return uri
 }
 
 // node2CopiedBack checks a 32 MiB volume that node1 wrote with pattern,
@@ -550,23 +560,34 @@ func readsBack(uri string, n int64, pattern byte) string {
 	return msg
 }
 
-// TestVolumeServerReplaced is the replacement of a dead server: node2
-// dies, is removed (`admin node rm`), and a new machine, with empty
-// drives and a data directory of its own, on another address, joins
-// under node2's ID. It holds none of the chunks node2 held, so it must
-// not serve them as current (zeros) before it has them: the node that
-// wrote the volume copies them back from the other mirrors, with no
-// client asking. Afterwards the volume reads back through the new node
-// with the writer down.
+// TestVolumeServerReplaced is the replacement of a dead server of a
+// volume whose chunks cannot be re-placed on other nodes (copies=2 on two
+// nodes: node3 was draining when it was created): node2 dies, is removed
+// (`admin node rm`), and a new machine, with empty drives and a data
+// directory of its own, on another address, joins under node2's ID. It
+// holds none of the chunks node2 held, so it must not serve them as
+// current (zeros) before it has them: the node that wrote the volume
+// copies them back from the other mirror, with no client asking.
+// Afterwards the volume reads back through the new node with the writer
+// down.
 func TestVolumeServerReplaced(t *testing.T) {
 	const name = "vol7"
-	c, _ := writtenVolume(t, name, 0x6c)
+	c := startCluster(t, localcluster.Spec{})
+	admin(t, c, 0, "node", "drain", "node3")
+	waitFor(t, 10*time.Second, "node1's map to show node3 draining", func() bool {
+		return clusterMap(t, c, 0).Nodes["node3"].Draining
+	})
+	writeVolume(t, c, name, 0x6c)
+	admin(t, c, 0, "node", "undrain", "node3")
+	if got := clusterMap(t, c, 0).Volumes[name].Nodes; !slices.Equal(got, []string{"node1", "node2"}) {
+		t.Fatalf("%s placed on %v, want node1 and node2", name, got)
+	}
 
 	c.Kill(1)
 	waitFor(t, 30*time.Second, "the map to mark node2 down", func() bool {
 		return clusterMap(t, c, 0).Nodes["node2"].State == cluster.StateDown
 	})
-	if out := admin(t, c, 0, "node", "rm", "node2"); !strings.Contains(out, "a copy short until a node joins as node2") || !strings.Contains(out, name+" (copies=2, ") {
+	if out := admin(t, c, 0, "node", "rm", "node2"); !strings.Contains(out, "a copy short until a node joins as node2") || !strings.Contains(out, name+" (copies=2, 8 chunks)") {
 		t.Errorf("node rm does not say %s's chunks on node2 are a copy short:\n%s", name, out)
 	}
 	if out := volumeCmd(t, c, 0, "info", name); !strings.Contains(out, "WARNING: node2 is no longer a member") {
@@ -594,4 +615,86 @@ func TestVolumeServerReplaced(t *testing.T) {
 		t.Fatalf("node2's intra addresses in the map: %v, want %s first", got, c.Configs[1].Intra[0])
 	}
 	node2CopiedBack(t, c, name, 0x6c, "node2 was replaced by a new machine")
+}
+
+// TestVolumeReplacedOnRemoval: a node of a 4-node cluster dies and is
+// removed: node2, a mirror, or node1, which also holds the volume's
+// claim (another node then claims the volume to re-place it). Its chunks
+// of a copies=2 volume are copied to the volume's other nodes while the
+// volume is read and written through other nodes; once the map shows
+// the re-placement ended, the volume reads back with one more of the
+// nodes that held it down, so every chunk has both its copies on the
+// nodes left.
+func TestVolumeReplacedOnRemoval(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		remove, after int
+	}{
+		{"mirror", 1, 0},
+		{"writer", 0, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const name = "vol8"
+			const via = 2 // node3 answers the admin calls
+			c := startCluster(t, localcluster.Spec{Nodes: 4})
+			uri := writeVolume(t, c, name, 0x4d)
+			gone := fmt.Sprintf("node%d", tc.remove+1)
+			held := volumeInfoJSON(t, c, via, name).ChunksPerNode[gone]
+			if held == 0 {
+				t.Fatalf("%s holds no chunk of the volume", gone)
+			}
+
+			c.Kill(tc.remove)
+			waitFor(t, 30*time.Second, "the map to mark "+gone+" down", func() bool {
+				return clusterMap(t, c, via).Nodes[gone].State == cluster.StateDown
+			})
+			out := admin(t, c, via, "node", "rm", gone)
+			if !strings.Contains(out, fmt.Sprintf("copied to the volumes' other nodes (volume info shows when it is done): %s (copies=2, %d chunks)", name, held)) {
+				t.Errorf("node rm does not say %s's chunks of %s are copied to the other nodes:\n%s", gone, name, out)
+			}
+			// Through node4 and node3 meanwhile: the first 8 MiB are
+			// written again, and everything reads back.
+			runTool(t, "qemu-io", "-f", "raw", "-c", "write -P 0x4e 0 8M", "-c", "flush", uri(3))
+			readBoth := func(i int, what string) {
+				t.Helper()
+				msg := ""
+				for start := time.Now(); time.Since(start) < 20*time.Second; time.Sleep(500 * time.Millisecond) {
+					if msg = qemuRead(uri(i), 0, 8<<20, 0x4e); msg == "" {
+						if msg = qemuRead(uri(i), 8<<20, 24<<20, 0x4d); msg == "" {
+							return
+						}
+					}
+				}
+				t.Fatalf("the volume through node%d %s: %s", i+1, what, msg)
+			}
+			readBoth(2, "during the re-placement")
+
+			waitFor(t, 60*time.Second, "the re-placement to end", func() bool {
+				v := clusterMap(t, c, via).Volumes[name]
+				return v.Prev == nil && !slices.Contains(v.Nodes, gone)
+			})
+			info := volumeInfoJSON(t, c, via, name)
+			sum := int64(0)
+			for _, n := range info.ChunksPerNode {
+				sum += n
+			}
+			if len(info.Removed) != 0 || info.ChunksPerNode[gone] != 0 || info.Copying != 0 || sum != 2*info.Chunks {
+				t.Fatalf("volume info after the re-placement: %+v", info)
+			}
+			c.Kill(tc.after)
+			what := fmt.Sprintf("after the re-placement, node%d down too", tc.after+1)
+			readBoth(2, what)
+			readBoth(3, what)
+		})
+	}
+}
+
+// volumeInfoJSON is `volume info NAME --json` through node i.
+func volumeInfoJSON(t *testing.T, c *localcluster.Cluster, i int, name string) node.VolumeInfo {
+	t.Helper()
+	var info node.VolumeInfo
+	if err := json.Unmarshal([]byte(volumeCmd(t, c, i, "info", name, "--json")), &info); err != nil {
+		t.Fatal(err)
+	}
+	return info
 }

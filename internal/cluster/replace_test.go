@@ -1,0 +1,91 @@
+package cluster
+
+import (
+	"errors"
+	"slices"
+	"testing"
+)
+
+// TestRemoveReplacesVolumes: removing a member takes it out of the node
+// set of every volume that keeps Copies nodes without it (Copies >= 2),
+// records the set the chunks were on (Prev, kept across a second removal)
+// and drops the node's own stale marks; copies=1 volumes and volumes
+// that would fall short of Copies nodes keep it. volume.placed ends the
+// re-placement only for the volume's current node set, writer and epoch.
+func TestRemoveReplacesVolumes(t *testing.T) {
+	m := NewMap()
+	for _, id := range []string{"a", "b", "c", "d"} {
+		m.Nodes[id] = NodeInfo{ID: id, State: StateUp}
+	}
+	all := []string{"a", "b", "c", "d"}
+	m.Volumes["two"] = VolumeSpec{Name: "two", ID: "01", Size: 1 << 20, ChunkSize: 4096, Copies: 2, Nodes: all, Writer: "a", Epoch: 3,
+		Stale: []string{"b", "c"}, StaleBy: map[string][]string{"b": {"a"}, "c": {"b"}}}
+	m.Volumes["one"] = VolumeSpec{Name: "one", ID: "02", Size: 1 << 20, ChunkSize: 4096, Copies: 1, Nodes: all}
+	m.Volumes["tight"] = VolumeSpec{Name: "tight", ID: "03", Size: 1 << 20, ChunkSize: 4096, Copies: 2, Nodes: []string{"a", "b"}}
+	m.Volumes["other"] = VolumeSpec{Name: "other", ID: "04", Size: 1 << 20, ChunkSize: 4096, Copies: 2, Nodes: []string{"a", "c", "d"}}
+
+	m1, err := applyCommand(m, command{Op: opNodeRemove, Name: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	two := m1.Volumes["two"]
+	if !slices.Equal(two.Nodes, []string{"a", "c", "d"}) || !slices.Equal(two.Prev, all) {
+		t.Fatalf("two after removing b: nodes %v prev %v", two.Nodes, two.Prev)
+	}
+	if !slices.Equal(two.Stale, []string{"c"}) || len(two.StaleBy) != 1 || !slices.Equal(two.StaleBy["c"], []string{"b"}) {
+		t.Fatalf("two's marks after removing b: %v %v (b's own mark goes, the marks b made stay)", two.Stale, two.StaleBy)
+	}
+	for _, name := range []string{"one", "tight", "other"} {
+		if got := m1.Volumes[name]; !slices.Equal(got.Nodes, m.Volumes[name].Nodes) || got.Prev != nil {
+			t.Fatalf("%s changed: nodes %v prev %v", name, got.Nodes, got.Prev)
+		}
+	}
+	if !slices.Equal(m.Volumes["two"].Nodes, all) {
+		t.Fatal("applyCommand changed the previous map")
+	}
+
+	m2, err := applyCommand(m1, command{Op: opNodeRemove, Name: "c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if two := m2.Volumes["two"]; !slices.Equal(two.Nodes, []string{"a", "d"}) || !slices.Equal(two.Prev, all) || two.Stale != nil {
+		t.Fatalf("two after removing c: nodes %v prev %v stale %v", two.Nodes, two.Prev, two.Stale)
+	}
+	if other := m2.Volumes["other"]; !slices.Equal(other.Nodes, []string{"a", "d"}) || !slices.Equal(other.Prev, []string{"a", "c", "d"}) {
+		t.Fatalf("other after removing c: nodes %v prev %v", other.Nodes, other.Prev)
+	}
+	// Two copies need two nodes: removing a third leaves it placed.
+	m3, err := applyCommand(m2, command{Op: opNodeRemove, Name: "d"})
+	if err != nil || !slices.Equal(m3.Volumes["two"].Nodes, []string{"a", "d"}) {
+		t.Fatalf("removing d: %v, nodes %v", err, m3.Volumes["two"].Nodes)
+	}
+
+	placed := func(id, node string, epoch uint64, nodes []string) command {
+		return command{Op: opVolumePlaced, Name: "two", Volume: &VolumeSpec{Name: "two", ID: id, Nodes: nodes}, Node: &NodeInfo{ID: node}, Epoch: epoch}
+	}
+	for _, bad := range []command{
+		placed("01", "a", 3, []string{"a", "c", "d"}), // copied for the set before c went
+		placed("01", "d", 3, []string{"a", "d"}),      // not the writer
+		placed("01", "a", 2, []string{"a", "d"}),      // an older claim
+	} {
+		if got, err := applyCommand(m2, bad); !errors.Is(err, ErrStalePlacement) || got != m2 {
+			t.Fatalf("%+v: %v", bad, err)
+		}
+	}
+	if _, err := applyCommand(m2, placed("99", "a", 3, []string{"a", "d"})); !errors.Is(err, ErrVolumeNotFound) {
+		t.Fatalf("another volume's ID: %v", err)
+	}
+	m4, err := applyCommand(m2, placed("01", "a", 3, []string{"a", "d"}))
+	if err != nil || m4.Volumes["two"].Prev != nil || !slices.Equal(m4.Volumes["two"].Nodes, []string{"a", "d"}) {
+		t.Fatalf("placed: %v, %+v", err, m4.Volumes["two"])
+	}
+	if _, err := applyCommand(m4, placed("01", "a", 3, []string{"a", "d"})); !errors.Is(err, ErrStalePlacement) {
+		t.Fatalf("placed twice: %v", err)
+	}
+	// A resize keeps the re-placement.
+	bigger := m2.Volumes["two"]
+	bigger.Size, bigger.Prev = 2<<20, nil
+	if m5, err := applyCommand(m2, command{Op: opVolumePut, Volume: &bigger}); err != nil || !slices.Equal(m5.Volumes["two"].Prev, all) {
+		t.Fatalf("resize: %v, prev %v", err, m5.Volumes["two"].Prev)
+	}
+}

@@ -1,0 +1,230 @@
+package volume
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync/atomic"
+
+	"github.com/slipstream-io/slipstream/internal/placement"
+)
+
+// A re-placement moves a volume's chunks off nodes taken out of its node
+// set (Config.Prev: the set the chunks are on; Config.Nodes: the set they
+// go to). HRW over a smaller set keeps every surviving owner of a chunk
+// and adds one in place of each removed one, so the only change is a
+// newcomer per removed owner, which holds no copy of the chunk yet. Until
+// the writer has copied the chunk there (under the chunk's lock, as a
+// resync does), the newcomer is neither read, written nor taken as a
+// source: writes go to the other owners, and the copy brings them along.
+// Once every chunk is copied, the writer ends the re-placement
+// (Config.Placed); every other node goes on avoiding the newcomers until
+// its map shows it ended.
+
+// moveState is one re-placement as this Volume knows it.
+type moveState struct {
+	prev, nodes []string
+	// pending lists, per chunk, the owners the chunk has not been copied
+	// to yet (nil: none).
+	pending []atomic.Pointer[[]*mirror]
+	placed  atomic.Bool // Placed succeeded for this state
+}
+
+// newMove computes the newcomers of every chunk below chunks (the caller
+// holds growMu, or is Open).
+func (v *Volume) newMove(prev, nodes []string, chunks int64) *moveState {
+	ms := &moveState{prev: prev, nodes: nodes, pending: make([]atomic.Pointer[[]*mirror], chunks)}
+	v.fillMove(ms, 0)
+	return ms
+}
+
+// fillMove computes ms's pending owners of chunks from on.
+func (v *Volume) fillMove(ms *moveState, from int64) {
+	for c := from; c < int64(len(ms.pending)); c++ {
+		name := ChunkName(v.spec.Name, c)
+		before := placement.Owners(ms.prev, name, v.spec.Copies)
+		var add []*mirror
+		for _, id := range placement.Owners(ms.nodes, name, v.spec.Copies) {
+			if !slices.Contains(before, id) {
+				add = append(add, v.nodes[id])
+			}
+		}
+		if add != nil {
+			ms.pending[c].Store(&add)
+		}
+	}
+}
+
+// growMove extends a re-placement in progress to chunks (growMu held).
+func (v *Volume) growMove(chunks int64) {
+	old := v.mv.Load()
+	if old == nil {
+		return
+	}
+	ms := &moveState{prev: old.prev, nodes: old.nodes, pending: make([]atomic.Pointer[[]*mirror], chunks)}
+	for c := range old.pending {
+		ms.pending[c].Store(old.pending[c].Load())
+	}
+	v.fillMove(ms, int64(len(old.pending)))
+	v.mv.Store(ms)
+}
+
+// moving reports whether chunk c has not been copied to m yet, its owner
+// since a re-placement.
+func (v *Volume) moving(c int64, m *mirror) bool {
+	ms := v.mv.Load()
+	if ms == nil || c >= int64(len(ms.pending)) {
+		return false
+	}
+	p := ms.pending[c].Load()
+	return p != nil && slices.Contains(*p, m)
+}
+
+// copied records that chunk c now has its copy on m (the chunk's lock
+// held exclusively).
+func (v *Volume) copied(c int64, m *mirror) {
+	ms := v.mv.Load()
+	if ms == nil || c >= int64(len(ms.pending)) {
+		return
+	}
+	p := ms.pending[c].Load()
+	if p == nil || !slices.Contains(*p, m) {
+		return
+	}
+	rest := slices.DeleteFunc(slices.Clone(*p), func(o *mirror) bool { return o == m })
+	if len(rest) == 0 {
+		ms.pending[c].Store(nil)
+		return
+	}
+	ms.pending[c].Store(&rest)
+}
+
+// current returns the owners of chunk c that hold a copy of it: all of
+// them but the newcomers of a re-placement it has not been copied to.
+func (v *Volume) current(c int64) []*mirror {
+	owners := v.ownersOf(c)
+	ms := v.mv.Load()
+	if ms == nil || c >= int64(len(ms.pending)) {
+		return owners
+	}
+	p := ms.pending[c].Load()
+	if p == nil {
+		return owners
+	}
+	return slices.DeleteFunc(slices.Clone(owners), func(m *mirror) bool { return slices.Contains(*p, m) })
+}
+
+// nodeIDs returns the nodes chunks are placed on now.
+func (v *Volume) nodeIDs() []string { return *v.set.Load() }
+
+// NotePlacement tells the volume the node set its chunks are placed on
+// (nodes) and, while a re-placement is not complete, the set they were on
+// (prev; nil: none). The set can only shrink: a node it did not have at
+// Open is ignored (logged). Chunks start going to their newcomers only
+// once they are known not to hold copies yet.
+func (v *Volume) NotePlacement(nodes, prev []string) {
+	v.growMu.Lock()
+	defer v.growMu.Unlock()
+	cur := v.nodeIDs()
+	ms := v.mv.Load()
+	if slices.Equal(cur, nodes) && (ms == nil && prev == nil || ms != nil && slices.Equal(ms.prev, prev)) {
+		return
+	}
+	for _, id := range nodes {
+		if v.nodes[id] == nil {
+			v.cfg.Logger.Warn("volume placed on a node it was not opened with; keeping its placement", "volume", v.spec.Name, "node", id)
+			return
+		}
+	}
+	// The newcomers are known before any read or write sees them as
+	// owners.
+	if prev == nil {
+		v.mv.Store(nil)
+	} else {
+		v.mv.Store(v.newMove(prev, nodes, int64(len(*v.owners.Load()))))
+	}
+	if !slices.Equal(cur, nodes) {
+		for _, id := range cur {
+			if !slices.Contains(nodes, id) {
+				v.stale.clearAll(id) // no longer a mirror
+			}
+		}
+		nodes = slices.Clone(nodes)
+		v.set.Store(&nodes)
+		owners := make([]atomic.Pointer[[]*mirror], len(*v.owners.Load()))
+		v.owners.Store(&owners)
+		v.cfg.Logger.Info("volume re-placed", "volume", v.spec.Name, "nodes", nodes, "from", prev)
+	}
+	v.poke()
+}
+
+// move copies the chunks of a re-placement in progress to the owners
+// that miss them, if this volume writes, and ends it (Config.Placed) once
+// every chunk is copied. A newcomer that is down is left for a later pass.
+func (v *Volume) move(ctx context.Context) {
+	ms := v.mv.Load()
+	if ms == nil || ms.placed.Load() || !v.writer() || v.fencedOff() {
+		return
+	}
+	ep := v.epoch.Load()
+	buf := make([]byte, min(v.spec.ChunkSize, 1<<20))
+	left := 0
+	for c := range ms.pending {
+		p := ms.pending[c].Load()
+		if p == nil {
+			continue
+		}
+		for _, m := range *p {
+			if ctx.Err() != nil {
+				return
+			}
+			if m.down.Load() {
+				continue
+			}
+			if err := v.resyncChunk(ctx, ep, m, int64(c), buf); errors.Is(err, ErrFenced) {
+				v.lose(ep)
+				return
+			} else if err != nil {
+				v.fail(m, err)
+			}
+		}
+		if ms.pending[c].Load() != nil {
+			left++
+		}
+	}
+	if left > 0 {
+		return
+	}
+	if err := v.stale.save(); err != nil {
+		v.cfg.Logger.Warn("saving the stale map", "volume", v.spec.Name, "err", err)
+		return
+	}
+	if v.cfg.Placed != nil {
+		cctx, cancel := context.WithTimeout(ctx, marksTimeout)
+		err := v.cfg.Placed(cctx, ms.nodes, ep)
+		cancel()
+		if err != nil {
+			v.cfg.Logger.Warn("could not record the end of the volume's re-placement; will try again", "volume", v.spec.Name, "err", err)
+			return
+		}
+	}
+	ms.placed.Store(true)
+	v.cfg.Logger.Info("volume chunks copied to their new nodes", "volume", v.spec.Name, "nodes", ms.nodes)
+}
+
+// Claim makes this node the volume's writer, taking the claim from the
+// node the map shows holding it (see Claims), so that it resynchronises
+// and re-places the volume with no client writing through it.
+func (v *Volume) Claim(ctx context.Context) error {
+	var from uint64
+	if h := v.holder.Load(); h != nil {
+		from = h.epoch
+	}
+	return v.becomeWriter(ctx, from)
+}
+
+// Moving reports whether a re-placement of the volume is in progress here.
+func (v *Volume) Moving() bool {
+	ms := v.mv.Load()
+	return ms != nil && !ms.placed.Load()
+}

@@ -1,0 +1,170 @@
+package volume
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+)
+
+// TestReplaceCopiesToNewcomers: b is taken out of a copies=2 volume's
+// node set {a, b, c}. Every node with the volume open goes on reading
+// the data from the owners that hold it, never from a newcomer that has
+// no copy yet (c prefers its own mirror, which would read zeros); the
+// writer copies the chunks to their newcomers, also while it writes, and
+// then ends the re-placement. With a down afterwards, c serves every
+// chunk alone.
+func TestReplaceCopiesToNewcomers(t *testing.T) {
+	ctx := context.Background()
+	reps := memReps("a", "b", "c")
+	const chunks = 64
+	open := func(self string, prev []string, nodes []string, placed func(context.Context, []string, uint64) error) *Volume {
+		cfg := memConfig(self, t.TempDir(), chunks*memCS, nodes, reps, nil)
+		cfg.Spec.Copies = 2
+		cfg.Prev, cfg.Placed = prev, placed
+		return openMemConfig(t, cfg)
+	}
+	all := []string{"a", "b", "c"}
+	var mu sync.Mutex
+	var placedFor [][]string
+	wa := open("a", nil, all, func(_ context.Context, nodes []string, _ uint64) error {
+		mu.Lock()
+		defer mu.Unlock()
+		placedFor = append(placedFor, slices.Clone(nodes))
+		return nil
+	})
+	wc := open("c", nil, all, nil)
+
+	want := make([]byte, chunks*memCS)
+	for i := range want {
+		want[i] = byte(i/memCS) + 1
+	}
+	if err := wa.WriteAt(ctx, want, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := wa.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	moved := 0
+	for c := int64(0); c < chunks; c++ {
+		if slices.Contains(wa.Owners(c), "b") {
+			moved++
+		}
+	}
+	if moved == 0 {
+		t.Fatal("no chunk on b")
+	}
+	check := func(v *Volume, what string) {
+		t.Helper()
+		got := make([]byte, len(want))
+		if err := v.ReadAt(ctx, got, 0); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		for c := range chunks {
+			if !bytes.Equal(got[c*memCS:(c+1)*memCS], want[c*memCS:(c+1)*memCS]) {
+				t.Fatalf("%s: chunk %d reads %d, want %d", what, c, got[c*memCS], want[c*memCS])
+			}
+		}
+	}
+
+	reps["b"].down.Store(true) // b died, and is removed
+	wc.NotePlacement([]string{"a", "c"}, all)
+	check(wc, "c, before the writer copied anything")
+	if !wc.Moving() {
+		t.Fatal("c does not know of the re-placement")
+	}
+	for c := int64(0); c < chunks; c++ {
+		if o := wc.Owners(c); len(o) != 2 || slices.Contains(o, "b") {
+			t.Fatalf("chunk %d owners %v after b left", c, o)
+		}
+	}
+
+	// The writer copies while it writes.
+	wa.NotePlacement([]string{"a", "c"}, all)
+	for c := int64(0); c < chunks; c += 3 {
+		p := bytes.Repeat([]byte{byte(100 + c)}, memCS/2)
+		if err := wa.WriteAt(ctx, p, c*memCS+memCS/4, false); err != nil {
+			t.Fatal(err)
+		}
+		copy(want[c*memCS+memCS/4:], p)
+	}
+	waitUntil(t, "the writer to end the re-placement", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(placedFor) > 0
+	})
+	if !slices.Equal(placedFor[0], []string{"a", "c"}) || wa.Moving() {
+		t.Fatalf("placed for %v, moving %v", placedFor, wa.Moving())
+	}
+	check(wc, "c, while its map still shows the re-placement")
+	check(wa, "a")
+
+	// The map shows it ended; then a goes down.
+	wc.NotePlacement([]string{"a", "c"}, nil)
+	wa.NotePlacement([]string{"a", "c"}, nil)
+	if err := wa.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	reps["a"].down.Store(true)
+	check(wc, "c alone")
+	if n := wc.StaleChunks()["b"]; n != 0 {
+		t.Fatalf("c counts %d stale chunks of b", n)
+	}
+}
+
+// TestReplaceOpenMidway: a volume opened while a re-placement is in
+// progress (Config.Prev) avoids the newcomers, and a writer opened so
+// copies to them; chunks grown meanwhile are copied too.
+func TestReplaceOpenMidway(t *testing.T) {
+	ctx := context.Background()
+	reps := memReps("a", "b", "c", "d")
+	all := []string{"a", "b", "c", "d"}
+	const chunks = 32
+	cfgFor := func(self string, prev, nodes []string) Config {
+		cfg := memConfig(self, t.TempDir(), chunks*memCS, nodes, reps, nil)
+		cfg.Spec.Copies = 2
+		cfg.Prev = prev
+		return cfg
+	}
+	w := openMemConfig(t, cfgFor("a", nil, all))
+	want := bytes.Repeat([]byte("0123456789abcdef"), chunks*memCS/16)
+	if err := w.WriteAt(ctx, want, 0, true); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	reps["d"].down.Store(true)
+
+	var placed []string
+	cfg := cfgFor("a", all, []string{"a", "b", "c"})
+	cfg.Placed = func(_ context.Context, nodes []string, _ uint64) error { placed = nodes; return nil }
+	r := openMemConfig(t, cfgFor("b", all, []string{"a", "b", "c"}))
+	got := make([]byte, len(want))
+	if err := r.ReadAt(ctx, got, 0); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("reader opened midway: %v, equal %v", err, bytes.Equal(got, want))
+	}
+	w = openMemConfig(t, cfg)
+	if err := w.Grow(2 * chunks * memCS); err != nil {
+		t.Fatal(err)
+	}
+	more := bytes.Repeat([]byte{7}, chunks*memCS)
+	if err := w.WriteAt(ctx, more, chunks*memCS, false); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the re-placement to end", func() bool { return !w.Moving() })
+	if !slices.Equal(placed, []string{"a", "b", "c"}) {
+		t.Fatalf("placed for %v", placed)
+	}
+	want = append(want, more...)
+	for _, down := range []string{"a", "b", "c"} {
+		reps[down].down.Store(true)
+		got := make([]byte, len(want))
+		if err := w.ReadAt(ctx, got, 0); err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("with %s down: %v, equal %v", down, err, bytes.Equal(got, want))
+		}
+		reps[down].down.Store(false)
+		w.NotePlacement([]string{"a", "b", "c"}, nil)
+		waitUntil(t, fmt.Sprintf("%s back", down), func() bool { return len(w.Down()) == 0 })
+	}
+}
