@@ -69,17 +69,6 @@ func (v *Volume) growMove(chunks int64) {
 	v.mv.Store(ms)
 }
 
-// moving reports whether chunk c has not been copied to m yet, its owner
-// since a re-placement.
-func (v *Volume) moving(c int64, m *mirror) bool {
-	ms := v.mv.Load()
-	if ms == nil || c >= int64(len(ms.pending)) {
-		return false
-	}
-	p := ms.pending[c].Load()
-	return p != nil && slices.Contains(*p, m)
-}
-
 // copied records that chunk c now has its copy on m (the chunk's lock
 // held exclusively).
 func (v *Volume) copied(c int64, m *mirror) {
