@@ -246,6 +246,11 @@ func applyCommand(m *Map, c command) (*Map, error) {
 		if c.Covered && c.State == StateUp && (c.Writer != "" && c.Writer == v.Writer || c.Epoch != v.Epoch) {
 			return m, nil
 		}
+		if c.State == StateDown && len(v.Nodes) > 0 && !slices.Contains(v.Nodes, c.Node.ID) {
+			// No longer a mirror (removed while a write was in flight):
+			// there is nothing to avoid or resynchronise.
+			return m, nil
+		}
 		marks := setStaleMark(v.StaleMarks(), c.Node.ID, c.Writer, c.State == StateDown)
 		if maps.EqualFunc(marks, v.StaleMarks(), slices.Equal) {
 			return m, nil

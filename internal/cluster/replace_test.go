@@ -54,6 +54,11 @@ func TestRemoveReplacesVolumes(t *testing.T) {
 	if other := m2.Volumes["other"]; !slices.Equal(other.Nodes, []string{"a", "d"}) || !slices.Equal(other.Prev, []string{"a", "c", "d"}) {
 		t.Fatalf("other after removing c: nodes %v prev %v", other.Nodes, other.Prev)
 	}
+	// A mark for a mirror no longer in the set (a write in flight while
+	// b was removed) changes nothing.
+	if got, err := applyCommand(m2, command{Op: opVolumeStale, Name: "two", Node: &NodeInfo{ID: "b"}, State: StateDown, Writer: "a"}); err != nil || got != m2 {
+		t.Fatalf("mark of removed b: %v, stale %v", err, got.Volumes["two"].Stale)
+	}
 	// Two copies need two nodes: removing a third leaves it placed.
 	m3, err := applyCommand(m2, command{Op: opNodeRemove, Name: "d"})
 	if err != nil || !slices.Equal(m3.Volumes["two"].Nodes, []string{"a", "d"}) {
