@@ -170,7 +170,7 @@ func applyCommand(m *Map, c command) (*Map, error) {
 		}
 		mut = func(n *Map) error {
 			delete(n.Nodes, c.Name)
-			replaceVolumes(n, c.Name)
+			replaceVolumes(n)
 			if n.RemovedDowns == nil {
 				n.RemovedDowns = map[string]uint64{}
 			}
@@ -291,7 +291,7 @@ func applyCommand(m *Map, c command) (*Map, error) {
 		}
 		mut = func(n *Map) error {
 			v.Prev = nil
-			n.Volumes[c.Name] = v
+			n.Volumes[c.Name] = replaceVolume(n, v)
 			return nil
 		}
 	case opVolumeDelete:
@@ -320,31 +320,41 @@ func applyCommand(m *Map, c command) (*Map, error) {
 	return n, nil
 }
 
-// replaceVolumes takes node id, which is being removed from n, out of the
-// node set of every volume that keeps at least Copies nodes without it
-// (Copies >= 2: a copies=1 volume's chunks on id have no other copy, and
-// stay placed on id until a node joins under its ID). The first removal
-// of a re-placement records the set the chunks are on in Prev. id's own
-// stale marks go with it.
-func replaceVolumes(n *Map, id string) {
+// replaceVolumes re-places every volume of n that has a node no longer a
+// member of n (see replaceVolume).
+func replaceVolumes(n *Map) {
 	for name, v := range n.Volumes {
-		if !v.Replaces(id) {
-			continue
-		}
-		if v.Prev == nil {
-			v.Prev = v.Nodes
-		}
-		v.Nodes = slices.DeleteFunc(slices.Clone(v.Nodes), func(s string) bool { return s == id })
-		if _, ok := v.StaleBy[id]; ok || slices.Contains(v.Stale, id) {
-			marks := v.StaleMarks()
-			delete(marks, id)
-			v.Stale, v.StaleBy = slices.Sorted(maps.Keys(marks)), marks
-			if len(marks) == 0 {
-				v.Stale, v.StaleBy = nil, nil
-			}
-		}
-		n.Volumes[name] = v
+		n.Volumes[name] = replaceVolume(n, v)
 	}
+}
+
+// replaceVolume takes the nodes that are no longer members of n out of
+// v's node set, if v has Copies >= 2 and keeps at least Copies nodes
+// without them, and records the set its chunks are on in Prev. The
+// removed nodes' own stale marks go with them. While a re-placement is
+// in progress (Prev set) nothing changes: a node removed meanwhile stays
+// in the set until it ends (volume.placed), which then starts the next
+// one from a set whose every other owner holds its copies.
+func replaceVolume(n *Map, v VolumeSpec) VolumeSpec {
+	if v.Prev != nil || v.Copies < 2 {
+		return v
+	}
+	rest := slices.DeleteFunc(slices.Clone(v.Nodes), func(id string) bool { _, ok := n.Nodes[id]; return !ok })
+	if len(rest) == len(v.Nodes) || len(rest) < v.Copies {
+		return v
+	}
+	v.Prev, v.Nodes = v.Nodes, rest
+	marks := v.StaleMarks()
+	for id := range marks {
+		if !slices.Contains(rest, id) {
+			delete(marks, id)
+		}
+	}
+	v.Stale, v.StaleBy = slices.Sorted(maps.Keys(marks)), marks
+	if len(marks) == 0 {
+		v.Stale, v.StaleBy = nil, nil
+	}
+	return v
 }
 
 func nodeEqual(a, b NodeInfo) bool {

@@ -44,11 +44,13 @@ func TestRemoveReplacesVolumes(t *testing.T) {
 		t.Fatal("applyCommand changed the previous map")
 	}
 
+	// c goes while two's re-placement is in progress: it stays in two's
+	// set until that ends; other, with none in progress, loses it at once.
 	m2, err := applyCommand(m1, command{Op: opNodeRemove, Name: "c"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if two := m2.Volumes["two"]; !slices.Equal(two.Nodes, []string{"a", "d"}) || !slices.Equal(two.Prev, all) || two.Stale != nil {
+	if two := m2.Volumes["two"]; !slices.Equal(two.Nodes, []string{"a", "c", "d"}) || !slices.Equal(two.Prev, all) || !slices.Equal(two.Stale, []string{"c"}) {
 		t.Fatalf("two after removing c: nodes %v prev %v stale %v", two.Nodes, two.Prev, two.Stale)
 	}
 	if other := m2.Volumes["other"]; !slices.Equal(other.Nodes, []string{"a", "d"}) || !slices.Equal(other.Prev, []string{"a", "c", "d"}) {
@@ -59,33 +61,38 @@ func TestRemoveReplacesVolumes(t *testing.T) {
 	if got, err := applyCommand(m2, command{Op: opVolumeStale, Name: "two", Node: &NodeInfo{ID: "b"}, State: StateDown, Writer: "a"}); err != nil || got != m2 {
 		t.Fatalf("mark of removed b: %v, stale %v", err, got.Volumes["two"].Stale)
 	}
-	// Two copies need two nodes: removing a third leaves it placed.
-	m3, err := applyCommand(m2, command{Op: opNodeRemove, Name: "d"})
-	if err != nil || !slices.Equal(m3.Volumes["two"].Nodes, []string{"a", "d"}) {
-		t.Fatalf("removing d: %v, nodes %v", err, m3.Volumes["two"].Nodes)
-	}
 
 	placed := func(id, node string, epoch uint64, nodes []string) command {
 		return command{Op: opVolumePlaced, Name: "two", Volume: &VolumeSpec{Name: "two", ID: id, Nodes: nodes}, Node: &NodeInfo{ID: node}, Epoch: epoch}
 	}
 	for _, bad := range []command{
-		placed("01", "a", 3, []string{"a", "c", "d"}), // copied for the set before c went
-		placed("01", "d", 3, []string{"a", "d"}),      // not the writer
-		placed("01", "a", 2, []string{"a", "d"}),      // an older claim
+		placed("01", "a", 3, []string{"a", "d"}),      // not the volume's set
+		placed("01", "d", 3, []string{"a", "c", "d"}), // not the writer
+		placed("01", "a", 2, []string{"a", "c", "d"}), // an older claim
 	} {
 		if got, err := applyCommand(m2, bad); !errors.Is(err, ErrStalePlacement) || got != m2 {
 			t.Fatalf("%+v: %v", bad, err)
 		}
 	}
-	if _, err := applyCommand(m2, placed("99", "a", 3, []string{"a", "d"})); !errors.Is(err, ErrVolumeNotFound) {
+	if _, err := applyCommand(m2, placed("99", "a", 3, []string{"a", "c", "d"})); !errors.Is(err, ErrVolumeNotFound) {
 		t.Fatalf("another volume's ID: %v", err)
 	}
-	m4, err := applyCommand(m2, placed("01", "a", 3, []string{"a", "d"}))
+	// The end of b's re-placement starts c's, from the set b's ended on.
+	m3, err := applyCommand(m2, placed("01", "a", 3, []string{"a", "c", "d"}))
+	if two := m3.Volumes["two"]; err != nil || !slices.Equal(two.Prev, []string{"a", "c", "d"}) || !slices.Equal(two.Nodes, []string{"a", "d"}) || two.Stale != nil {
+		t.Fatalf("placed for b: %v, %+v", err, m3.Volumes["two"])
+	}
+	m4, err := applyCommand(m3, placed("01", "a", 3, []string{"a", "d"}))
 	if err != nil || m4.Volumes["two"].Prev != nil || !slices.Equal(m4.Volumes["two"].Nodes, []string{"a", "d"}) {
-		t.Fatalf("placed: %v, %+v", err, m4.Volumes["two"])
+		t.Fatalf("placed for c: %v, %+v", err, m4.Volumes["two"])
 	}
 	if _, err := applyCommand(m4, placed("01", "a", 3, []string{"a", "d"})); !errors.Is(err, ErrStalePlacement) {
 		t.Fatalf("placed twice: %v", err)
+	}
+	// Two copies need two nodes: removing a third leaves it placed.
+	m5, err := applyCommand(m4, command{Op: opNodeRemove, Name: "d"})
+	if err != nil || !slices.Equal(m5.Volumes["two"].Nodes, []string{"a", "d"}) || m5.Volumes["two"].Prev != nil {
+		t.Fatalf("removing d: %v, %+v", err, m5.Volumes["two"])
 	}
 	// A resize keeps the re-placement.
 	bigger := m2.Volumes["two"]

@@ -225,9 +225,10 @@ type VolumeSpec struct {
 	StaleBy map[string][]string `json:"staleBy,omitempty"`
 	// Nodes are the members chunks are placed on, fixed when the volume
 	// is created: joins do not move chunks. Removing a member takes it out
-	// of Nodes when the others still number at least Copies (Copies >= 2):
-	// its chunks are then re-placed on the others (HRW over the rest only
-	// adds owners, it never moves a chunk between surviving nodes).
+	// of Nodes when the others still number at least Copies (Copies >= 2),
+	// at once or when the re-placement in progress ends: its chunks are
+	// then re-placed on the others (HRW over the rest only adds owners, it
+	// never moves a chunk between surviving nodes).
 	Nodes []string `json:"nodes,omitempty"`
 	// Prev is the node set chunks were placed on before the removals whose
 	// re-placement is not complete yet (nil: none). While it is set, an
@@ -251,7 +252,8 @@ func (v VolumeSpec) equal(o VolumeSpec) bool {
 
 // Replaces reports whether removing node id from the cluster re-places
 // the volume's chunks on its other nodes (see Nodes): id is one of them,
-// and they number at least Copies >= 2 without it.
+// and they number at least Copies >= 2 without it (during a re-placement
+// in progress, once it ends).
 func (v VolumeSpec) Replaces(id string) bool {
 	return v.Copies >= 2 && len(v.Nodes)-1 >= v.Copies && slices.Contains(v.Nodes, id)
 }

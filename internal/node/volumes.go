@@ -187,6 +187,7 @@ func (vs *volumes) lookup(name string) (nbd.Device, error) {
 		return nil, err
 	}
 	v.NoteVersion(m.Version)
+	v.NoteGone(goneOf(m, spec))
 	if old, ok := vs.open[spec.Name]; ok {
 		old.vol.Close() // a deleted volume of the same name
 	}
@@ -414,9 +415,21 @@ func (vs *volumes) collect(ctx context.Context) {
 func noteMap(v *volume.Volume, m *cluster.Map, spec cluster.VolumeSpec) {
 	v.NoteClaim(spec.Writer, spec.Epoch)
 	if len(spec.Nodes) > 0 {
+		v.NoteGone(goneOf(m, spec))
 		v.NotePlacement(spec.Nodes, spec.Prev)
 	}
 	v.NoteStaleAt(spec.StaleMarks(), m.Version)
+}
+
+// goneOf lists the nodes of spec's set that are not members of m.
+func goneOf(m *cluster.Map, spec cluster.VolumeSpec) []string {
+	var gone []string
+	for _, id := range spec.Nodes {
+		if _, ok := m.Node(id); !ok {
+			gone = append(gone, id)
+		}
+	}
+	return gone
 }
 
 // noteStale passes the map's stale marks to the open volumes. A volume

@@ -125,6 +125,7 @@ type Volume struct {
 	nodes    map[string]*mirror                          // every node of Config.Nodes
 	set      atomic.Pointer[[]string]                    // the nodes chunks are placed on now
 	mv       atomic.Pointer[moveState]                   // a re-placement in progress; nil: none
+	gone     atomic.Pointer[[]string]                    // nodes of the set no longer members (NoteGone)
 	wrote    atomic.Bool                                 // this volume has written: it is the writer
 	epoch    atomic.Uint64                               // the writer epoch this node holds; 0: none
 	other    atomic.Bool                                 // another node has claimed the volume since this one did

@@ -69,6 +69,30 @@ func (v *Volume) growMove(chunks int64) {
 	v.mv.Store(ms)
 }
 
+// moving reports whether chunk c has not been copied to m yet, its owner
+// since a re-placement.
+func (v *Volume) moving(c int64, m *mirror) bool {
+	ms := v.mv.Load()
+	if ms == nil || c >= int64(len(ms.pending)) {
+		return false
+	}
+	p := ms.pending[c].Load()
+	return p != nil && slices.Contains(*p, m)
+}
+
+// NoteGone tells the volume which nodes of its set are no longer members
+// of the cluster: a node removed while a re-placement is in progress
+// stays in the set until that ends, and its own re-placement follows. The
+// copies the one in progress would make on it are not waited for: the
+// next one copies its chunks to the nodes left.
+func (v *Volume) NoteGone(ids []string) {
+	ids = slices.Clone(ids)
+	v.gone.Store(&ids)
+	if len(ids) > 0 {
+		v.poke()
+	}
+}
+
 // copied records that chunk c now has its copy on m (the chunk's lock
 // held exclusively).
 func (v *Volume) copied(c int64, m *mirror) {
@@ -157,6 +181,10 @@ func (v *Volume) move(ctx context.Context) {
 	}
 	ep := v.epoch.Load()
 	buf := make([]byte, min(v.spec.ChunkSize, 1<<20))
+	var gone []string
+	if g := v.gone.Load(); g != nil {
+		gone = *g
+	}
 	left := 0
 	for c := range ms.pending {
 		p := ms.pending[c].Load()
@@ -167,7 +195,11 @@ func (v *Volume) move(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
+			if slices.Contains(gone, m.id) {
+				continue // its own re-placement follows this one
+			}
 			if m.down.Load() {
+				left++
 				continue
 			}
 			if err := v.resyncChunk(ctx, ep, m, int64(c), buf); errors.Is(err, ErrFenced) {
@@ -176,9 +208,9 @@ func (v *Volume) move(ctx context.Context) {
 			} else if err != nil {
 				v.fail(m, err)
 			}
-		}
-		if ms.pending[c].Load() != nil {
-			left++
+			if v.moving(int64(c), m) {
+				left++
+			}
 		}
 	}
 	if left > 0 {

@@ -7,6 +7,9 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/slipstream-io/slipstream/internal/placement"
 )
 
 // TestReplaceCopiesToNewcomers: b is taken out of a copies=2 volume's
@@ -167,4 +170,52 @@ func TestReplaceOpenMidway(t *testing.T) {
 		w.NotePlacement([]string{"a", "b", "c"}, nil)
 		waitUntil(t, fmt.Sprintf("%s back", down), func() bool { return len(w.Down()) == 0 })
 	}
+}
+
+// TestReplaceSkipsGoneNewcomers: the chunks a re-placement in progress
+// would copy to a node gone from the cluster meanwhile (NoteGone) are not
+// copied or waited for: its own re-placement follows.
+func TestReplaceSkipsGoneNewcomers(t *testing.T) {
+	ctx := context.Background()
+	reps := memReps("a", "b", "c", "d")
+	all := []string{"a", "b", "c", "d"}
+	const chunks = 64
+	cfg := memConfig("a", t.TempDir(), chunks*memCS, all, reps, nil)
+	cfg.Spec.Copies = 2
+	placed := make(chan []string, 1)
+	cfg.Placed = func(_ context.Context, nodes []string, _ uint64) error { placed <- nodes; return nil }
+	w := openMemConfig(t, cfg)
+	if err := w.WriteAt(ctx, bytes.Repeat([]byte{9}, chunks*memCS), 0, true); err != nil {
+		t.Fatal(err)
+	}
+	reps["b"].down.Store(true)
+	w.NoteGone([]string{"d"})
+	w.NotePlacement([]string{"a", "c", "d"}, all)
+	select {
+	case nodes := <-placed:
+		if !slices.Equal(nodes, []string{"a", "c", "d"}) {
+			t.Fatalf("placed for %v", nodes)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the re-placement did not end")
+	}
+	got := make([]byte, memCS)
+	skipped := 0
+	for c := int64(0); c < chunks; c++ {
+		if o := w.Owners(c); !slices.Contains(o, "d") || slices.Contains(placementOwners(all, c), "d") {
+			continue
+		}
+		skipped++
+		if err := reps["d"].ReadAt(ctx, "vol@1", c, got, 0); err != nil || got[0] != 0 {
+			t.Fatalf("chunk %d was copied to d, which is gone: %v %d", c, err, got[0])
+		}
+	}
+	if skipped == 0 {
+		t.Fatal("d is the newcomer of no chunk")
+	}
+}
+
+// placementOwners is the owners of chunk c of the test volume over nodes.
+func placementOwners(nodes []string, c int64) []string {
+	return placement.Owners(nodes, ChunkName("vol", c), 2)
 }
