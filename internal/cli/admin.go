@@ -583,8 +583,10 @@ func adminPrefetch(ctx context.Context, env Env, args []string) error {
 
 // adminNode drains a node (moves its object copies away while it stays
 // up), undrains it, or removes a dead node for good (from the map and the
-// raft configuration); the others then re-create its object copies. Both
-// name the volumes whose chunks stay on the node (they never move).
+// raft configuration); the others then re-create its object copies, and
+// its volume chunks where the volume has other nodes enough (see
+// cluster.VolumeSpec.Replaces). Both name the volumes with chunks on the
+// node.
 func adminNode(ctx context.Context, env Env, args []string) error {
 	fs := newFlagSet(env, "admin node", "drain|undrain|rm ID [--force]")
 	mk := newAdminClient(fs)

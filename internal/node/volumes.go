@@ -538,6 +538,9 @@ type VolumeState struct {
 	// applied as the holder (since the volume was opened here).
 	Forwarded int64 `json:"forwarded"`
 	Applied   int64 `json:"appliedForOthers"`
+	// Copying counts the chunk copies a re-placement (a node removed) has
+	// still to make, on the node that makes them.
+	Copying int `json:"copying,omitempty"`
 }
 
 // states reports the mirror state of the volumes this node has open.
@@ -547,7 +550,7 @@ func (vs *volumes) states() map[string]VolumeState {
 	out := map[string]VolumeState{}
 	for name, ov := range vs.open {
 		sent, applied := ov.vol.Forwarded()
-		out[name] = VolumeState{Stale: ov.vol.StaleChunks(), Down: ov.vol.Down(), Forwarded: sent, Applied: applied}
+		out[name] = VolumeState{Stale: ov.vol.StaleChunks(), Down: ov.vol.Down(), Forwarded: sent, Applied: applied, Copying: ov.vol.CopiesLeft()}
 	}
 	return out
 }

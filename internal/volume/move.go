@@ -244,6 +244,31 @@ func (v *Volume) Claim(ctx context.Context) error {
 	return v.becomeWriter(ctx, from)
 }
 
+// CopiesLeft counts, on the volume's writer, the chunk copies a
+// re-placement in progress has not made yet (those to nodes gone from the
+// cluster aside); 0 elsewhere.
+func (v *Volume) CopiesLeft() int {
+	ms := v.mv.Load()
+	if ms == nil || ms.placed.Load() || !v.writer() || v.fencedOff() {
+		return 0
+	}
+	var gone []string
+	if g := v.gone.Load(); g != nil {
+		gone = *g
+	}
+	n := 0
+	for c := range ms.pending {
+		if p := ms.pending[c].Load(); p != nil {
+			for _, m := range *p {
+				if !slices.Contains(gone, m.id) {
+					n++
+				}
+			}
+		}
+	}
+	return n
+}
+
 // Moving reports whether a re-placement of the volume is in progress here.
 func (v *Volume) Moving() bool {
 	ms := v.mv.Load()

@@ -84,6 +84,9 @@ func TestReplaceCopiesToNewcomers(t *testing.T) {
 		}
 	}
 
+	if n := wc.CopiesLeft(); n != 0 {
+		t.Fatalf("c, not the writer, counts %d copies left", n)
+	}
 	// The writer copies while it writes.
 	wa.NotePlacement([]string{"a", "c"}, all)
 	for c := int64(0); c < chunks; c += 3 {
@@ -98,7 +101,7 @@ func TestReplaceCopiesToNewcomers(t *testing.T) {
 		defer mu.Unlock()
 		return len(placedFor) > 0
 	})
-	if !slices.Equal(placedFor[0], []string{"a", "c"}) || wa.Moving() {
+	if !slices.Equal(placedFor[0], []string{"a", "c"}) || wa.Moving() || wa.CopiesLeft() != 0 {
 		t.Fatalf("placed for %v, moving %v", placedFor, wa.Moving())
 	}
 	check(wc, "c, while its map still shows the re-placement")
