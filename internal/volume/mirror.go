@@ -669,8 +669,6 @@ func (v *Volume) mutate(ctx context.Context, claim claimFrom, chunk int64, op fu
 		}
 	}
 	ep := v.epoch.Load()
-	// A newcomer of a re-placement misses the write with the rest of the
-	// chunk, which is copied to it later under the chunk's lock.
 	owners := v.current(chunk)
 	live := false
 	for _, m := range owners {
@@ -684,6 +682,10 @@ func (v *Volume) mutate(ctx context.Context, claim claimFrom, chunk int64, op fu
 	lk := &v.locks[chunk&255]
 	lk.RLock()
 	defer lk.RUnlock()
+	// A newcomer of a re-placement misses the write with the rest of the
+	// chunk, which is copied to it later under the chunk's lock; taken
+	// again under the lock, the owners include it once it is copied.
+	owners = v.current(chunk)
 
 	var errs [8]error
 	var waits [8]func() error

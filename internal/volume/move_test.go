@@ -171,7 +171,9 @@ func TestReplaceOpenMidway(t *testing.T) {
 		}
 		reps[down].down.Store(false)
 		w.NotePlacement([]string{"a", "b", "c"}, nil)
-		waitUntil(t, fmt.Sprintf("%s back", down), func() bool { return len(w.Down()) == 0 })
+		// Back, it is stale for the chunks with unsynced writes (it may
+		// have lost them) until they are copied again.
+		waitUntil(t, fmt.Sprintf("%s back in sync", down), func() bool { return len(w.Down()) == 0 && len(w.StaleChunks()) == 0 })
 	}
 }
 
