@@ -56,6 +56,8 @@ fi
 if want nbd; then
 	echo "== volume writes through a node without the claim vs through the holder"
 	go test -count=1 -timeout 20m -run 'TestVolumeForwardCost' -v ./test/bench 2>&1 | show || true
+	echo "== volume re-placement after a node is removed vs the disk"
+	BENCH_OUT="$PWD/docs/bench-replace.md" go test -count=1 -timeout 20m -run 'TestBenchReplacement' -v ./internal/volume 2>&1 | show || true
 	echo "== NBD over TLS vs plain NBD"
 	BENCH_OUT="$PWD/docs/bench-nbd-tls.md" go test -count=1 -timeout 10m -run 'TestBenchTLS' -v ./internal/volume/nbd 2>&1 | show || true
 fi

@@ -30,6 +30,9 @@ type Config struct {
 	// Placed, if set, ends a re-placement: this node, writing under the
 	// claim of epoch, has copied every chunk to its owners among nodes.
 	Placed func(ctx context.Context, nodes []string, epoch uint64) error
+	// CopyWorkers is how many chunks a re-placement copies at a time.
+	// Default 4.
+	CopyWorkers int
 	// Self is the ID of the node running this Volume ("" if none); reads
 	// prefer its mirror.
 	Self string
@@ -243,6 +246,9 @@ func Open(ctx context.Context, cfg Config) (*Volume, error) {
 	}
 	if cfg.HoldIdle <= 0 {
 		cfg.HoldIdle = time.Second
+	}
+	if cfg.CopyWorkers <= 0 {
+		cfg.CopyWorkers = 4
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"sync/atomic"
 
 	"github.com/slipstream-io/slipstream/internal/placement"
@@ -172,48 +173,69 @@ func (v *Volume) NotePlacement(nodes, prev []string) {
 }
 
 // move copies the chunks of a re-placement in progress to the owners
-// that miss them, if this volume writes, and ends it (Config.Placed) once
-// every chunk is copied. A newcomer that is down is left for a later pass.
+// that miss them, Config.CopyWorkers chunks at a time, if this volume
+// writes, and ends it (Config.Placed) once every chunk is copied. A
+// newcomer that is down is left for a later pass.
 func (v *Volume) move(ctx context.Context) {
 	ms := v.mv.Load()
 	if ms == nil || ms.placed.Load() || !v.writer() || v.fencedOff() {
 		return
 	}
 	ep := v.epoch.Load()
-	buf := make([]byte, min(v.spec.ChunkSize, 1<<20))
 	var gone []string
 	if g := v.gone.Load(); g != nil {
 		gone = *g
 	}
-	left := 0
+	type job struct {
+		c int64
+		m *mirror
+	}
+	jobs := make(chan job)
+	var left atomic.Int64
+	var fenced atomic.Bool
+	var wg sync.WaitGroup
+	for range v.cfg.CopyWorkers {
+		wg.Go(func() {
+			buf := make([]byte, min(v.spec.ChunkSize, 1<<20))
+			for j := range jobs {
+				if fenced.Load() || ctx.Err() != nil || j.m.down.Load() {
+					left.Add(1)
+					continue
+				}
+				if err := v.resyncChunk(ctx, ep, j.m, j.c, buf); errors.Is(err, ErrFenced) {
+					fenced.Store(true)
+				} else if err != nil {
+					v.fail(j.m, err)
+				}
+				if v.moving(j.c, j.m) {
+					left.Add(1)
+				}
+			}
+		})
+	}
 	for c := range ms.pending {
 		p := ms.pending[c].Load()
 		if p == nil {
 			continue
 		}
 		for _, m := range *p {
-			if ctx.Err() != nil {
-				return
-			}
-			if slices.Contains(gone, m.id) {
-				continue // its own re-placement follows this one
-			}
-			if m.down.Load() {
-				left++
-				continue
-			}
-			if err := v.resyncChunk(ctx, ep, m, int64(c), buf); errors.Is(err, ErrFenced) {
-				v.lose(ep)
-				return
-			} else if err != nil {
-				v.fail(m, err)
-			}
-			if v.moving(int64(c), m) {
-				left++
+			switch {
+			case slices.Contains(gone, m.id):
+				// Its own re-placement follows this one.
+			case m.down.Load() || fenced.Load() || ctx.Err() != nil:
+				left.Add(1)
+			default:
+				jobs <- job{int64(c), m}
 			}
 		}
 	}
-	if left > 0 {
+	close(jobs)
+	wg.Wait()
+	if fenced.Load() {
+		v.lose(ep)
+		return
+	}
+	if left.Load() > 0 || ctx.Err() != nil {
 		return
 	}
 	if err := v.stale.save(); err != nil {

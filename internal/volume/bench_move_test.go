@@ -1,0 +1,142 @@
+package volume_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/slipstream-io/slipstream/internal/volume"
+)
+
+// TestBenchReplacement (benchmark, SLIPSTREAM_BENCH=1) measures how fast
+// a re-placement copies a removed node's chunks to the volume's other
+// nodes: a 512 MiB copies=2 volume of 4 MiB chunks on four nodes (real
+// chunk replicas on this machine's disk, the others over HTTP on
+// loopback) loses node b, and the writer copies b's chunks to their new
+// owners with 1 and with 4 chunks at a time (CopyWorkers). The limit, in
+// the same run, is the disk: the same bytes written sequentially with
+// O_DIRECT into one file and synced. Rounds interleave the three; the
+// median round is shown. It writes its table to BENCH_OUT if set.
+func TestBenchReplacement(t *testing.T) {
+	if os.Getenv("SLIPSTREAM_BENCH") == "" {
+		t.Skip("set SLIPSTREAM_BENCH=1 (make bench) to run the re-placement benchmark")
+	}
+	const (
+		size   = 512 << 20
+		chunk  = 4 << 20
+		rounds = 3
+	)
+	ctx := context.Background()
+	// copyRun re-places the volume with workers chunks at a time and
+	// returns the bytes copied and how long it took.
+	copyRun := func(workers int) (int64, time.Duration) {
+		a, b, c, d := startNode(t, "a"), startNode(t, "b"), startNode(t, "c"), startNode(t, "d")
+		spec := volume.Spec{Name: "bench", Size: size, ChunkSize: chunk, Copies: 2}
+		cfg := volumeConfig(t, spec, t.TempDir(), a, b, c, d)
+		cfg.CopyWorkers = workers
+		done := make(chan struct{})
+		cfg.Placed = func(context.Context, []string, uint64) error { close(done); return nil }
+		v, err := volume.Open(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer v.Close()
+		p := bytes.Repeat([]byte("re-placement"), (8<<20)/12+1)[:8<<20]
+		for off := int64(0); off < size; off += int64(len(p)) {
+			if err := v.WriteAt(ctx, p, off, false); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := v.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		moved := int64(0)
+		for i := int64(0); i < spec.Chunks(); i++ {
+			if slices.Contains(v.Owners(i), "b") {
+				moved += chunk
+			}
+		}
+		b.kill()
+		start := time.Now()
+		v.NotePlacement([]string{"a", "c", "d"}, []string{"a", "b", "c", "d"})
+		select {
+		case <-done:
+		case <-time.After(5 * time.Minute):
+			t.Fatal("the re-placement did not end")
+		}
+		elapsed := time.Since(start)
+		for _, n := range []*testNode{a, c, d} {
+			n.kill()
+		}
+		return moved, elapsed
+	}
+	// diskRun writes n bytes sequentially with O_DIRECT, 1 MiB at a time,
+	// and syncs them.
+	diskRun := func(n int64) time.Duration {
+		path := filepath.Join(t.TempDir(), "disk")
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|syscall.O_DIRECT, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		buf := alignedBuf(1 << 20)
+		copy(buf, bytes.Repeat([]byte("disk"), len(buf)/4))
+		start := time.Now()
+		for off := int64(0); off < n; off += int64(len(buf)) {
+			if _, err := f.Write(buf); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := f.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		return time.Since(start)
+	}
+	mib := func(n int64, d time.Duration) float64 { return float64(n) / (1 << 20) / d.Seconds() }
+	var disk, one, four, r1, r4 []float64
+	for range rounds {
+		n1, d1 := copyRun(1)
+		n4, d4 := copyRun(4)
+		dd := diskRun(n4)
+		disk = append(disk, mib(n4, dd))
+		one = append(one, mib(n1, d1))
+		four = append(four, mib(n4, d4))
+		r1 = append(r1, mib(n1, d1)/mib(n4, dd))
+		r4 = append(r4, mib(n4, d4)/mib(n4, dd))
+	}
+	med := func(xs []float64) float64 { s := slices.Clone(xs); sort.Float64s(s); return s[len(s)/2] }
+	span := func(xs []float64) string { return fmt.Sprintf("%.2f–%.2f", slices.Min(xs), slices.Max(xs)) }
+	var out strings.Builder
+	fmt.Fprintf(&out, "<!-- written by internal/volume TestBenchReplacement on %s -->\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"))
+	fmt.Fprintf(&out, "A 512 MiB copies=2 volume of 4 MiB chunks on four nodes (chunk replicas in directories on this machine's one disk, the other nodes over HTTP on loopback) loses a node; the writer copies its chunks (about a quarter of the volume's copies) to their new owners. %d rounds, the three runs interleaved; medians, with the range of the per-round ratios.\n\n", rounds)
+	fmt.Fprintln(&out, "| run | MiB/s | vs the disk |")
+	fmt.Fprintln(&out, "|---|---:|---|")
+	fmt.Fprintf(&out, "| the disk: the same bytes written sequentially, O_DIRECT, 1 MiB writes, one fsync | %.0f | 1.00 |\n", med(disk))
+	fmt.Fprintf(&out, "| re-placement, 1 chunk at a time | %.0f | **%.2f** (%s) |\n", med(one), med(r1), span(r1))
+	fmt.Fprintf(&out, "| re-placement, 4 chunks at a time (the default) | %.0f | **%.2f** (%s) |\n", med(four), med(r4), span(r4))
+	t.Log("\n" + out.String())
+	if p := os.Getenv("BENCH_OUT"); p != "" {
+		if err := os.WriteFile(filepath.Clean(p), []byte(out.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// alignedBuf returns n bytes aligned for O_DIRECT.
+func alignedBuf(n int) []byte {
+	b := make([]byte, n+4096)
+	off := 0
+	if r := int(uintptr(unsafe.Pointer(&b[0])) & 4095); r != 0 {
+		off = 4096 - r
+	}
+	return b[off : off+n]
+}
