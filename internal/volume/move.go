@@ -196,7 +196,10 @@ func (v *Volume) move(ctx context.Context) {
 	var wg sync.WaitGroup
 	for range v.cfg.CopyWorkers {
 		wg.Go(func() {
-			buf := make([]byte, min(v.spec.ChunkSize, 1<<20))
+			// Whole chunks up to 4 MiB per call: 1 MiB calls copied at
+			// 0.21 of the disk one chunk at a time, 4 MiB ones at 0.30
+			// (TestBenchReplacement).
+			buf := make([]byte, min(v.spec.ChunkSize, 4<<20))
 			for j := range jobs {
 				if fenced.Load() || ctx.Err() != nil || j.m.down.Load() {
 					left.Add(1)
