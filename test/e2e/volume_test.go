@@ -621,10 +621,11 @@ func TestVolumeServerReplaced(t *testing.T) {
 // removed: node2, a mirror, or node1, which also holds the volume's
 // claim (another node then claims the volume to re-place it). Its chunks
 // of a copies=2 volume are copied to the volume's other nodes while the
-// volume is read and written through other nodes; once the map shows
-// the re-placement ended, the volume reads back with one more of the
-// nodes that held it down, so every chunk has both its copies on the
-// nodes left.
+// volume is read and written through other nodes, and while fio writes
+// a second volume through node4 all along, without an error; once the
+// map shows the re-placements ended, both volumes read back with one
+// more of the nodes that held them down, so every chunk has both its
+// copies on the nodes left.
 func TestVolumeReplacedOnRemoval(t *testing.T) {
 	for _, tc := range []struct {
 		name          string
@@ -643,6 +644,35 @@ func TestVolumeReplacedOnRemoval(t *testing.T) {
 			if held == 0 {
 				t.Fatalf("%s holds no chunk of the volume", gone)
 			}
+			// fio writes vol9 through node4, 200 writes a second for
+			// about 12 s, across the node's death, removal and the
+			// re-placements.
+			volumeCmd(t, c, via, "create", "vol9", "--size", "64MiB", "--copies", "2", "--chunk", "4MiB")
+			load := func(verify bool) []string {
+				args := []string{"--name=load", "--ioengine=nbd", "--uri=" + fmt.Sprintf("nbd://%s/vol9", c.Configs[3].NBD[0]),
+					"--rw=randwrite", "--bs=16k", "--iodepth=4", "--size=40m", "--verify=crc32c", "--verify_state_save=0",
+					"--randrepeat=1", "--randseed=7", "--norandommap=0"}
+				if verify {
+					return append(args, "--verify_only")
+				}
+				return append(args, "--do_verify=0", "--rate_iops=200")
+			}
+			fio := exec.Command("fio", load(false)...)
+			fio.Dir = t.TempDir()
+			var fioOut bytes.Buffer
+			fio.Stdout, fio.Stderr = &fioOut, &fioOut
+			if err := fio.Start(); err != nil {
+				t.Fatal(err)
+			}
+			fioDone := make(chan error, 1)
+			go func() { fioDone <- fio.Wait() }()
+			t.Cleanup(func() {
+				if fio.ProcessState == nil {
+					_ = fio.Process.Kill()
+					<-fioDone
+				}
+			})
+			time.Sleep(time.Second)
 
 			c.Kill(tc.remove)
 			waitFor(t, 30*time.Second, "the map to mark "+gone+" down", func() bool {
@@ -669,9 +699,18 @@ func TestVolumeReplacedOnRemoval(t *testing.T) {
 			}
 			readBoth(2, "during the re-placement")
 
-			waitFor(t, 60*time.Second, "the re-placement to end", func() bool {
-				v := clusterMap(t, c, via).Volumes[name]
-				return v.Prev == nil && !slices.Contains(v.Nodes, gone)
+			select {
+			case err := <-fioDone:
+				if err != nil {
+					t.Fatalf("fio writing vol9 across the removal: %v\n%s", err, fioOut.String())
+				}
+			case <-time.After(90 * time.Second):
+				t.Fatalf("fio writing vol9 did not end:\n%s", fioOut.String())
+			}
+			waitFor(t, 60*time.Second, "the re-placements to end", func() bool {
+				m := clusterMap(t, c, via)
+				return m.Volumes[name].Prev == nil && !slices.Contains(m.Volumes[name].Nodes, gone) &&
+					m.Volumes["vol9"].Prev == nil && !slices.Contains(m.Volumes["vol9"].Nodes, gone)
 			})
 			info := volumeInfoJSON(t, c, via, name)
 			sum := int64(0)
@@ -685,6 +724,7 @@ func TestVolumeReplacedOnRemoval(t *testing.T) {
 			what := fmt.Sprintf("after the re-placement, node%d down too", tc.after+1)
 			readBoth(2, what)
 			readBoth(3, what)
+			runTool(t, "fio", load(true)...)
 		})
 	}
 }
