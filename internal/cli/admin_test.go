@@ -451,6 +451,10 @@ func TestMessages(t *testing.T) {
 		{[]string{"volume", "create", "vol5", "--size", "0"}, 2, "slipstream volume: usage: --size 0: a volume needs a size above 0 (e.g. 10GiB)\n"},
 		{[]string{"volume", "create", "vol5", "--size", "lots"}, 2, "slipstream volume: usage: --size \"lots\": give a size such as 10GiB or 512MiB\n"},
 		{[]string{"volume", "info", "nosuch"}, 1, "slipstream volume: no such volume \"nosuch\"\n"},
+		{[]string{"volume", "info", "--json", "nosuch"}, 1, "slipstream volume: no such volume \"nosuch\"\n"},
+		{[]string{"volume", "create", "--size", "0", "vol5"}, 2, "slipstream volume: usage: --size 0: a volume needs a size above 0 (e.g. 10GiB)\n"},
+		{[]string{"volume", "create", "--copies", "2", "vol5", "--size", "lots"}, 2, "slipstream volume: usage: --size \"lots\": give a size such as 10GiB or 512MiB\n"},
+		{[]string{"volume", "info", "vol5", "extra"}, 2, "slipstream volume: usage: volume info: unexpected argument \"extra\"\n"},
 		{[]string{"volume", "create", "v4", "--size", "1GiB", "--copies", "4"}, 1, "slipstream volume: --copies 4 needs 4 nodes up, and the cluster has 3 up\n"},
 		{[]string{"admin", "prefetch", "nosuch"}, 1, "slipstream admin: no such bucket \"nosuch\"\n"},
 	} {

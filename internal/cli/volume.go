@@ -36,8 +36,9 @@ func volumeCommand() Command {
 	}
 }
 
-// volumeArgs parses "NAME [flags]" of volume command sub: the flags added
-// by addFlags, --json if asJSON, and the node flags.
+// volumeArgs parses "NAME [flags]" of volume command sub (flags may also
+// come before NAME): the flags added by addFlags, --json if asJSON, and
+// the node flags.
 func volumeArgs(env Env, sub, synopsis string, args []string, addFlags func(fs *flag.FlagSet)) (name string, a *adminClient, asJSON bool, err error) {
 	fs := newFlagSet(env, "volume "+sub, synopsis)
 	mk := newAdminClient(fs)
@@ -54,10 +55,18 @@ func volumeArgs(env Env, sub, synopsis string, args []string, addFlags func(fs *
 	if err := parseFlags(fs, args); err != nil {
 		return "", nil, false, err
 	}
+	needName := strings.HasPrefix(synopsis, "NAME")
+	if needName && name == "" && fs.NArg() > 0 {
+		// The name after flags (volume info --json NAME), and maybe
+		// more flags after it.
+		name = fs.Arg(0)
+		if err := parseFlags(fs, fs.Args()[1:]); err != nil {
+			return "", nil, false, err
+		}
+	}
 	if fs.NArg() > 0 {
 		return "", nil, false, usagef("volume %s: unexpected argument %q", sub, fs.Arg(0))
 	}
-	needName := strings.HasPrefix(synopsis, "NAME")
 	switch {
 	case needName && name == "":
 		return "", nil, false, usagef("volume %s %s", sub, synopsis)
