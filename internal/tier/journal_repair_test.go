@@ -86,12 +86,14 @@ func TestBrokenJournalIsRepaired(t *testing.T) {
 	if err := tr.WaitDestaged(wctx); err != nil {
 		t.Fatal(err)
 	}
+	// The fault hits b's record only: the destager may still be
+	// appending the record of a's destage.
 	j := tr.d.j
 	j.mu.Lock()
-	sf := &shortFile{File: j.f.(*os.File), short: true, failTruncate: true}
+	sf := &shortFile{File: j.f.(*os.File), short: true, failTruncate: true, match: []byte("broken-b")}
 	j.f = sf
 	j.mu.Unlock()
-	if err := put("b"); err == nil {
+	if err := put("broken-b"); err == nil {
 		t.Fatal("the failed journal write was not reported")
 	}
 	j.mu.Lock()
