@@ -160,6 +160,8 @@ type Volume struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	kick   chan struct{}
+	// moveKick wakes moveLoop (see poke).
+	moveKick chan struct{}
 }
 
 // asyncReplica is a Replica that can send a write and let the caller
@@ -261,6 +263,7 @@ func Open(ctx context.Context, cfg Config) (*Volume, error) {
 		unsynced: map[int64]uint64{},
 		flushing: make(chan struct{}, 1),
 		kick:     make(chan struct{}, 1),
+		moveKick: make(chan struct{}, 1),
 	}
 	for s := cfg.Spec.ChunkSize; s > 1; s >>= 1 {
 		v.shift++
@@ -322,6 +325,8 @@ func Open(ctx context.Context, cfg Config) (*Volume, error) {
 	ctx, v.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	v.wg.Add(1)
 	go v.resyncLoop(ctx)
+	v.wg.Add(1)
+	go v.moveLoop(ctx)
 	return v, nil
 }
 
@@ -1170,6 +1175,10 @@ func (v *Volume) poke() {
 	case v.kick <- struct{}{}:
 	default:
 	}
+	select {
+	case v.moveKick <- struct{}{}:
+	default:
+	}
 }
 
 // resyncLoop probes failed mirrors and copies stale chunks back to the
@@ -1219,7 +1228,6 @@ func (v *Volume) resyncLoop(ctx context.Context) {
 			}
 			v.record(ctx, m, false)
 		}
-		v.move(ctx)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/slipstream-io/slipstream/internal/placement"
 )
@@ -170,6 +171,24 @@ func (v *Volume) NotePlacement(nodes, prev []string) {
 		v.cfg.Logger.Info("volume re-placed", "volume", v.spec.Name, "nodes", nodes, "from", prev)
 	}
 	v.poke()
+}
+
+// moveLoop runs the copies of re-placements (move) beside the resync
+// loop, so that a long copy does not hold up the probes, resyncs and
+// mark retries of the mirrors.
+func (v *Volume) moveLoop(ctx context.Context) {
+	defer v.wg.Done()
+	t := time.NewTicker(v.cfg.ProbeInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-v.moveKick:
+		}
+		v.move(ctx)
+	}
 }
 
 // move copies the chunks of a re-placement in progress to the owners
