@@ -720,6 +720,16 @@ func TestVolumeReplacedOnRemoval(t *testing.T) {
 			if len(info.Removed) != 0 || info.ChunksPerNode[gone] != 0 || info.Copying != 0 || sum != 2*info.Chunks {
 				t.Fatalf("volume info after the re-placement: %+v", info)
 			}
+			// The raft quorum must survive the next kill: three voters.
+			waitFor(t, 30*time.Second, "three voters among the nodes left", func() bool {
+				voters := 0
+				for _, n := range clusterMap(t, c, via).Nodes {
+					if n.Voter {
+						voters++
+					}
+				}
+				return voters == 3
+			})
 			c.Kill(tc.after)
 			what := fmt.Sprintf("after the re-placement, node%d down too", tc.after+1)
 			readBoth(2, what)
