@@ -256,10 +256,7 @@ func applyCommand(m *Map, c command) (*Map, error) {
 			return m, nil
 		}
 		mut = func(n *Map) error {
-			v.Stale, v.StaleBy = slices.Sorted(maps.Keys(marks)), marks
-			if len(marks) == 0 {
-				v.Stale, v.StaleBy = nil, nil
-			}
+			v.setMarks(marks)
 			n.Volumes[c.Name] = v
 			return nil
 		}
@@ -350,10 +347,7 @@ func replaceVolume(n *Map, v VolumeSpec) VolumeSpec {
 			delete(marks, id)
 		}
 	}
-	v.Stale, v.StaleBy = slices.Sorted(maps.Keys(marks)), marks
-	if len(marks) == 0 {
-		v.Stale, v.StaleBy = nil, nil
-	}
+	v.setMarks(marks)
 	return v
 }
 

@@ -283,6 +283,15 @@ func (v VolumeSpec) StaleMarks() map[string][]string {
 	return out
 }
 
+// setMarks records marks (mirror -> writers, see StaleMarks) as the
+// volume's Stale and StaleBy.
+func (v *VolumeSpec) setMarks(marks map[string][]string) {
+	v.Stale, v.StaleBy = slices.Sorted(maps.Keys(marks)), marks
+	if len(marks) == 0 {
+		v.Stale, v.StaleBy = nil, nil
+	}
+}
+
 // Key is the name the volume's chunks are stored under on the nodes: the
 // name, and the ID if it has one (volume.Spec.Key).
 func (v VolumeSpec) Key() string {

@@ -607,12 +607,8 @@ func volumeInfo(m *cluster.Map, v cluster.VolumeSpec, nbdURLs map[string][]strin
 		nodes = m.NodeIDs()
 	}
 	spec := toVolumeSpec(v).WithDefaults()
-	info := VolumeInfo{VolumeSpec: v, Chunks: spec.Chunks(), ChunksPerNode: map[string]int64{}}
-	for _, id := range nodes {
-		if _, ok := m.Node(id); !ok {
-			info.Removed = append(info.Removed, id)
-		}
-	}
+	// Without a node set of its own, the volume is on the members.
+	info := VolumeInfo{VolumeSpec: v, Chunks: spec.Chunks(), ChunksPerNode: map[string]int64{}, Removed: goneOf(m, v)}
 	for i := int64(0); i < info.Chunks; i++ {
 		name := volume.ChunkName(v.Name, i)
 		owners := placement.Owners(nodes, name, v.Copies)

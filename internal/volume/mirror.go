@@ -1721,7 +1721,7 @@ func (v *Volume) rescue(dst *mirror, c int64) *mirror {
 	// A mirror whose node lost its chunks is never taken: its copy is
 	// zeros, not an older version.
 	gone := func(m *mirror) bool { return m.lost.Load() || m.selfMarked.Load() }
-	if len(v.current(c)) != len(v.ownersOf(c)) {
+	if slices.ContainsFunc(v.ownersOf(c), func(m *mirror) bool { return v.moving(c, m) }) {
 		return nil // a re-placement's newcomer holds no copy to take
 	}
 	src := dst

@@ -32,6 +32,18 @@ type moveState struct {
 	placed  atomic.Bool // Placed succeeded for this state
 }
 
+// at returns the owners chunk c has not been copied to yet (nil: none, or
+// no re-placement).
+func (ms *moveState) at(c int64) []*mirror {
+	if ms == nil || c >= int64(len(ms.pending)) {
+		return nil
+	}
+	if p := ms.pending[c].Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
 // newMove computes the newcomers of every chunk below chunks (the caller
 // holds growMu, or is Open).
 func (v *Volume) newMove(prev, nodes []string, chunks int64) *moveState {
@@ -74,12 +86,7 @@ func (v *Volume) growMove(chunks int64) {
 // moving reports whether chunk c has not been copied to m yet, its owner
 // since a re-placement.
 func (v *Volume) moving(c int64, m *mirror) bool {
-	ms := v.mv.Load()
-	if ms == nil || c >= int64(len(ms.pending)) {
-		return false
-	}
-	p := ms.pending[c].Load()
-	return p != nil && slices.Contains(*p, m)
+	return slices.Contains(v.mv.Load().at(c), m)
 }
 
 // NoteGone tells the volume which nodes of its set are no longer members
@@ -95,18 +102,23 @@ func (v *Volume) NoteGone(ids []string) {
 	}
 }
 
+// goneIDs returns what NoteGone last noted.
+func (v *Volume) goneIDs() []string {
+	if g := v.gone.Load(); g != nil {
+		return *g
+	}
+	return nil
+}
+
 // copied records that chunk c now has its copy on m (the chunk's lock
 // held exclusively).
 func (v *Volume) copied(c int64, m *mirror) {
 	ms := v.mv.Load()
-	if ms == nil || c >= int64(len(ms.pending)) {
+	p := ms.at(c)
+	if !slices.Contains(p, m) {
 		return
 	}
-	p := ms.pending[c].Load()
-	if p == nil || !slices.Contains(*p, m) {
-		return
-	}
-	rest := slices.DeleteFunc(slices.Clone(*p), func(o *mirror) bool { return o == m })
+	rest := slices.DeleteFunc(slices.Clone(p), func(o *mirror) bool { return o == m })
 	if len(rest) == 0 {
 		ms.pending[c].Store(nil)
 		return
@@ -118,15 +130,11 @@ func (v *Volume) copied(c int64, m *mirror) {
 // them but the newcomers of a re-placement it has not been copied to.
 func (v *Volume) current(c int64) []*mirror {
 	owners := v.ownersOf(c)
-	ms := v.mv.Load()
-	if ms == nil || c >= int64(len(ms.pending)) {
-		return owners
-	}
-	p := ms.pending[c].Load()
+	p := v.mv.Load().at(c)
 	if p == nil {
 		return owners
 	}
-	return slices.DeleteFunc(slices.Clone(owners), func(m *mirror) bool { return slices.Contains(*p, m) })
+	return slices.DeleteFunc(slices.Clone(owners), func(m *mirror) bool { return slices.Contains(p, m) })
 }
 
 // nodeIDs returns the nodes chunks are placed on now.
@@ -201,10 +209,7 @@ func (v *Volume) move(ctx context.Context) {
 		return
 	}
 	ep := v.epoch.Load()
-	var gone []string
-	if g := v.gone.Load(); g != nil {
-		gone = *g
-	}
+	gone := v.goneIDs()
 	type job struct {
 		c int64
 		m *mirror
@@ -236,11 +241,7 @@ func (v *Volume) move(ctx context.Context) {
 		})
 	}
 	for c := range ms.pending {
-		p := ms.pending[c].Load()
-		if p == nil {
-			continue
-		}
-		for _, m := range *p {
+		for _, m := range ms.at(int64(c)) {
 			switch {
 			case slices.Contains(gone, m.id):
 				// Its own re-placement follows this one.
@@ -296,17 +297,12 @@ func (v *Volume) CopiesLeft() int {
 	if ms == nil || ms.placed.Load() || !v.writer() || v.fencedOff() {
 		return 0
 	}
-	var gone []string
-	if g := v.gone.Load(); g != nil {
-		gone = *g
-	}
+	gone := v.goneIDs()
 	n := 0
 	for c := range ms.pending {
-		if p := ms.pending[c].Load(); p != nil {
-			for _, m := range *p {
-				if !slices.Contains(gone, m.id) {
-					n++
-				}
+		for _, m := range ms.at(int64(c)) {
+			if !slices.Contains(gone, m.id) {
+				n++
 			}
 		}
 	}
