@@ -8,7 +8,9 @@ import (
 	"net/http"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -29,6 +31,7 @@ func volumeCommand() Command {
 				{name: "info", synopsis: "NAME", summary: "a volume's size, copies, placement and NBD URIs", run: volumeInfo},
 				{name: "resize", synopsis: "NAME --size S", summary: "grow a volume", run: volumeResize},
 				{name: "delete", aliases: []string{"rm"}, synopsis: "NAME", summary: "delete a volume and its data", run: volumeDelete},
+				{name: "accept-loss", synopsis: "NAME [--chunks LIST]", summary: "use lost chunks again, as zeros", run: volumeAcceptLoss},
 				{name: "certs", synopsis: "DIR --host H [--host H]...", summary: "write the certificates of NBD over TLS (nbd_tls)", run: volumeCerts},
 			}
 			return group(ctx, env, "volume", adminFooter, subs, env.Args)
@@ -226,6 +229,100 @@ func volumeDelete(ctx context.Context, env Env, args []string) error {
 	return nil
 }
 
+// volumeAcceptLoss accepts the loss of a volume's lost chunks (by
+// default every one volume info lists), which then read as zeros.
+func volumeAcceptLoss(ctx context.Context, env Env, args []string) error {
+	var list string
+	name, a, asJSON, err := volumeArgs(env, "accept-loss", "NAME [--chunks LIST]", args, func(fs *flag.FlagSet) {
+		fs.StringVar(&list, "chunks", "", "lost chunks to accept, e.g. 3,7-9 (default: every lost chunk)")
+	})
+	if err != nil {
+		return err
+	}
+	var info node.VolumeInfo
+	if err := a.call(ctx, http.MethodGet, node.AdminPrefix+"volumes/"+url.PathEscape(name), nil, &info); err != nil {
+		return explainMissingVolume(ctx, a, name, err)
+	}
+	if len(info.Lost) == 0 {
+		if asJSON {
+			return json.NewEncoder(env.Stdout).Encode(info)
+		}
+		fmt.Fprintf(env.Stdout, "volume %s has no lost chunks\n", name)
+		return nil
+	}
+	accept := info.Lost
+	if list != "" {
+		if accept, err = parseChunkList(list); err != nil {
+			return usagef("--chunks %q: %v", list, err)
+		}
+		for _, c := range accept {
+			if !slices.Contains(info.Lost, c) {
+				return fmt.Errorf("chunk %d of volume %s is not lost (lost: %s)", c, name, chunkList(info.Lost))
+			}
+		}
+	}
+	body := struct {
+		Lost []int64 `json:"lost"`
+	}{accept}
+	if err := a.call(ctx, http.MethodPost, node.AdminPrefix+"volumes/"+url.PathEscape(name)+"/accept-loss", body, &info); err != nil {
+		return explainMissingVolume(ctx, a, name, err)
+	}
+	if asJSON {
+		return json.NewEncoder(env.Stdout).Encode(info)
+	}
+	fmt.Fprintf(env.Stdout, "volume %s: the loss of %s accepted (chunks %s); they read as zeros now\n", name, plural(len(accept), "chunk"), chunkList(accept))
+	if len(info.Lost) > 0 {
+		fmt.Fprintf(env.Stdout, "still lost: chunks %s\n", chunkList(info.Lost))
+	}
+	return nil
+}
+
+// parseChunkList parses "3,7-9" into sorted chunk numbers.
+func parseChunkList(s string) ([]int64, error) {
+	var out []int64
+	for _, part := range strings.Split(s, ",") {
+		lo, hi, isRange := strings.Cut(strings.TrimSpace(part), "-")
+		a, err := strconv.ParseInt(lo, 10, 64)
+		b := a
+		if err == nil && isRange {
+			b, err = strconv.ParseInt(hi, 10, 64)
+		}
+		switch {
+		case err != nil || a < 0:
+			return nil, fmt.Errorf("%q is not a chunk number or range", part)
+		case b < a || b-a > 1<<20:
+			return nil, fmt.Errorf("bad range %q", part)
+		}
+		for c := a; c <= b; c++ {
+			out = append(out, c)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
+// chunkList writes sorted chunk numbers as "3, 7-9", the first 20 runs.
+func chunkList(cs []int64) string {
+	var runs []string
+	for i := 0; i < len(cs); {
+		j := i
+		for j+1 < len(cs) && cs[j+1] == cs[j]+1 {
+			j++
+		}
+		if len(runs) == 20 {
+			runs = append(runs, fmt.Sprintf("... (%d in all)", len(cs)))
+			break
+		}
+		if j > i {
+			runs = append(runs, fmt.Sprintf("%d-%d", cs[i], cs[j]))
+		} else {
+			runs = append(runs, strconv.FormatInt(cs[i], 10))
+		}
+		i = j + 1
+	}
+	return strings.Join(runs, ", ")
+}
+
 func printVolume(env Env, v node.VolumeInfo, asJSON bool) error {
 	if asJSON {
 		return json.NewEncoder(env.Stdout).Encode(v)
@@ -234,6 +331,9 @@ func printVolume(env Env, v node.VolumeInfo, asJSON bool) error {
 	fmt.Fprintf(env.Stdout, "placed on: %s\n", strings.Join(v.Nodes, ", "))
 	for _, id := range v.Removed {
 		fmt.Fprintf(env.Stdout, "WARNING: %s is no longer a member: its %d chunk copies are missing until a node joins under the ID %s (see docs/operations.md, replacing a dead server)\n", id, v.ChunksPerNode[id], id)
+	}
+	if len(v.Lost) > 0 {
+		fmt.Fprintf(env.Stdout, "LOST: %s (%s): every copy was on nodes removed from the cluster; reads and writes of them fail until 'slipstream volume accept-loss %s', and they then read as zeros\n", plural(len(v.Lost), "chunk"), chunkList(v.Lost), v.Name)
 	}
 	if v.Prev != nil {
 		fmt.Fprintf(env.Stdout, "re-placing: %d chunk copies of removed nodes are being copied to the nodes above (placed on %s before)\n", v.Copying, strings.Join(v.Prev, ", "))

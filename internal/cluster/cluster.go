@@ -548,10 +548,20 @@ func (c *Cluster) ClaimVolume(ctx context.Context, name, id, node string, from u
 
 // VolumePlaced ends the re-placement of volume name (VolumeSpec.Prev):
 // node, holding the volume's claim of epoch, has copied every chunk to
-// its owners among nodes. It fails with ErrStalePlacement when nodes is
-// no longer the volume's node set or the claim has moved on.
-func (c *Cluster) VolumePlaced(ctx context.Context, name, id, node string, epoch uint64, nodes []string) error {
-	return c.propose(ctx, command{Op: opVolumePlaced, Name: name, Volume: &VolumeSpec{Name: name, ID: id, Nodes: nodes}, Node: &NodeInfo{ID: node}, Epoch: epoch})
+// its owners among nodes, but for the chunks lost, which had no copy
+// left to copy from (added to VolumeSpec.Lost). It fails with
+// ErrStalePlacement when nodes is no longer the volume's node set or the
+// claim has moved on.
+func (c *Cluster) VolumePlaced(ctx context.Context, name, id, node string, epoch uint64, nodes []string, lost []int64) error {
+	return c.propose(ctx, command{Op: opVolumePlaced, Name: name, Volume: &VolumeSpec{Name: name, ID: id, Nodes: nodes, Lost: lost}, Node: &NodeInfo{ID: node}, Epoch: epoch})
+}
+
+// AcceptVolumeLoss takes the chunks lost of volume name (if it is still
+// the volume with that ID; ErrVolumeNotFound otherwise) out of its Lost
+// list: an operator accepts that their data is gone, and they read as
+// zeros from then on. Chunks not in the list are ignored.
+func (c *Cluster) AcceptVolumeLoss(ctx context.Context, name, id string, lost []int64) error {
+	return c.propose(ctx, command{Op: opVolumeAcceptLoss, Name: name, Volume: &VolumeSpec{Name: name, ID: id, Lost: lost}})
 }
 
 // ClearCoveredMark clears writer's mark on mirror of volume name, which

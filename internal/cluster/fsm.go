@@ -28,10 +28,14 @@ const (
 	opVolumeClaim  = "volume.claim" // Name, Volume.ID: the volume; Node.ID: its new writer
 	// Name, Volume.ID and Volume.Nodes: the volume and the node set its
 	// chunks were copied for; Node.ID and Epoch: the writer that copied
-	// them, under that claim.
+	// them, under that claim; Volume.Lost: the chunks it found no copy of
+	// to copy from.
 	opVolumePlaced = "volume.placed"
-	opNodeDrain    = "node.drain" // Name: the node; Drain: on or off
-	opNodeVoter    = "node.voter" // Node.ID: the node; Node.Voter: its suffrage (nothing else changes)
+	// Name, Volume.ID: the volume; Volume.Lost: the lost chunks whose
+	// loss an operator accepts (they read as zeros from then on).
+	opVolumeAcceptLoss = "volume.accept-loss"
+	opNodeDrain        = "node.drain" // Name: the node; Drain: on or off
+	opNodeVoter        = "node.voter" // Node.ID: the node; Node.Voter: its suffrage (nothing else changes)
 )
 
 // command is one entry of the raft log, JSON-encoded. Everything that must be
@@ -225,7 +229,7 @@ func applyCommand(m *Map, c command) (*Map, error) {
 				return m, fmt.Errorf("%w: volume %q can only grow (%d < %d)", ErrInvalid, nv.Name, nv.Size, old.Size)
 			}
 			nv.Created, nv.Stale, nv.StaleBy = old.Created, old.Stale, old.StaleBy
-			nv.Writer, nv.Epoch, nv.Prev = old.Writer, old.Epoch, old.Prev
+			nv.Writer, nv.Epoch, nv.Prev, nv.Lost = old.Writer, old.Epoch, old.Prev, old.Lost
 			if old.equal(nv) {
 				return m, nil
 			}
@@ -288,7 +292,27 @@ func applyCommand(m *Map, c command) (*Map, error) {
 		}
 		mut = func(n *Map) error {
 			v.Prev = nil
+			chunks := (v.Size + v.ChunkSize - 1) / max(v.ChunkSize, 1)
+			v.Lost = mergeChunks(v.Lost, slices.DeleteFunc(slices.Clone(c.Volume.Lost), func(ch int64) bool { return ch < 0 || ch >= chunks }))
 			n.Volumes[c.Name] = replaceVolume(n, v)
+			return nil
+		}
+	case opVolumeAcceptLoss:
+		v, ok := m.Volumes[c.Name]
+		if !ok || c.Volume == nil || c.Volume.ID != v.ID {
+			return m, fmt.Errorf("%w: %q", ErrVolumeNotFound, c.Name)
+		}
+		accepted := slices.Sorted(slices.Values(c.Volume.Lost))
+		left := slices.DeleteFunc(slices.Clone(v.Lost), func(ch int64) bool { _, ok := slices.BinarySearch(accepted, ch); return ok })
+		if len(left) == len(v.Lost) {
+			return m, nil
+		}
+		if len(left) == 0 {
+			left = nil
+		}
+		mut = func(n *Map) error {
+			v.Lost = left
+			n.Volumes[c.Name] = v
 			return nil
 		}
 	case opVolumeDelete:
@@ -349,6 +373,17 @@ func replaceVolume(n *Map, v VolumeSpec) VolumeSpec {
 	}
 	v.setMarks(marks)
 	return v
+}
+
+// mergeChunks returns the sorted union of the chunk lists a (sorted) and
+// b, without duplicates; a is not modified.
+func mergeChunks(a, b []int64) []int64 {
+	if len(b) == 0 {
+		return a
+	}
+	out := slices.Concat(a, b)
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 func nodeEqual(a, b NodeInfo) bool {

@@ -101,3 +101,58 @@ func TestRemoveReplacesVolumes(t *testing.T) {
 		t.Fatalf("resize: %v, prev %v", err, m5.Volumes["two"].Prev)
 	}
 }
+
+// TestPlacedRecordsLostChunks: the chunks a re-placement found no copy
+// of are added to the volume's Lost (sorted, once, within the volume),
+// kept across the next re-placement and a resize, and leave it only when
+// an operator accepts their loss, for that volume.
+func TestPlacedRecordsLostChunks(t *testing.T) {
+	m := NewMap()
+	for _, id := range []string{"a", "c", "d"} {
+		m.Nodes[id] = NodeInfo{ID: id, State: StateUp}
+	}
+	// b and c gone, c while b's re-placement was in progress (Size: 256 chunks).
+	delete(m.Nodes, "c")
+	m.Volumes["v"] = VolumeSpec{Name: "v", ID: "01", Size: 1 << 20, ChunkSize: 4096, Copies: 2, Nodes: []string{"a", "c", "d"}, Prev: []string{"a", "b", "c", "d"}, Writer: "a", Epoch: 1}
+	placed := func(m *Map, nodes []string, lost ...int64) *Map {
+		t.Helper()
+		n, err := applyCommand(m, command{Op: opVolumePlaced, Name: "v", Volume: &VolumeSpec{Name: "v", ID: "01", Nodes: nodes, Lost: lost}, Node: &NodeInfo{ID: "a"}, Epoch: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	m1 := placed(m, []string{"a", "c", "d"}, 7, 3, 256, -1, 7)
+	if v := m1.Volumes["v"]; !slices.Equal(v.Lost, []int64{3, 7}) || !slices.Equal(v.Nodes, []string{"a", "d"}) {
+		t.Fatalf("after b's re-placement: lost %v nodes %v (want [3 7], c's re-placement started)", v.Lost, v.Nodes)
+	}
+	m2 := placed(m1, []string{"a", "d"}, 5, 3)
+	if v := m2.Volumes["v"]; !slices.Equal(v.Lost, []int64{3, 5, 7}) || v.Prev != nil {
+		t.Fatalf("after c's re-placement: lost %v prev %v", v.Lost, v.Prev)
+	}
+	bigger := m2.Volumes["v"]
+	bigger.Size, bigger.Lost = 2<<20, nil
+	m3, err := applyCommand(m2, command{Op: opVolumePut, Volume: &bigger})
+	if err != nil || !slices.Equal(m3.Volumes["v"].Lost, []int64{3, 5, 7}) {
+		t.Fatalf("resize: %v, lost %v", err, m3.Volumes["v"].Lost)
+	}
+	accept := func(id string, lost ...int64) command {
+		return command{Op: opVolumeAcceptLoss, Name: "v", Volume: &VolumeSpec{Name: "v", ID: id, Lost: lost}}
+	}
+	if _, err := applyCommand(m3, accept("02", 3)); !errors.Is(err, ErrVolumeNotFound) {
+		t.Fatalf("accepting for another volume of the name: %v", err)
+	}
+	if got, err := applyCommand(m3, accept("01", 4, 9)); err != nil || got != m3 {
+		t.Fatalf("accepting chunks not lost changed the map: %v", err)
+	}
+	m4, err := applyCommand(m3, accept("01", 3, 7, 8))
+	if err != nil || !slices.Equal(m4.Volumes["v"].Lost, []int64{5}) || m4.Version != m3.Version+1 {
+		t.Fatalf("accepting 3 and 7: %v, lost %v", err, m4.Volumes["v"].Lost)
+	}
+	if m5, err := applyCommand(m4, accept("01", 5)); err != nil || m5.Volumes["v"].Lost != nil {
+		t.Fatalf("accepting the last: %v, lost %v", err, m5.Volumes["v"].Lost)
+	}
+	if !slices.Equal(m3.Volumes["v"].Lost, []int64{3, 5, 7}) {
+		t.Fatal("applyCommand changed the previous map")
+	}
+}

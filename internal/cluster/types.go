@@ -236,6 +236,12 @@ type VolumeSpec struct {
 	// newcomer) holds no copy of the chunk until the volume's writer has
 	// copied it there; the writer then clears Prev (volume.placed).
 	Prev []string `json:"prev,omitempty"`
+	// Lost lists, sorted, the chunks a re-placement found no copy of to
+	// copy from: every node that held one was removed from the cluster
+	// (or missed writes the removed ones had). Reads and writes of them
+	// fail until an operator accepts the loss (volume.accept-loss); they
+	// then read as zeros.
+	Lost []int64 `json:"lost,omitempty"`
 	// Writer is the node that last claimed the volume for writing, and
 	// Epoch the number of claims by a new node so far: the mirrors refuse
 	// writes of a writer with an older epoch (see volume.Claims).
@@ -246,7 +252,7 @@ type VolumeSpec struct {
 // equal reports whether v and o describe the same volume.
 func (v VolumeSpec) equal(o VolumeSpec) bool {
 	return v.Name == o.Name && v.Size == o.Size && v.ChunkSize == o.ChunkSize && v.Copies == o.Copies &&
-		v.Created.Equal(o.Created) && v.ID == o.ID && slices.Equal(v.Nodes, o.Nodes) && slices.Equal(v.Prev, o.Prev) && slices.Equal(v.Stale, o.Stale) &&
+		v.Created.Equal(o.Created) && v.ID == o.ID && slices.Equal(v.Nodes, o.Nodes) && slices.Equal(v.Prev, o.Prev) && slices.Equal(v.Lost, o.Lost) && slices.Equal(v.Stale, o.Stale) &&
 		maps.EqualFunc(v.StaleBy, o.StaleBy, slices.Equal) && v.Writer == o.Writer && v.Epoch == o.Epoch
 }
 

@@ -173,7 +173,7 @@ func (vs *volumes) lookup(name string) (nbd.Device, error) {
 	cfg := volume.Config{
 		Spec: toVolumeSpec(spec), Nodes: nodes, Prev: spec.Prev, Self: vs.self, Replicas: reps,
 		StateDir: filepath.Join(vs.stateDir, spec.Key()), Logger: vs.log.With("volume", spec.Name),
-		Stale: spec.StaleMarks(),
+		Stale: spec.StaleMarks(), Lost: spec.Lost,
 	}
 	if vs.marks != nil {
 		sm := staleMarks{m: vs.marks, name: spec.Name, id: spec.ID, self: vs.self, meta: vs.meta}
@@ -297,7 +297,7 @@ type volumeMarker interface {
 	SetVolumeStale(ctx context.Context, name, mirror, writer string, stale bool) error
 	ClearCoveredMark(ctx context.Context, name, mirror, writer string, epoch uint64) error
 	ClaimVolume(ctx context.Context, name, id, node string, from uint64) (cluster.VolumeSpec, error)
-	VolumePlaced(ctx context.Context, name, id, node string, epoch uint64, nodes []string) error
+	VolumePlaced(ctx context.Context, name, id, node string, epoch uint64, nodes []string, lost []int64) error
 }
 
 // staleMarks is one volume's volume.StaleMarks and volume.Claims on this
@@ -323,8 +323,8 @@ func (s staleMarks) Claim(ctx context.Context, from uint64) (uint64, error) {
 }
 
 // Placed ends the volume's re-placement (volume.Config.Placed).
-func (s staleMarks) Placed(ctx context.Context, nodes []string, epoch uint64) error {
-	return s.m.VolumePlaced(ctx, s.name, s.id, s.self, epoch, nodes)
+func (s staleMarks) Placed(ctx context.Context, nodes []string, epoch uint64, lost []int64) error {
+	return s.m.VolumePlaced(ctx, s.name, s.id, s.self, epoch, nodes, lost)
 }
 
 func (s staleMarks) SetStale(ctx context.Context, mirror string, stale bool) error {
@@ -410,10 +410,13 @@ func (vs *volumes) collect(ctx context.Context) {
 	}
 }
 
-// noteMap tells v the claim, placement and stale marks of spec, its record
-// in map m.
+// noteMap tells v the claim, lost chunks, placement and stale marks of
+// spec, its record in map m. The lost chunks come before the placement:
+// the end of a re-placement that found chunks lost is also the end of
+// the re-placement state that kept them lost on its writer.
 func noteMap(v *volume.Volume, m *cluster.Map, spec cluster.VolumeSpec) {
 	v.NoteClaim(spec.Writer, spec.Epoch)
+	v.NoteLost(spec.Lost)
 	if len(spec.Nodes) > 0 {
 		v.NoteGone(goneOf(m, spec))
 		v.NotePlacement(spec.Nodes, spec.Prev)
@@ -789,6 +792,28 @@ func (n *Node) registerVolumeAdmin() {
 		}
 		err := n.cluster.PutVolume(r.Context(), v)
 		writeAdmin(w, volumeInfo(n.cluster.Map(), v, n.nbdURLs(r), 0), err)
+	})
+	n.adminExtras["POST "+AdminPrefix+"volumes/{name}/accept-loss"] = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Lost []int64 `json:"lost"`
+		}
+		if err := json.NewDecoder(io.LimitReader(r.Body, 16<<20)).Decode(&req); err != nil {
+			writeAdmin(w, nil, fmt.Errorf("%w: %v", object.ErrInvalidArgument, err))
+			return
+		}
+		name := r.PathValue("name")
+		v, ok := n.cluster.Map().Volume(name)
+		if !ok {
+			writeAdmin(w, nil, fmt.Errorf("%w: no volume %q", object.ErrInvalidArgument, name))
+			return
+		}
+		if err := n.cluster.AcceptVolumeLoss(r.Context(), name, v.ID, req.Lost); err != nil {
+			writeAdmin(w, nil, err)
+			return
+		}
+		m := n.cluster.Map()
+		v, _ = m.Volume(name)
+		writeAdmin(w, volumeInfo(m, v, n.nbdURLs(r), 0), nil)
 	})
 	n.adminExtras["DELETE "+AdminPrefix+"volumes/{name}"] = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		name := r.PathValue("name")

@@ -146,8 +146,8 @@ func (m *markCalls) ClaimVolume(_ context.Context, name, id, node string, _ uint
 	return cluster.VolumeSpec{Name: name, ID: id, Writer: "other", Epoch: 7}, nil
 }
 
-func (m *markCalls) VolumePlaced(_ context.Context, name, id, node string, epoch uint64, nodes []string) error {
-	m.calls = append(m.calls, fmt.Sprintf("%s placed %s %s %d %v", name, id, node, epoch, nodes))
+func (m *markCalls) VolumePlaced(_ context.Context, name, id, node string, epoch uint64, nodes []string, lost []int64) error {
+	m.calls = append(m.calls, fmt.Sprintf("%s placed %s %s %d %v lost %v", name, id, node, epoch, nodes, lost))
 	return nil
 }
 

@@ -46,7 +46,7 @@ func TestBenchReplacement(t *testing.T) {
 		cfg := volumeConfig(t, spec, t.TempDir(), a, b, c, d)
 		cfg.CopyWorkers = workers
 		done := make(chan struct{})
-		cfg.Placed = func(context.Context, []string, uint64) error { close(done); return nil }
+		cfg.Placed = func(context.Context, []string, uint64, []int64) error { close(done); return nil }
 		v, err := volume.Open(ctx, cfg)
 		if err != nil {
 			t.Fatal(err)

@@ -29,7 +29,10 @@ type Config struct {
 	Prev []string
 	// Placed, if set, ends a re-placement: this node, writing under the
 	// claim of epoch, has copied every chunk to its owners among nodes.
-	Placed func(ctx context.Context, nodes []string, epoch uint64) error
+	// Chunks lost (see settleOrphan) are listed in lost.
+	Placed func(ctx context.Context, nodes []string, epoch uint64, lost []int64) error
+	// Lost lists, sorted, the chunks lost at Open (see NoteLost).
+	Lost []int64
 	// CopyWorkers is how many chunks a re-placement copies at a time.
 	// Default 4.
 	CopyWorkers int
@@ -129,6 +132,7 @@ type Volume struct {
 	set      atomic.Pointer[[]string]                    // the nodes chunks are placed on now
 	mv       atomic.Pointer[moveState]                   // a re-placement in progress; nil: none
 	gone     atomic.Pointer[[]string]                    // nodes of the set no longer members (NoteGone)
+	lost     atomic.Pointer[[]int64]                     // chunks the map lists as lost (NoteLost)
 	wrote    atomic.Bool                                 // this volume has written: it is the writer
 	epoch    atomic.Uint64                               // the writer epoch this node holds; 0: none
 	other    atomic.Bool                                 // another node has claimed the volume since this one did
@@ -280,6 +284,7 @@ func Open(ctx context.Context, cfg Config) (*Volume, error) {
 	}
 	nodes := slices.Clone(cfg.Nodes)
 	v.set.Store(&nodes)
+	v.NoteLost(cfg.Lost)
 	if cfg.Prev != nil {
 		v.mv.Store(v.newMove(cfg.Prev, nodes, cfg.Spec.Chunks()))
 	}
@@ -488,6 +493,9 @@ func (v *Volume) ReadAt(ctx context.Context, p []byte, off int64) error {
 }
 
 func (v *Volume) readChunk(ctx context.Context, chunk int64, p []byte, off int64) error {
+	if v.chunkLost(chunk) {
+		return v.errLost(chunk)
+	}
 	owners := v.current(chunk)
 	tried, revived := 0, 0
 	for {
@@ -542,6 +550,11 @@ func (v *Volume) Extents(ctx context.Context, off, n int64) ([]nbd.Extent, error
 	var es []nbd.Extent
 	err := v.segments(off, n, func(s segment) error {
 		got := []nbd.Extent{{Length: s.n}}
+		if v.chunkLost(s.chunk) {
+			// As data, so that a client reads it and learns of the loss.
+			es = nbd.AppendExtent(es, got[0])
+			return nil
+		}
 		for _, m := range v.current(s.chunk) {
 			er, ok := m.r.(extentsReplica)
 			if !ok || !m.local || m.down.Load() || v.stale.isStale(m.id, s.chunk) {
@@ -697,6 +710,11 @@ func (v *Volume) mutate(ctx context.Context, claim claimFrom, chunk int64, op fu
 	// chunk, which is copied to it later under the chunk's lock; taken
 	// again under the lock, the owners include it once it is copied.
 	owners = v.current(chunk)
+	if v.chunkLost(chunk) {
+		// Checked under the lock: a chunk found lost meanwhile has
+		// given its newcomers empty copies.
+		return v.errLost(chunk)
+	}
 
 	var errs [8]error
 	var waits [8]func() error
@@ -1665,6 +1683,9 @@ func (v *Volume) resyncChunk(ctx context.Context, ep uint64, dst *mirror, c int6
 				src = m
 			}
 		}
+	}
+	if src == nil && v.moving(c, dst) && v.orphaned(c, dst) {
+		return v.settleOrphan(ctx, ep, dst, c)
 	}
 	if src == nil {
 		if src = v.rescue(dst, c); src == nil {

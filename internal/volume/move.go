@@ -3,6 +3,7 @@ package volume
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -29,7 +30,27 @@ type moveState struct {
 	// pending lists, per chunk, the owners the chunk has not been copied
 	// to yet (nil: none).
 	pending []atomic.Pointer[[]*mirror]
+	// orphans marks, per chunk, the chunks found lost (orphaned): their
+	// newcomers hold zeros, and reads and writes fail until the map's
+	// Lost, which Placed adds them to, no longer lists them.
+	orphans []atomic.Bool
 	placed  atomic.Bool // Placed succeeded for this state
+}
+
+// orphaned reports whether the re-placement found chunk c lost.
+func (ms *moveState) orphaned(c int64) bool {
+	return ms != nil && c < int64(len(ms.orphans)) && ms.orphans[c].Load()
+}
+
+// orphanList returns the chunks found lost.
+func (ms *moveState) orphanList() []int64 {
+	var out []int64
+	for c := range ms.orphans {
+		if ms.orphans[c].Load() {
+			out = append(out, int64(c))
+		}
+	}
+	return out
 }
 
 // at returns the owners chunk c has not been copied to yet (nil: none, or
@@ -47,7 +68,7 @@ func (ms *moveState) at(c int64) []*mirror {
 // newMove computes the newcomers of every chunk below chunks (the caller
 // holds growMu, or is Open).
 func (v *Volume) newMove(prev, nodes []string, chunks int64) *moveState {
-	ms := &moveState{prev: prev, nodes: nodes, pending: make([]atomic.Pointer[[]*mirror], chunks)}
+	ms := &moveState{prev: prev, nodes: nodes, pending: make([]atomic.Pointer[[]*mirror], chunks), orphans: make([]atomic.Bool, chunks)}
 	v.fillMove(ms, 0)
 	return ms
 }
@@ -75,9 +96,10 @@ func (v *Volume) growMove(chunks int64) {
 	if old == nil {
 		return
 	}
-	ms := &moveState{prev: old.prev, nodes: old.nodes, pending: make([]atomic.Pointer[[]*mirror], chunks)}
+	ms := &moveState{prev: old.prev, nodes: old.nodes, pending: make([]atomic.Pointer[[]*mirror], chunks), orphans: make([]atomic.Bool, chunks)}
 	for c := range old.pending {
 		ms.pending[c].Store(old.pending[c].Load())
+		ms.orphans[c].Store(old.orphans[c].Load())
 	}
 	v.fillMove(ms, int64(len(old.pending)))
 	v.mv.Store(ms)
@@ -124,6 +146,79 @@ func (v *Volume) copied(c int64, m *mirror) {
 		return
 	}
 	ms.pending[c].Store(&rest)
+}
+
+// NoteLost tells the volume the chunks the map lists as lost
+// (VolumeSpec.Lost, sorted): their reads and writes fail with
+// ErrChunkLost.
+func (v *Volume) NoteLost(chunks []int64) {
+	if len(chunks) == 0 {
+		v.lost.Store(nil)
+		return
+	}
+	chunks = slices.Clone(chunks)
+	v.lost.Store(&chunks)
+}
+
+// chunkLost reports whether chunk c is lost: listed by the map, or found
+// so by the re-placement in progress.
+func (v *Volume) chunkLost(c int64) bool {
+	if l := v.lost.Load(); l != nil {
+		if _, ok := slices.BinarySearch(*l, c); ok {
+			return true
+		}
+	}
+	return v.mv.Load().orphaned(c)
+}
+
+// errLost is the error of I/O to lost chunk c.
+func (v *Volume) errLost(c int64) error {
+	return fmt.Errorf("%w: chunk %d of %s (see volume info; accept the loss to use it again)", ErrChunkLost, c, v.spec.Name)
+}
+
+// orphaned reports whether chunk c, which the re-placement has not
+// copied to its newcomer dst yet, has no copy left to copy from: each of
+// its other owners holding a copy is gone from the cluster, or missed
+// writes this node made (stale bits of its own; marks noted from other
+// writers do not say which chunks, so they never make a chunk lost). The
+// caller holds the chunk's lock.
+func (v *Volume) orphaned(c int64, dst *mirror) bool {
+	gone := v.goneIDs()
+	for _, m := range v.current(c) {
+		if m != dst && !slices.Contains(gone, m.id) && (!v.stale.isStale(m.id, c) || m.noted.Load()) {
+			return false
+		}
+	}
+	return true
+}
+
+// settleOrphan gives the newcomer dst of lost chunk c an empty copy
+// (zeros, synced: a copy begun earlier may have left part of the chunk
+// there) and counts the chunk as copied to it, recording it lost first:
+// from then on the chunk's reads and writes fail, until an operator
+// accepts the loss and it reads as zeros on every owner (the owners that
+// missed writes are copied from dst). The caller holds the chunk's lock
+// exclusively.
+func (v *Volume) settleOrphan(ctx context.Context, ep uint64, dst *mirror, c int64) error {
+	ms := v.mv.Load()
+	size := min(v.spec.ChunkSize, v.size.Load()-c*v.spec.ChunkSize)
+	if ms == nil || size <= 0 {
+		return nil
+	}
+	octx, cancel := v.opCtx(ctx)
+	defer cancel()
+	if err := dst.r.Zero(octx, v.key, ep, c, 0, size, true); err != nil {
+		return err
+	}
+	if err := dst.r.Sync(octx, v.key, []int64{c}); err != nil {
+		return err
+	}
+	if !ms.orphans[c].Swap(true) {
+		v.cfg.Logger.Error("volume chunk lost: no node left in the cluster holds a current copy; its reads and writes fail until the loss is accepted", "volume", v.spec.Name, "chunk", c)
+	}
+	v.stale.clear(dst.id, c)
+	v.copied(c, dst)
+	return nil
 }
 
 // current returns the owners of chunk c that hold a copy of it: all of
@@ -267,7 +362,7 @@ func (v *Volume) move(ctx context.Context) {
 	}
 	if v.cfg.Placed != nil {
 		cctx, cancel := context.WithTimeout(ctx, marksTimeout)
-		err := v.cfg.Placed(cctx, ms.nodes, ep)
+		err := v.cfg.Placed(cctx, ms.nodes, ep, ms.orphanList())
 		cancel()
 		if err != nil {
 			v.cfg.Logger.Warn("could not record the end of the volume's re-placement; will try again", "volume", v.spec.Name, "err", err)

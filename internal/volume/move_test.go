@@ -3,6 +3,7 @@ package volume
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -23,7 +24,7 @@ func TestReplaceCopiesToNewcomers(t *testing.T) {
 	ctx := context.Background()
 	reps := memReps("a", "b", "c")
 	const chunks = 64
-	open := func(self string, prev []string, nodes []string, placed func(context.Context, []string, uint64) error) *Volume {
+	open := func(self string, prev []string, nodes []string, placed func(context.Context, []string, uint64, []int64) error) *Volume {
 		cfg := memConfig(self, t.TempDir(), chunks*memCS, nodes, reps, nil)
 		cfg.Spec.Copies = 2
 		cfg.Prev, cfg.Placed = prev, placed
@@ -32,7 +33,7 @@ func TestReplaceCopiesToNewcomers(t *testing.T) {
 	all := []string{"a", "b", "c"}
 	var mu sync.Mutex
 	var placedFor [][]string
-	wa := open("a", nil, all, func(_ context.Context, nodes []string, _ uint64) error {
+	wa := open("a", nil, all, func(_ context.Context, nodes []string, _ uint64, _ []int64) error {
 		mu.Lock()
 		defer mu.Unlock()
 		placedFor = append(placedFor, slices.Clone(nodes))
@@ -144,7 +145,7 @@ func TestReplaceOpenMidway(t *testing.T) {
 
 	var placed []string
 	cfg := cfgFor("a", all, []string{"a", "b", "c"})
-	cfg.Placed = func(_ context.Context, nodes []string, _ uint64) error { placed = nodes; return nil }
+	cfg.Placed = func(_ context.Context, nodes []string, _ uint64, _ []int64) error { placed = nodes; return nil }
 	r := openMemConfig(t, cfgFor("b", all, []string{"a", "b", "c"}))
 	got := make([]byte, len(want))
 	if err := r.ReadAt(ctx, got, 0); err != nil || !bytes.Equal(got, want) {
@@ -188,7 +189,7 @@ func TestReplaceSkipsGoneNewcomers(t *testing.T) {
 	cfg := memConfig("a", t.TempDir(), chunks*memCS, all, reps, nil)
 	cfg.Spec.Copies = 2
 	placed := make(chan []string, 1)
-	cfg.Placed = func(_ context.Context, nodes []string, _ uint64) error { placed <- nodes; return nil }
+	cfg.Placed = func(_ context.Context, nodes []string, _ uint64, _ []int64) error { placed <- nodes; return nil }
 	w := openMemConfig(t, cfg)
 	if err := w.WriteAt(ctx, bytes.Repeat([]byte{9}, chunks*memCS), 0, true); err != nil {
 		t.Fatal(err)
@@ -223,4 +224,125 @@ func TestReplaceSkipsGoneNewcomers(t *testing.T) {
 // placementOwners is the owners of chunk c of the test volume over nodes.
 func placementOwners(nodes []string, c int64) []string {
 	return placement.Owners(nodes, ChunkName("vol", c), 2)
+}
+
+// TestReplaceOrphansLostChunks: b and c of a copies=2 volume on
+// {a, b, c, d} die, c is removed while b's re-placement is in progress
+// (it stays in the set), and d missed a write to a chunk it shares with
+// b. The chunks whose copies were all on b and c, and d's chunk, have no
+// copy left to copy from: the re-placement gives their newcomers empty
+// copies, ends, and reports them lost (Placed). Their reads and writes
+// fail with ErrChunkLost while the map lists them, and every other chunk
+// reads back; c's re-placement then ends with nothing more lost, and
+// once the loss is accepted the lost chunks read as zeros on every owner.
+func TestReplaceOrphansLostChunks(t *testing.T) {
+	ctx := context.Background()
+	reps := memReps("a", "b", "c", "d")
+	all := []string{"a", "b", "c", "d"}
+	const chunks = 64
+	cfg := memConfig("a", t.TempDir(), chunks*memCS, all, reps, nil)
+	cfg.Spec.Copies = 2
+	type placedAt struct {
+		nodes []string
+		lost  []int64
+	}
+	placed := make(chan placedAt, 2)
+	cfg.Placed = func(_ context.Context, nodes []string, _ uint64, lost []int64) error {
+		placed <- placedAt{nodes, lost}
+		return nil
+	}
+	w := openMemConfig(t, cfg)
+	want := make([]byte, chunks*memCS)
+	for i := range want {
+		want[i] = byte(i/memCS) + 1
+	}
+	if err := w.WriteAt(ctx, want, 0, true); err != nil {
+		t.Fatal(err)
+	}
+	owners := func(nodes []string, c int64) []string { return placement.Owners(nodes, ChunkName("vol", c), 2) }
+	var lost []int64 // what the re-placement should find lost
+	k := int64(-1)   // d's stale chunk, shared with b
+	for c := int64(0); c < chunks; c++ {
+		switch o := owners(all, c); {
+		case !slices.Contains(o, "a") && !slices.Contains(o, "d"):
+			lost = append(lost, c)
+		case k < 0 && slices.Contains(o, "b") && slices.Contains(o, "d"):
+			k = c
+			lost = append(lost, c)
+		}
+	}
+	slices.Sort(lost)
+	if k < 0 || len(lost) < 2 || len(lost) > chunks/2 {
+		t.Fatalf("placement gives lost chunks %v, d's chunk %d: pick other node names", lost, k)
+	}
+	reps["d"].down.Store(true)
+	if err := w.WriteAt(ctx, []byte{0xee}, k*memCS, true); err != nil {
+		t.Fatal(err)
+	}
+	want[k*memCS] = 0xee
+	reps["b"].down.Store(true)
+	reps["c"].down.Store(true)
+	reps["d"].down.Store(false)
+
+	w.NoteGone([]string{"c"})
+	w.NotePlacement([]string{"a", "c", "d"}, all)
+	var got placedAt
+	select {
+	case got = <-placed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("b's re-placement did not end")
+	}
+	if !slices.Equal(got.nodes, []string{"a", "c", "d"}) || !slices.Equal(got.lost, lost) {
+		t.Fatalf("placed for %v with lost %v, want lost %v", got.nodes, got.lost, lost)
+	}
+	check := func(what string, lostErr bool) {
+		t.Helper()
+		buf := make([]byte, memCS)
+		for c := int64(0); c < chunks; c++ {
+			err := w.ReadAt(ctx, buf, c*memCS)
+			isLost := slices.Contains(lost, c)
+			switch {
+			case isLost && lostErr:
+				if !errors.Is(err, ErrChunkLost) {
+					t.Fatalf("%s: lost chunk %d reads: %v", what, c, err)
+				}
+				if err := w.WriteAt(ctx, []byte{1}, c*memCS, false); !errors.Is(err, ErrChunkLost) {
+					t.Fatalf("%s: lost chunk %d writes: %v", what, c, err)
+				}
+			case isLost:
+				if err != nil || !allZero(buf) {
+					t.Fatalf("%s: accepted lost chunk %d: %v, zeros %v", what, c, err, allZero(buf))
+				}
+			case err != nil || !bytes.Equal(buf, want[c*memCS:(c+1)*memCS]):
+				t.Fatalf("%s: chunk %d: %v, reads %d want %d", what, c, err, buf[0], want[c*memCS])
+			}
+		}
+	}
+	check("after b's re-placement", true)
+
+	// The map: b's re-placement ended with the chunks lost, and c's
+	// started.
+	w.NoteLost(lost)
+	w.NoteGone(nil)
+	w.NotePlacement([]string{"a", "d"}, []string{"a", "c", "d"})
+	select {
+	case got = <-placed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("c's re-placement did not end")
+	}
+	if !slices.Equal(got.nodes, []string{"a", "d"}) || len(got.lost) != 0 {
+		t.Fatalf("c's re-placement: placed for %v with lost %v, want none more", got.nodes, got.lost)
+	}
+	w.NotePlacement([]string{"a", "d"}, nil)
+	check("after c's re-placement", true)
+	waitUntil(t, "d back in sync", func() bool { return len(w.StaleChunks()) == 0 })
+
+	w.NoteLost(nil) // accepted
+	check("accepted", false)
+	for _, down := range []string{"a", "d"} {
+		reps[down].down.Store(true)
+		check("accepted, with "+down+" down", false)
+		reps[down].down.Store(false)
+		waitUntil(t, down+" back", func() bool { return len(w.Down()) == 0 && len(w.StaleChunks()) == 0 })
+	}
 }

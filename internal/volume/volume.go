@@ -25,9 +25,12 @@ const DefaultChunkSize = 4 << 20
 
 // Sentinel errors.
 var (
-	ErrInvalidName  = errors.New("volume: invalid volume name")
-	ErrInvalidSpec  = errors.New("volume: invalid volume spec")
-	ErrNoMirror     = errors.New("volume: no live in-sync mirror for the chunk")
+	ErrInvalidName = errors.New("volume: invalid volume name")
+	ErrInvalidSpec = errors.New("volume: invalid volume spec")
+	ErrNoMirror    = errors.New("volume: no live in-sync mirror for the chunk")
+	// ErrChunkLost is I/O to a chunk whose every copy was on nodes
+	// removed from the cluster, until an operator accepts the loss.
+	ErrChunkLost    = errors.New("volume: chunk lost with the nodes removed from the cluster")
 	ErrOutOfRange   = errors.New("volume: range beyond the end of the chunk")
 	ErrReplicaError = errors.New("volume: replica failed")
 	// ErrFenced is a mutation refused because another node has claimed

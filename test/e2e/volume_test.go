@@ -748,3 +748,86 @@ func volumeInfoJSON(t *testing.T, c *localcluster.Cluster, i int, name string) n
 	}
 	return info
 }
+
+// TestVolumeLostChunks: node3 and node4 of a 4-node cluster die together
+// and are removed one after the other, so the re-placement of node3's
+// chunks finds those whose two copies were on node3 and node4 with no
+// copy left. It still ends, and so does node4's after it; volume info
+// lists exactly those chunks as lost; through either node left their
+// reads and writes fail with EIO while every other chunk reads back;
+// and once the loss is accepted they read as zeros through both nodes
+// (each of which reads its own copy).
+func TestVolumeLostChunks(t *testing.T) {
+	const name = "vol10"
+	c := startCluster(t, localcluster.Spec{Nodes: 4})
+	volumeCmd(t, c, 0, "create", name, "--size", "32MiB", "--copies", "2", "--chunk", "1MiB")
+	uri := func(i int) string { return fmt.Sprintf("nbd://%s/%s", c.Configs[i].NBD[0], name) }
+	runTool(t, "qemu-io", "-f", "raw", "-c", "write -P 0x5a 0 32M", "-c", "flush", uri(0))
+	var lost []int64
+	for i := range int64(32) {
+		o := placement.Owners([]string{"node1", "node2", "node3", "node4"}, volume.ChunkName(name, i), 2)
+		if !slices.Contains(o, "node1") && !slices.Contains(o, "node2") {
+			lost = append(lost, i)
+		}
+	}
+	if len(lost) == 0 || len(lost) == 32 {
+		t.Fatalf("placement puts %d of 32 chunks only on node3 and node4: pick another volume name", len(lost))
+	}
+
+	c.Kill(2)
+	c.Kill(3)
+	waitFor(t, 30*time.Second, "the map to mark node3 and node4 down", func() bool {
+		m := clusterMap(t, c, 0)
+		return m.Nodes["node3"].State == cluster.StateDown && m.Nodes["node4"].State == cluster.StateDown
+	})
+	admin(t, c, 0, "node", "rm", "node3")
+	admin(t, c, 0, "node", "rm", "node4")
+	waitFor(t, 60*time.Second, "the re-placements to end", func() bool {
+		v := clusterMap(t, c, 0).Volumes[name]
+		return v.Prev == nil && slices.Equal(v.Nodes, []string{"node1", "node2"})
+	})
+	if info := volumeInfoJSON(t, c, 1, name); !slices.Equal(info.Lost, lost) {
+		t.Fatalf("volume info lists lost chunks %v, want %v", info.Lost, lost)
+	}
+	if out := volumeCmd(t, c, 1, "info", name); !strings.Contains(out, fmt.Sprintf("LOST: %d chunks (", len(lost))) {
+		t.Fatalf("volume info does not show the lost chunks:\n%s", out)
+	}
+	readAll := func(what string, lostPattern byte, lostFails bool) {
+		t.Helper()
+		for _, i := range []int{0, 1} {
+			for ch := range int64(32) {
+				msg := qemuRead(uri(i), ch<<20, 1<<20, 0x5a)
+				switch {
+				case !slices.Contains(lost, ch):
+				case lostFails:
+					if !strings.Contains(msg, "Input/output error") {
+						t.Fatalf("%s: lost chunk %d read through node%d: %q, want EIO", what, ch, i+1, msg)
+					}
+					continue
+				default:
+					msg = qemuRead(uri(i), ch<<20, 1<<20, lostPattern)
+				}
+				if msg != "" {
+					t.Fatalf("%s: chunk %d through node%d: %s", what, ch, i+1, msg)
+				}
+			}
+		}
+	}
+	readAll("lost", 0, true)
+	out, err := exec.Command("qemu-io", "-f", "raw", "-c", fmt.Sprintf("write -P 0x11 %d 4k", lost[0]<<20), uri(1)).CombinedOutput()
+	if err == nil && !strings.Contains(string(out), "Input/output error") {
+		t.Fatalf("a write to lost chunk %d succeeded: %s", lost[0], out)
+	}
+
+	out2 := volumeCmd(t, c, 1, "accept-loss", name)
+	if !strings.Contains(out2, fmt.Sprintf("the loss of %d chunks accepted", len(lost))) {
+		t.Fatalf("accept-loss: %s", out2)
+	}
+	if info := volumeInfoJSON(t, c, 0, name); len(info.Lost) != 0 {
+		t.Fatalf("lost chunks after accept-loss: %v", info.Lost)
+	}
+	waitFor(t, 10*time.Second, "the lost chunks to read as zeros", func() bool {
+		return qemuRead(uri(0), lost[0]<<20, 1<<20, 0) == "" && qemuRead(uri(1), lost[0]<<20, 1<<20, 0) == ""
+	})
+	readAll("accepted", 0, false)
+}
