@@ -59,6 +59,8 @@ type volumes struct {
 	claiming map[string]bool
 	clients  map[string]*volume.Client
 	server   *nbd.Server
+	// metrics, if set, measures the NBD server's requests.
+	metrics *nbdMetrics
 }
 
 type openVolume struct {
@@ -230,11 +232,17 @@ var _ nbd.Exports = (*volumes)(nil)
 // serve starts the NBD server on every configured address and socket.
 // With tlsCfg, clients of addrs must start TLS first.
 func (vs *volumes) serve(ctx context.Context, addrs []string, socket string, tlsCfg *tls.Config) error {
-	srv, err := nbd.NewServer(nbd.Config{Exports: vs, TLS: tlsCfg})
+	cfg := nbd.Config{Exports: vs, TLS: tlsCfg}
+	if vs.metrics != nil {
+		cfg.Observe = vs.metrics.observe
+	}
+	srv, err := nbd.NewServer(cfg)
 	if err != nil {
 		return err
 	}
+	vs.mu.Lock()
 	vs.server = srv
+	vs.mu.Unlock()
 	var lns []net.Listener
 	for _, a := range addrs {
 		ln, err := net.Listen("tcp", a)

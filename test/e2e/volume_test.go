@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -814,6 +817,17 @@ func TestVolumeLostChunks(t *testing.T) {
 		}
 	}
 	readAll("lost", 0, true)
+	// Node2's metrics: the lost chunks, and the reads it answered with an
+	// error and without.
+	if n := metric(t, c, 1, `slipstream_volume_lost_chunks{volume="vol10"}`); n != float64(len(lost)) {
+		t.Errorf("slipstream_volume_lost_chunks = %v, want %d", n, len(lost))
+	}
+	if n := metric(t, c, 1, `slipstream_nbd_requests_total{op="read",result="error"}`); n < float64(len(lost)) {
+		t.Errorf("NBD reads answered with an error: %v, want at least %d", n, len(lost))
+	}
+	if n := metric(t, c, 1, `slipstream_nbd_bytes_total{op="read"}`); n < float64(32-len(lost))*(1<<20) {
+		t.Errorf("NBD bytes read: %v, want at least %d MiB", n, 32-len(lost))
+	}
 	out, err := exec.Command("qemu-io", "-f", "raw", "-c", fmt.Sprintf("write -P 0x11 %d 4k", lost[0]<<20), uri(1)).CombinedOutput()
 	if err == nil && !strings.Contains(string(out), "Input/output error") {
 		t.Fatalf("a write to lost chunk %d succeeded: %s", lost[0], out)
@@ -830,4 +844,32 @@ func TestVolumeLostChunks(t *testing.T) {
 		return qemuRead(uri(0), lost[0]<<20, 1<<20, 0) == "" && qemuRead(uri(1), lost[0]<<20, 1<<20, 0) == ""
 	})
 	readAll("accepted", 0, false)
+	if n := metric(t, c, 0, `slipstream_volume_lost_chunks{volume="vol10"}`); n != 0 {
+		t.Errorf("slipstream_volume_lost_chunks after accept-loss = %v", n)
+	}
+}
+
+// metric returns the value of series (name and labels, as the text format
+// writes them) on node i's public metrics; 0 if it has none.
+func metric(t *testing.T, c *localcluster.Cluster, i int, series string) float64 {
+	t.Helper()
+	resp, err := http.Get(c.Endpoint(i) + node.PublicMetricsPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("metrics line %q: %v", line, err)
+			}
+			return f
+		}
+	}
+	return 0
 }

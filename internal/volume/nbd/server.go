@@ -55,6 +55,11 @@ type Config struct {
 	// NBD_REP_ERR_TLS_REQD, and NBD_OPT_EXPORT_NAME hangs up. On a Unix
 	// socket, which its file permissions guard, TLS is the client's choice.
 	TLS *tls.Config
+	// Observe, if set, is told of every request once its reply is queued:
+	// its command, its length, the time from its dispatch, and the error
+	// value answered (0: none). It runs on the request's goroutine, so it
+	// must be quick (metrics).
+	Observe func(cmd uint16, length uint32, took time.Duration, errno uint32)
 }
 
 // Server serves NBD exports over any number of listeners.
@@ -169,6 +174,14 @@ func (s *Server) track(c net.Conn) bool {
 	s.conns[c] = struct{}{}
 	s.wg.Add(1) // under mu: Close cannot be waiting already
 	return true
+}
+
+// Conns counts the connections the server holds (in negotiation or
+// transmission).
+func (s *Server) Conns() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.conns)
 }
 
 func (s *Server) untrack(c net.Conn) {

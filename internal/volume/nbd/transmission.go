@@ -104,7 +104,13 @@ func (c *conn) dispatch(ctx context.Context, w work) {
 func (c *conn) worker(ctx context.Context, w work) {
 	defer c.wg.Done()
 	for {
-		c.handle(ctx, w.req, w.payload)
+		if obs := c.s.cfg.Observe; obs != nil {
+			start := time.Now()
+			errno := c.handle(ctx, w.req, w.payload)
+			obs(w.req.Type, w.req.Length, time.Since(start), errno)
+		} else {
+			c.handle(ctx, w.req, w.payload)
+		}
 		<-c.slots
 		var ok bool
 		if w, ok = <-c.work; !ok {
@@ -147,7 +153,10 @@ func (c *conn) serve(ctx context.Context) error {
 			if _, err := io.CopyN(io.Discard, c.br, int64(req.Length)); err != nil {
 				return err
 			}
-			c.sendError(req, EINVAL)
+			errno := c.sendError(req, EINVAL)
+			if obs := c.s.cfg.Observe; obs != nil {
+				obs(req.Type, req.Length, 0, errno)
+			}
 			continue
 		}
 		// The request takes a slot before its payload takes room: a
@@ -193,7 +202,7 @@ func allowedFlags(cmd uint16) uint16 {
 	return f
 }
 
-func (c *conn) handle(ctx context.Context, req Request, payload *[]byte) {
+func (c *conn) handle(ctx context.Context, req Request, payload *[]byte) (errno uint32) {
 	// A write's payload goes back, with its share of the budget, before its
 	// reply reserves room: replies waiting for room held by payloads
 	// whose replies wait would never move.
@@ -207,8 +216,7 @@ func (c *conn) handle(ctx context.Context, req Request, payload *[]byte) {
 	defer free()
 	if req.Flags&^allowedFlags(req.Type) != 0 || req.Flags&CmdFlagDF != 0 && !c.structured {
 		free()
-		c.sendError(req, EINVAL)
-		return
+		return c.sendError(req, EINVAL)
 	}
 	off, n := int64(req.Offset), int64(req.Length)
 	inRange := req.Offset <= uint64(c.size) && n <= c.size-off
@@ -216,8 +224,7 @@ func (c *conn) handle(ctx context.Context, req Request, payload *[]byte) {
 	switch req.Type {
 	case CmdRead:
 		if !inRange || req.Length > c.s.cfg.MaxRequest {
-			c.sendError(req, EINVAL)
-			return
+			return c.sendError(req, EINVAL)
 		}
 		cost := int64(len(reply{}.hdr)) + n
 		c.reserve(cost)
@@ -225,66 +232,63 @@ func (c *conn) handle(ctx context.Context, req Request, payload *[]byte) {
 		if err := c.dev.ReadAt(ctx, *buf, off); err != nil {
 			c.s.pool.put(buf)
 			c.release(cost, false)
-			c.sendError(req, errnoOf(err))
-			return
+			return c.sendError(req, errnoOf(err))
 		}
 		c.sendRead(req, buf, cost)
+		return 0
 	case CmdWrite:
 		if !inRange {
 			free()
-			c.sendError(req, ENOSPC)
-			return
+			return c.sendError(req, ENOSPC)
 		}
 		err := c.dev.WriteAt(ctx, *payload, off, fua)
 		free()
-		c.done(req, err)
+		return c.done(req, err)
 	case CmdFlush:
-		c.done(req, c.dev.Flush(ctx))
+		return c.done(req, c.dev.Flush(ctx))
 	case CmdTrim:
 		if !inRange {
-			c.sendError(req, EINVAL)
-			return
+			return c.sendError(req, EINVAL)
 		}
 		err := c.dev.Trim(ctx, off, n)
 		if err == nil && fua {
 			err = c.dev.Flush(ctx)
 		}
-		c.done(req, err)
+		return c.done(req, err)
 	case CmdWriteZeroes:
 		if !inRange {
-			c.sendError(req, ENOSPC)
-			return
+			return c.sendError(req, ENOSPC)
 		}
-		c.done(req, c.dev.WriteZeroes(ctx, off, n, fua, req.Flags&CmdFlagNoHole != 0))
+		return c.done(req, c.dev.WriteZeroes(ctx, off, n, fua, req.Flags&CmdFlagNoHole != 0))
 	case CmdCache:
 		if !inRange {
-			c.sendError(req, EINVAL)
-			return
+			return c.sendError(req, EINVAL)
 		}
-		c.done(req, nil)
+		return c.done(req, nil)
 	case CmdBlockStatus:
 		if !c.alloc || !inRange || n == 0 {
-			c.sendError(req, EINVAL)
-			return
+			return c.sendError(req, EINVAL)
 		}
-		c.blockStatus(ctx, req, off, n)
+		return c.blockStatus(ctx, req, off, n)
 	default:
-		c.sendError(req, EINVAL)
+		return c.sendError(req, EINVAL)
 	}
 }
 
-func (c *conn) done(req Request, err error) {
+// done answers req: success, or the error err maps to (returned).
+func (c *conn) done(req Request, err error) uint32 {
 	if err != nil {
-		c.sendError(req, errnoOf(err))
-		return
+		return c.sendError(req, errnoOf(err))
 	}
 	var r reply
 	putSimpleReply(r.hdr[:], 0, req.Cookie)
 	r.n = simpleReplyHeaderLen
 	c.send(r)
+	return 0
 }
 
-func (c *conn) sendError(req Request, errno uint32) {
+// sendError answers req with errno, and returns it.
+func (c *conn) sendError(req Request, errno uint32) uint32 {
 	var r reply
 	if c.structured && (req.Type == CmdRead || req.Type == CmdBlockStatus && c.alloc) {
 		putStructuredHeader(r.hdr[:], replyFlagDone, replyTypeError, req.Cookie, 6)
@@ -296,18 +300,18 @@ func (c *conn) sendError(req Request, errno uint32) {
 		r.n = simpleReplyHeaderLen
 	}
 	c.send(r)
+	return errno
 }
 
 // blockStatus answers NBD_CMD_BLOCK_STATUS in the base:allocation
 // context with the device's extents, or one allocated extent for devices
 // that do not know theirs.
-func (c *conn) blockStatus(ctx context.Context, req Request, off, n int64) {
+func (c *conn) blockStatus(ctx context.Context, req Request, off, n int64) uint32 {
 	es := []Extent{{Length: n}}
 	if d, ok := c.dev.(ExtentsDevice); ok {
 		got, err := d.Extents(ctx, off, n)
 		if err != nil {
-			c.sendError(req, errnoOf(err))
-			return
+			return c.sendError(req, errnoOf(err))
 		}
 		es = got
 	}
@@ -340,6 +344,7 @@ func (c *conn) blockStatus(ctx context.Context, req Request, off, n int64) {
 	putStructuredHeader(r.hdr[:], replyFlagDone, replyTypeBlockStatus, req.Cookie, uint32(len(data)))
 	r.n = structuredHeaderLen
 	c.send(r)
+	return 0
 }
 
 func (c *conn) sendRead(req Request, buf *[]byte, cost int64) {
