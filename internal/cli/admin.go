@@ -625,19 +625,27 @@ func adminNode(ctx context.Context, env Env, args []string) error {
 		}
 		if verb == "drain" {
 			fmt.Fprintf(env.Stdout, "%s is draining: new copies go elsewhere and its copies move away (admin status shows its objects); then stop it and run admin node rm %s\n", id, id)
-			var moved, kept []string
+			var moved, later, kept []string
 			for _, v := range node.VolumesOn(m, id) {
-				if v.Replaced {
+				spec := m.Volumes[v.Volume]
+				switch after := spec.Draining(m, id); {
+				case v.Copying:
+				case !slices.Contains(after.Nodes, id):
 					moved = append(moved, volumeCopies(v))
-				} else {
+				case after.Prev != nil:
+					later = append(later, volumeCopies(v))
+				default:
 					kept = append(kept, volumeCopies(v))
 				}
 			}
 			if len(moved) > 0 {
-				fmt.Fprintf(env.Stdout, "volume chunks stay while it drains; admin node rm %s copies those of %s to the volumes' other nodes\n", id, strings.Join(moved, ", "))
+				fmt.Fprintf(env.Stdout, "volume chunks are copied off it, and it is written until they are (volume info shows when it is done): %s\n", strings.Join(moved, ", "))
+			}
+			if len(later) > 0 {
+				fmt.Fprintf(env.Stdout, "volume chunks are copied off it once the volume's re-placement in progress ends: %s\n", strings.Join(later, ", "))
 			}
 			if len(kept) > 0 {
-				fmt.Fprintf(env.Stdout, "volume chunks do not move: %s keeps those of %s\n", id, strings.Join(kept, ", "))
+				fmt.Fprintf(env.Stdout, "volume chunks do not move (too few other nodes for the copies): %s keeps those of %s\n", id, strings.Join(kept, ", "))
 			}
 		} else {
 			fmt.Fprintf(env.Stdout, "%s takes copies again\n", id)
@@ -650,7 +658,9 @@ func adminNode(ctx context.Context, env Env, args []string) error {
 	var moved, short, lost []string
 	for _, v := range node.VolumesOn(m, id) {
 		switch {
-		case v.Replaced:
+		case v.Copying && v.Copies == 1:
+			lost = append(lost, volumeCopies(v)+" still being copied off it")
+		case v.Replaced || v.Copying:
 			moved = append(moved, volumeCopies(v))
 		case v.Copies == 1:
 			lost = append(lost, volumeCopies(v))

@@ -330,8 +330,8 @@ func TestAdminNodeVolumes(t *testing.T) {
 	}
 
 	code, out, errOut := run(f.args("admin", "node", "drain", "node2")...)
-	if code != 0 || !strings.Contains(out, fmt.Sprintf("volume chunks do not move: node2 keeps those of solo (copies=1, %d chunks), tight (copies=2, 64 chunks)\n", on["solo"])) ||
-		!strings.Contains(out, fmt.Sprintf("admin node rm node2 copies those of pair (copies=2, %d chunks) to the volumes' other nodes\n", on["pair"])) {
+	if code != 0 || !strings.Contains(out, "volume chunks do not move (too few other nodes for the copies): node2 keeps those of tight (copies=2, 64 chunks)\n") ||
+		!strings.Contains(out, fmt.Sprintf("volume chunks are copied off it, and it is written until they are (volume info shows when it is done): pair (copies=2, %d chunks), solo (copies=1, %d chunks)\n", on["pair"], on["solo"])) {
 		t.Errorf("drain: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 	n2 := f.m.Nodes["node2"]
@@ -351,11 +351,20 @@ func TestAdminNodeVolumes(t *testing.T) {
 		t.Errorf("rm --force: exit %d, removed %v, stdout %q, stderr %q", code, f.removed, out, errOut)
 	}
 
-	// A node without volume chunks goes without a word about volumes.
-	f.m.Volumes = map[string]cluster.VolumeSpec{"one": {Name: "one", Size: 64 << 20, ChunkSize: 1 << 20, Copies: 1, Nodes: []string{"node1"}}}
+	// A copies=1 volume still being copied off a drained node: its
+	// removal needs --force.
+	f.removed = nil
+	f.m.Volumes = map[string]cluster.VolumeSpec{"moving": {Name: "moving", Size: 64 << 20, ChunkSize: 1 << 20, Copies: 1, Nodes: []string{"node1"}, Prev: []string{"node1", "node3"}}}
 	n3 := f.m.Nodes["node3"]
 	n3.State = cluster.StateDown
 	f.m.Nodes["node3"] = n3
+	code, out, errOut = run(f.args("admin", "node", "rm", "node3")...)
+	if code != 1 || len(f.removed) != 0 || !strings.Contains(errOut, "holds the only copy of volume chunks: moving (copies=1, ") || !strings.Contains(errOut, "still being copied off it") {
+		t.Fatalf("rm while a copies=1 volume is copied off it: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+
+	// A node without volume chunks goes without a word about volumes.
+	f.m.Volumes = map[string]cluster.VolumeSpec{"one": {Name: "one", Size: 64 << 20, ChunkSize: 1 << 20, Copies: 1, Nodes: []string{"node1"}}}
 	if code, out, errOut := run(f.args("admin", "node", "rm", "node3")...); code != 0 || strings.Contains(out, "volume") {
 		t.Errorf("rm of a node without volume chunks: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}

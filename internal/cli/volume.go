@@ -335,8 +335,11 @@ func printVolume(env Env, v node.VolumeInfo, asJSON bool) error {
 	if len(v.Lost) > 0 {
 		fmt.Fprintf(env.Stdout, "LOST: %s (%s): every copy was on nodes removed from the cluster; reads and writes of them fail until 'slipstream volume accept-loss %s', and they then read as zeros\n", plural(len(v.Lost), "chunk"), chunkList(v.Lost), v.Name)
 	}
-	if v.Prev != nil {
-		fmt.Fprintf(env.Stdout, "re-placing: %d chunk copies of removed nodes are being copied to the nodes above (placed on %s before)\n", v.Copying, strings.Join(v.Prev, ", "))
+	switch {
+	case v.Prev != nil && v.Copied:
+		fmt.Fprintf(env.Stdout, "re-placed: every chunk is copied to the nodes above; %s still written until removed or undrained\n", strings.Join(v.Drained, ", "))
+	case v.Prev != nil:
+		fmt.Fprintf(env.Stdout, "re-placing: %d chunk copies of removed or drained nodes are being copied to the nodes above (placed on %s before)\n", v.Copying, strings.Join(v.Prev, ", "))
 	}
 	if v.Writer != "" {
 		fmt.Fprintf(env.Stdout, "written through: %s (claim %d; writes through other nodes go through it while its own clients write)\n", v.Writer, v.Epoch)

@@ -149,6 +149,10 @@ func applyCommand(m *Map, c command) (*Map, error) {
 			old.Draining = c.Drain
 			old.Drains++
 			n.Nodes[c.Name] = old
+			if !c.Drain {
+				undrainVolumes(n, c.Name)
+			}
+			replaceVolumes(n)
 			return nil
 		}
 	case opNodeVoter:
@@ -229,7 +233,7 @@ func applyCommand(m *Map, c command) (*Map, error) {
 				return m, fmt.Errorf("%w: volume %q can only grow (%d < %d)", ErrInvalid, nv.Name, nv.Size, old.Size)
 			}
 			nv.Created, nv.Stale, nv.StaleBy = old.Created, old.Stale, old.StaleBy
-			nv.Writer, nv.Epoch, nv.Prev, nv.Lost = old.Writer, old.Epoch, old.Prev, old.Lost
+			nv.Writer, nv.Epoch, nv.Prev, nv.Copied, nv.Lost = old.Writer, old.Epoch, old.Prev, old.Copied, old.Lost
 			if old.equal(nv) {
 				return m, nil
 			}
@@ -250,9 +254,11 @@ func applyCommand(m *Map, c command) (*Map, error) {
 		if c.Covered && c.State == StateUp && (c.Writer != "" && c.Writer == v.Writer || c.Epoch != v.Epoch) {
 			return m, nil
 		}
-		if c.State == StateDown && len(v.Nodes) > 0 && !slices.Contains(v.Nodes, c.Node.ID) {
+		_, member := m.Nodes[c.Node.ID]
+		if c.State == StateDown && len(v.Nodes) > 0 && !slices.Contains(v.Nodes, c.Node.ID) && !(member && slices.Contains(v.Prev, c.Node.ID)) {
 			// No longer a mirror (removed while a write was in flight):
-			// there is nothing to avoid or resynchronise.
+			// there is nothing to avoid or resynchronise. (A node drained
+			// out of the set is written until the re-placement ends.)
 			return m, nil
 		}
 		marks := setStaleMark(v.StaleMarks(), c.Node.ID, c.Writer, c.State == StateDown)
@@ -286,15 +292,20 @@ func applyCommand(m *Map, c command) (*Map, error) {
 		if !ok || c.Volume == nil || c.Volume.ID != v.ID {
 			return m, fmt.Errorf("%w: %q", ErrVolumeNotFound, c.Name)
 		}
-		if c.Node == nil || v.Prev == nil || !slices.Equal(c.Volume.Nodes, v.Nodes) || v.Writer != c.Node.ID || v.Epoch != c.Epoch {
+		if c.Node == nil || v.Prev == nil || v.Copied || !slices.Equal(c.Volume.Nodes, v.Nodes) || v.Writer != c.Node.ID || v.Epoch != c.Epoch {
 			// Copied for another node set, or by a writer fenced off since.
 			return m, fmt.Errorf("%w: volume %q: not re-placed by this writer for these nodes", ErrStalePlacement, c.Name)
 		}
 		mut = func(n *Map) error {
-			v.Prev = nil
 			chunks := (v.Size + v.ChunkSize - 1) / max(v.ChunkSize, 1)
 			v.Lost = mergeChunks(v.Lost, slices.DeleteFunc(slices.Clone(c.Volume.Lost), func(ch int64) bool { return ch < 0 || ch >= chunks }))
-			n.Volumes[c.Name] = replaceVolume(n, v)
+			if slices.ContainsFunc(v.Prev, func(id string) bool { _, member := n.Nodes[id]; return member && !slices.Contains(v.Nodes, id) }) {
+				// A drained node is still written (see Copied).
+				v.Copied = true
+			} else {
+				v = replaceVolume(n, endPlacement(v))
+			}
+			n.Volumes[c.Name] = v
 			return nil
 		}
 	case opVolumeAcceptLoss:
@@ -342,37 +353,79 @@ func applyCommand(m *Map, c command) (*Map, error) {
 }
 
 // replaceVolumes re-places every volume of n that has a node no longer a
-// member of n (see replaceVolume).
+// member of n, or a member being drained (see replaceVolume).
 func replaceVolumes(n *Map) {
 	for name, v := range n.Volumes {
 		n.Volumes[name] = replaceVolume(n, v)
 	}
 }
 
-// replaceVolume takes the nodes that are no longer members of n out of
-// v's node set, if v has Copies >= 2 and keeps at least Copies nodes
-// without them, and records the set its chunks are on in Prev. The
-// removed nodes' own stale marks go with them. While a re-placement is
-// in progress (Prev set) nothing changes: a node removed meanwhile stays
-// in the set until it ends (volume.placed), which then starts the next
-// one from a set whose every other owner holds its copies.
+// replaceVolume takes out of v's node set the nodes that are no longer
+// members of n, if v has Copies >= 2 (with one copy there is nothing to
+// copy from), and the members being drained, and records the set its
+// chunks are on in Prev, if v keeps at least Copies nodes; failing that,
+// it takes out only the removed nodes, if that keeps Copies. The removed
+// nodes' own stale marks go with them; a drained node keeps its marks,
+// since it is written until the re-placement ends. A re-placement whose
+// copies are all made (Copied) ends first. While one is copying, nothing
+// changes: a node removed or drained meanwhile stays in the set until it
+// ends (volume.placed), which then starts the next one from a set whose
+// every other owner holds its copies.
 func replaceVolume(n *Map, v VolumeSpec) VolumeSpec {
-	if v.Prev != nil || v.Copies < 2 {
+	if v.Copied {
+		v = endPlacement(v)
+	}
+	if v.Prev != nil {
 		return v
 	}
-	rest := slices.DeleteFunc(slices.Clone(v.Nodes), func(id string) bool { _, ok := n.Nodes[id]; return !ok })
+	removed := func(id string) bool { _, ok := n.Nodes[id]; return !ok && v.Copies >= 2 }
+	rest := slices.DeleteFunc(slices.Clone(v.Nodes), func(id string) bool { return removed(id) || n.Nodes[id].Draining })
+	if len(rest) < v.Copies {
+		rest = slices.DeleteFunc(slices.Clone(v.Nodes), removed)
+	}
 	if len(rest) == len(v.Nodes) || len(rest) < v.Copies {
 		return v
 	}
 	v.Prev, v.Nodes = v.Nodes, rest
 	marks := v.StaleMarks()
 	for id := range marks {
-		if !slices.Contains(rest, id) {
+		if removed(id) {
 			delete(marks, id)
 		}
 	}
 	v.setMarks(marks)
 	return v
+}
+
+// endPlacement ends v's re-placement: Prev goes, and with it the stale
+// marks of the nodes no longer in the set.
+func endPlacement(v VolumeSpec) VolumeSpec {
+	v.Prev, v.Copied = nil, false
+	marks := v.StaleMarks()
+	for id := range marks {
+		if !slices.Contains(v.Nodes, id) {
+			delete(marks, id)
+		}
+	}
+	v.setMarks(marks)
+	return v
+}
+
+// undrainVolumes gives back to node id, no longer draining, the volumes
+// whose re-placement off it is still copying: their set goes back to
+// Prev, on whose every member that is still in the cluster the chunks
+// are current (it was written throughout). A re-placement whose copies
+// are all made ends instead: the node keeps none of those chunks.
+func undrainVolumes(n *Map, id string) {
+	for name, v := range n.Volumes {
+		if !slices.Contains(v.Prev, id) || slices.Contains(v.Nodes, id) {
+			continue
+		}
+		if !v.Copied {
+			v.Nodes = v.Prev
+		}
+		n.Volumes[name] = endPlacement(v)
+	}
 }
 
 // mergeChunks returns the sorted union of the chunk lists a (sorted) and

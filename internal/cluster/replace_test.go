@@ -156,3 +156,91 @@ func TestPlacedRecordsLostChunks(t *testing.T) {
 		t.Fatal("applyCommand changed the previous map")
 	}
 }
+
+// TestDrainReplacesVolumes: draining a member re-places the volumes that
+// keep Copies nodes without it, copies=1 ones included (the node is there
+// to copy from), and keeps its stale marks (it is written until the
+// re-placement ends). volume.placed then only records the copies made
+// (Copied); the end of the drain, the node's removal or another change of
+// the set ends it. A drain that ends while the copies are being made
+// gives the node its chunks back.
+func TestDrainReplacesVolumes(t *testing.T) {
+	m := NewMap()
+	all := []string{"a", "b", "c", "d"}
+	for _, id := range all {
+		m.Nodes[id] = NodeInfo{ID: id, State: StateUp}
+	}
+	vol := func(name string, copies int, nodes []string) VolumeSpec {
+		return VolumeSpec{Name: name, ID: name, Size: 1 << 20, ChunkSize: 4096, Copies: copies, Nodes: nodes, Writer: "a", Epoch: 1}
+	}
+	m.Volumes["one"] = vol("one", 1, all)
+	m.Volumes["two"] = vol("two", 2, all)
+	m.Volumes["tight"] = vol("tight", 2, []string{"a", "b"})
+	busy := vol("busy", 2, []string{"a", "b", "c"})
+	busy.Prev = all
+	m.Volumes["busy"] = busy
+	apply := func(m *Map, c command) *Map {
+		t.Helper()
+		n, err := applyCommand(m, c)
+		if err != nil {
+			t.Fatalf("%+v: %v", c, err)
+		}
+		return n
+	}
+	drain := func(id string, on bool) command { return command{Op: opNodeDrain, Name: id, Drain: on} }
+	placed := func(name string, nodes []string) command {
+		return command{Op: opVolumePlaced, Name: name, Volume: &VolumeSpec{Name: name, ID: name, Nodes: nodes}, Node: &NodeInfo{ID: "a"}, Epoch: 1}
+	}
+	acd := []string{"a", "c", "d"}
+
+	m1 := apply(m, drain("b", true))
+	for _, name := range []string{"one", "two"} {
+		if v := m1.Volumes[name]; !slices.Equal(v.Nodes, acd) || !slices.Equal(v.Prev, all) || v.Copied {
+			t.Fatalf("%s after draining b: %+v", name, v)
+		}
+	}
+	if v := m1.Volumes["tight"]; v.Prev != nil || !slices.Equal(v.Nodes, []string{"a", "b"}) {
+		t.Fatalf("tight (two copies, two nodes) re-placed: %+v", v)
+	}
+	if v := m1.Volumes["busy"]; !slices.Equal(v.Nodes, []string{"a", "b", "c"}) || !slices.Equal(v.Prev, all) {
+		t.Fatalf("busy (a re-placement in progress) changed: %+v", v)
+	}
+	// b, drained, is still written: a mark on it counts.
+	m2 := apply(m1, command{Op: opVolumeStale, Name: "two", Node: &NodeInfo{ID: "b"}, State: StateDown, Writer: "a"})
+	if v := m2.Volumes["two"]; !slices.Equal(v.Stale, []string{"b"}) {
+		t.Fatalf("mark on drained b: %v", v.Stale)
+	}
+	m3 := apply(m2, placed("two", acd))
+	if v := m3.Volumes["two"]; !v.Copied || !slices.Equal(v.Prev, all) || !slices.Equal(v.Stale, []string{"b"}) {
+		t.Fatalf("two placed: %+v (want copied, b still written)", v)
+	}
+	if _, err := applyCommand(m3, placed("two", acd)); !errors.Is(err, ErrStalePlacement) {
+		t.Fatalf("placed twice: %v", err)
+	}
+	// The drain ends: one, still copying, goes back to its old set; two,
+	// copied, ends without b.
+	m4 := apply(m3, drain("b", false))
+	if v := m4.Volumes["one"]; !slices.Equal(v.Nodes, all) || v.Prev != nil {
+		t.Fatalf("one after the drain ended: %+v", v)
+	}
+	if v := m4.Volumes["two"]; !slices.Equal(v.Nodes, acd) || v.Prev != nil || v.Copied || v.Stale != nil {
+		t.Fatalf("two after the drain ended: %+v", v)
+	}
+	// Drained again, copied, and removed: the removal ends it.
+	m5 := apply(apply(apply(m4, drain("b", true)), placed("one", acd)), command{Op: opNodeRemove, Name: "b"})
+	if v := m5.Volumes["one"]; !slices.Equal(v.Nodes, acd) || v.Prev != nil || v.Copied {
+		t.Fatalf("one after b's removal: %+v", v)
+	}
+	// Removed before its copies are made, a copies=1 node's chunks stay
+	// in the re-placement (those not copied are found lost).
+	m6 := apply(apply(m4, drain("b", true)), command{Op: opNodeRemove, Name: "b"})
+	if v := m6.Volumes["one"]; !slices.Equal(v.Nodes, acd) || !slices.Equal(v.Prev, all) {
+		t.Fatalf("one after b's removal while copying: %+v", v)
+	}
+	// A copied re-placement ends when another node drains, whose own
+	// re-placement starts.
+	m7 := apply(apply(apply(m4, drain("b", true)), placed("one", acd)), drain("c", true))
+	if v := m7.Volumes["one"]; !slices.Equal(v.Nodes, []string{"a", "d"}) || !slices.Equal(v.Prev, acd) || v.Copied {
+		t.Fatalf("one after c drains too: %+v", v)
+	}
+}

@@ -236,6 +236,14 @@ type VolumeSpec struct {
 	// newcomer) holds no copy of the chunk until the volume's writer has
 	// copied it there; the writer then clears Prev (volume.placed).
 	Prev []string `json:"prev,omitempty"`
+	// Copied, with Prev, says that the re-placement's copies are all made
+	// while a node drained out of the set is still a member: the volume's
+	// writers go on writing it (the chunks it held) until the next change
+	// of the set ends the re-placement (its removal, the end of its
+	// drain, another removal or drain), so that a node whose map is one
+	// change behind, reading it, reads current data; nodes that have seen
+	// Copied read the set's owners only.
+	Copied bool `json:"copied,omitempty"`
 	// Lost lists, sorted, the chunks a re-placement found no copy of to
 	// copy from: every node that held one was removed from the cluster
 	// (or missed writes the removed ones had). Reads and writes of them
@@ -252,7 +260,7 @@ type VolumeSpec struct {
 // equal reports whether v and o describe the same volume.
 func (v VolumeSpec) equal(o VolumeSpec) bool {
 	return v.Name == o.Name && v.Size == o.Size && v.ChunkSize == o.ChunkSize && v.Copies == o.Copies &&
-		v.Created.Equal(o.Created) && v.ID == o.ID && slices.Equal(v.Nodes, o.Nodes) && slices.Equal(v.Prev, o.Prev) && slices.Equal(v.Lost, o.Lost) && slices.Equal(v.Stale, o.Stale) &&
+		v.Created.Equal(o.Created) && v.ID == o.ID && slices.Equal(v.Nodes, o.Nodes) && slices.Equal(v.Prev, o.Prev) && v.Copied == o.Copied && slices.Equal(v.Lost, o.Lost) && slices.Equal(v.Stale, o.Stale) &&
 		maps.EqualFunc(v.StaleBy, o.StaleBy, slices.Equal) && v.Writer == o.Writer && v.Epoch == o.Epoch
 }
 
@@ -262,6 +270,20 @@ func (v VolumeSpec) equal(o VolumeSpec) bool {
 // in progress, once it ends).
 func (v VolumeSpec) Replaces(id string) bool {
 	return v.Copies >= 2 && len(v.Nodes)-1 >= v.Copies && slices.Contains(v.Nodes, id)
+}
+
+// Draining returns v as the map m would have it once node id is drained:
+// out of its set (Prev set) if v keeps enough other nodes and no other
+// re-placement of it is copying, else unchanged.
+func (v VolumeSpec) Draining(m *Map, id string) VolumeSpec {
+	n := m.Clone()
+	ni, ok := n.Nodes[id]
+	if !ok {
+		return v
+	}
+	ni.Draining = true
+	n.Nodes[id] = ni
+	return replaceVolume(n, v)
 }
 
 // MarkedBy reports whether node marks any mirror of the volume stale.

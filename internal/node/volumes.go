@@ -61,6 +61,9 @@ type volumes struct {
 	server   *nbd.Server
 	// metrics, if set, measures the NBD server's requests.
 	metrics *nbdMetrics
+	// dropped: keys of volumes whose chunks dropMoved removed (used by
+	// collect's goroutine only).
+	dropped map[string]bool
 }
 
 type openVolume struct {
@@ -169,11 +172,11 @@ func (vs *volumes) lookup(name string) (nbd.Device, error) {
 		nodes = m.NodeIDs()
 	}
 	reps := map[string]volume.Replica{}
-	for _, id := range nodes {
+	for _, id := range slices.Concat(nodes, spec.Prev) {
 		reps[id] = vs.replica(m, id)
 	}
 	cfg := volume.Config{
-		Spec: toVolumeSpec(spec), Nodes: nodes, Prev: spec.Prev, Self: vs.self, Replicas: reps,
+		Spec: toVolumeSpec(spec), Nodes: nodes, Prev: spec.Prev, Copied: spec.Copied, Self: vs.self, Replicas: reps,
 		StateDir: filepath.Join(vs.stateDir, spec.Key()), Logger: vs.log.With("volume", spec.Name),
 		Stale: spec.StaleMarks(), Lost: spec.Lost,
 	}
@@ -189,7 +192,7 @@ func (vs *volumes) lookup(name string) (nbd.Device, error) {
 		return nil, err
 	}
 	v.NoteVersion(m.Version)
-	v.NoteGone(goneOf(m, spec))
+	v.NoteGone(goneOf(m, slices.Concat(spec.Nodes, spec.Prev)))
 	if old, ok := vs.open[spec.Name]; ok {
 		old.vol.Close() // a deleted volume of the same name
 	}
@@ -378,6 +381,7 @@ func newVolumeID() string {
 func (vs *volumes) collect(ctx context.Context) {
 	for m := range vs.meta.Watch(ctx) {
 		vs.noteStale(ctx, m)
+		vs.dropMoved(ctx, m)
 		if len(m.DeletedVolumes) == 0 {
 			continue
 		}
@@ -418,6 +422,42 @@ func (vs *volumes) collect(ctx context.Context) {
 	}
 }
 
+// dropMoved removes this node's chunks of the volumes of m whose set it
+// has left for good: drained out of it, the re-placement ended (the
+// writers no longer write it; nodes read it only with a map two changes
+// late). Its copies of a volume it still serves over NBD are not needed
+// for that: the volume reads and writes its set's mirrors.
+func (vs *volumes) dropMoved(ctx context.Context, m *cluster.Map) {
+	var keys []string
+	for _, spec := range m.Volumes {
+		if len(spec.Nodes) > 0 && !slices.Contains(spec.Nodes, vs.self) && !slices.Contains(spec.Prev, vs.self) && !vs.dropped[spec.Key()] {
+			keys = append(keys, spec.Key())
+		}
+	}
+	if len(keys) == 0 {
+		return
+	}
+	held, err := vs.local.Keys()
+	if err != nil {
+		vs.log.Warn("listing volume chunks", "err", err)
+		return
+	}
+	for _, k := range keys {
+		if !slices.Contains(held, k) {
+			continue
+		}
+		if err := vs.local.Delete(ctx, k); err != nil {
+			vs.log.Warn("removing the chunks of a volume moved off this node", "volume", k, "err", err)
+			continue
+		}
+		if vs.dropped == nil {
+			vs.dropped = map[string]bool{}
+		}
+		vs.dropped[k] = true
+		vs.log.Info("removed the chunks of a volume moved off this node", "volume", k)
+	}
+}
+
 // noteMap tells v the claim, lost chunks, placement and stale marks of
 // spec, its record in map m. The lost chunks come before the placement:
 // the end of a re-placement that found chunks lost is also the end of
@@ -426,17 +466,17 @@ func noteMap(v *volume.Volume, m *cluster.Map, spec cluster.VolumeSpec) {
 	v.NoteClaim(spec.Writer, spec.Epoch)
 	v.NoteLost(spec.Lost)
 	if len(spec.Nodes) > 0 {
-		v.NoteGone(goneOf(m, spec))
-		v.NotePlacement(spec.Nodes, spec.Prev)
+		v.NoteGone(goneOf(m, slices.Concat(spec.Nodes, spec.Prev)))
+		v.NotePlacement(spec.Nodes, spec.Prev, spec.Copied)
 	}
 	v.NoteStaleAt(spec.StaleMarks(), m.Version)
 }
 
-// goneOf lists the nodes of spec's set that are not members of m.
-func goneOf(m *cluster.Map, spec cluster.VolumeSpec) []string {
+// goneOf lists the nodes of ids that are not members of m, once each.
+func goneOf(m *cluster.Map, ids []string) []string {
 	var gone []string
-	for _, id := range spec.Nodes {
-		if _, ok := m.Node(id); !ok {
+	for _, id := range ids {
+		if _, ok := m.Node(id); !ok && !slices.Contains(gone, id) {
 			gone = append(gone, id)
 		}
 	}
@@ -482,7 +522,7 @@ func (vs *volumes) noteStale(ctx context.Context, m *cluster.Map) {
 		}
 	}
 	for name, spec := range m.Volumes {
-		if spec.Prev != nil && moverOf(m, spec) == vs.self {
+		if spec.Prev != nil && !spec.Copied && moverOf(m, spec) == vs.self {
 			vs.move(ctx, name, spec)
 		}
 	}
@@ -583,6 +623,9 @@ type VolumeInfo struct {
 	// Copying counts, while a re-placement is in progress (Prev), the
 	// chunk copies it makes on the volume's other nodes.
 	Copying int64 `json:"copying,omitempty"`
+	// Drained lists, while a re-placement is in progress, the nodes
+	// drained out of the set: members still, written until it ends.
+	Drained []string `json:"drained,omitempty"`
 }
 
 // VolumeCopies counts the chunk copies of one volume on one node.
@@ -593,6 +636,9 @@ type VolumeCopies struct {
 	// Replaced: removing the node re-places these chunks on the volume's
 	// other nodes (cluster.VolumeSpec.Replaces).
 	Replaced bool `json:"replaced,omitempty"`
+	// Copying: the node is drained out of the volume's set and its
+	// chunks (Chunks counts those it held) are still being copied off it.
+	Copying bool `json:"copying,omitempty"`
 }
 
 // VolumesOn lists, by name, the volumes of m with chunk copies on node id.
@@ -606,6 +652,10 @@ func VolumesOn(m *cluster.Map, id string) []VolumeCopies {
 		v := m.Volumes[name]
 		if n := volumeInfo(m, v, nil, 0).ChunksPerNode[id]; n > 0 {
 			out = append(out, VolumeCopies{Volume: name, Copies: v.Copies, Chunks: n, Replaced: v.Replaces(id)})
+		} else if !v.Copied && slices.Contains(v.Prev, id) {
+			before := v
+			before.Nodes, before.Prev = v.Prev, nil
+			out = append(out, VolumeCopies{Volume: name, Copies: v.Copies, Chunks: volumeInfo(m, before, nil, 0).ChunksPerNode[id], Copying: true})
 		}
 	}
 	return out
@@ -619,14 +669,19 @@ func volumeInfo(m *cluster.Map, v cluster.VolumeSpec, nbdURLs map[string][]strin
 	}
 	spec := toVolumeSpec(v).WithDefaults()
 	// Without a node set of its own, the volume is on the members.
-	info := VolumeInfo{VolumeSpec: v, Chunks: spec.Chunks(), ChunksPerNode: map[string]int64{}, Removed: goneOf(m, v)}
+	info := VolumeInfo{VolumeSpec: v, Chunks: spec.Chunks(), ChunksPerNode: map[string]int64{}, Removed: goneOf(m, v.Nodes)}
+	for _, id := range v.Prev {
+		if _, member := m.Node(id); member && !slices.Contains(v.Nodes, id) {
+			info.Drained = append(info.Drained, id)
+		}
+	}
 	for i := int64(0); i < info.Chunks; i++ {
 		name := volume.ChunkName(v.Name, i)
 		owners := placement.Owners(nodes, name, v.Copies)
 		for _, o := range owners {
 			info.ChunksPerNode[o]++
 		}
-		if v.Prev != nil {
+		if v.Prev != nil && !v.Copied {
 			before := placement.Owners(v.Prev, name, v.Copies)
 			for _, o := range owners {
 				if !slices.Contains(before, o) {

@@ -18,6 +18,40 @@ import (
 	"github.com/slipstream-io/slipstream/internal/volume"
 )
 
+// TestCollectDropsMovedVolumes: a node removes its chunks of the volumes
+// whose set it has left for good (drained off, re-placement ended), and
+// keeps those of volumes it is still a mirror of, or was during a
+// re-placement in progress, and of volumes without a set of their own.
+func TestCollectDropsMovedVolumes(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	vl, err := volume.NewLocal(volume.LocalConfig{Mountpaths: []string{filepath.Join(root, "mp1")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vl.Close()
+	for _, k := range []string{"moved@01", "draining@02", "mine@03", "legacy"} {
+		if err := vl.WriteAt(ctx, k, 0, 0, []byte("data"), 0, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := cluster.NewMap()
+	spec := func(name, id string, nodes, prev []string) cluster.VolumeSpec {
+		return cluster.VolumeSpec{Name: name, ID: id, Size: 1 << 20, ChunkSize: 4096, Copies: 1, Nodes: nodes, Prev: prev}
+	}
+	m.Volumes["moved"] = spec("moved", "01", []string{"b", "c"}, nil)
+	m.Volumes["draining"] = spec("draining", "02", []string{"b"}, []string{"a", "b"})
+	m.Volumes["mine"] = spec("mine", "03", []string{"a", "b"}, nil)
+	m.Volumes["legacy"] = spec("legacy", "", nil, nil)
+	vs := &volumes{self: "a", meta: fixedMap{m}, local: vl, stateDir: filepath.Join(root, "state"), log: slog.New(slog.DiscardHandler),
+		open: map[string]openVolume{}, clients: map[string]*volume.Client{}}
+	vs.dropMoved(ctx, m)
+	keys, err := vl.Keys()
+	if want := []string{"draining@02", "legacy", "mine@03"}; err != nil || !slices.Equal(keys, want) {
+		t.Fatalf("volume keys %v (%v), want %v", keys, err, want)
+	}
+}
+
 // TestCollectDeletedVolumes: a node that was away when volumes were
 // deleted removes their chunks and stale maps once it sees the map, and
 // keeps those of the live volumes (including a new one of a deleted one's

@@ -69,7 +69,7 @@ func TestBenchReplacement(t *testing.T) {
 		}
 		b.kill()
 		start := time.Now()
-		v.NotePlacement([]string{"a", "c", "d"}, []string{"a", "b", "c", "d"})
+		v.NotePlacement([]string{"a", "c", "d"}, []string{"a", "b", "c", "d"}, false)
 		select {
 		case <-done:
 		case <-time.After(5 * time.Minute):

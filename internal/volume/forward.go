@@ -349,7 +349,7 @@ func (v *Volume) syncChunks(ctx context.Context, chunks map[int64]uint64) error 
 	per := map[*mirror][]int64{}
 	for c := range chunks {
 		n := 0
-		for _, m := range v.ownersOf(c) {
+		for _, m := range v.current(c) {
 			if !m.down.Load() && !v.stale.isStale(m.id, c) {
 				per[m] = append(per[m], c)
 				n++

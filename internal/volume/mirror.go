@@ -27,6 +27,9 @@ type Config struct {
 	// Prev, while a re-placement is not complete, is the node set the
 	// chunks were placed on before (see move.go); nil: none.
 	Prev []string
+	// Copied, with Prev, says the map records the re-placement's copies
+	// made (see move.go).
+	Copied bool
 	// Placed, if set, ends a re-placement: this node, writing under the
 	// claim of epoch, has copied every chunk to its owners among nodes.
 	// Chunks lost (see settleOrphan) are listed in lost.
@@ -216,6 +219,8 @@ type mirror struct {
 	// selfMarked: the marks list the mirror's own node for it (it lost
 	// its chunks): never a source of last resort (rescue).
 	selfMarked atomic.Bool
+	// gone: the node is no longer a member of the cluster (NoteGone).
+	gone atomic.Bool
 }
 
 // lostReplica is a replica that notices when its chunks of a volume are
@@ -282,11 +287,18 @@ func Open(ctx context.Context, cfg Config) (*Volume, error) {
 		}
 		v.nodes[id] = &mirror{id: id, r: r, local: id == cfg.Self}
 	}
+	for _, id := range cfg.Prev {
+		// A node drained out of the set is written until the
+		// re-placement ends (one removed has no replica, or is gone).
+		if r, ok := cfg.Replicas[id]; ok && v.nodes[id] == nil {
+			v.nodes[id] = &mirror{id: id, r: r, local: id == cfg.Self}
+		}
+	}
 	nodes := slices.Clone(cfg.Nodes)
 	v.set.Store(&nodes)
 	v.NoteLost(cfg.Lost)
 	if cfg.Prev != nil {
-		v.mv.Store(v.newMove(cfg.Prev, nodes, cfg.Spec.Chunks()))
+		v.mv.Store(v.newMove(cfg.Prev, nodes, cfg.Copied, cfg.Spec.Chunks()))
 	}
 	st, err := openStaleStore(cfg.StateDir, v.key, cfg.Spec.Chunks())
 	if err != nil {
@@ -388,7 +400,7 @@ func (v *Volume) Grow(size int64) error {
 	v.stale.grow(chunks)
 	v.growMove(chunks)
 	marked := false
-	for _, id := range v.nodeIDs() {
+	for _, id := range v.mirrorIDs() {
 		m := v.nodes[id]
 		m.markMu.Lock()
 		if m.shared.Load() || len(m.others) > 0 {
@@ -430,7 +442,7 @@ func (v *Volume) StaleChunks() map[string]int { return v.stale.counts() }
 // Down returns the nodes currently considered failed.
 func (v *Volume) Down() []string {
 	var out []string
-	for _, id := range v.nodeIDs() {
+	for _, id := range v.mirrorIDs() {
 		if v.nodes[id].down.Load() {
 			out = append(out, id)
 		}
@@ -496,7 +508,7 @@ func (v *Volume) readChunk(ctx context.Context, chunk int64, p []byte, off int64
 	if v.chunkLost(chunk) {
 		return v.errLost(chunk)
 	}
-	owners := v.current(chunk)
+	owners := v.readers(chunk)
 	tried, revived := 0, 0
 	for {
 		var best *mirror
@@ -555,7 +567,7 @@ func (v *Volume) Extents(ctx context.Context, off, n int64) ([]nbd.Extent, error
 			es = nbd.AppendExtent(es, got[0])
 			return nil
 		}
-		for _, m := range v.current(s.chunk) {
+		for _, m := range v.readers(s.chunk) {
 			er, ok := m.r.(extentsReplica)
 			if !ok || !m.local || m.down.Load() || v.stale.isStale(m.id, s.chunk) {
 				continue
@@ -1212,7 +1224,7 @@ func (v *Volume) resyncLoop(ctx context.Context) {
 		case <-t.C:
 		case <-v.kick:
 		}
-		for _, id := range v.nodeIDs() {
+		for _, id := range v.mirrorIDs() {
 			m := v.nodes[id]
 			if m.down.Load() {
 				// Its mark stays made while it is away (another node may

@@ -23,6 +23,14 @@ import (
 // Once every chunk is copied, the writer ends the re-placement
 // (Config.Placed); every other node goes on avoiding the newcomers until
 // its map shows it ended.
+//
+// A node drained out of the set (a member still) keeps the chunks it
+// held: it is written with the owners, and is a source, until the
+// re-placement ends. When its copies are made, the map records it
+// (Copied): every node then reads the set's owners only, while writes
+// still reach the drained node, until the next change of the set ends
+// the re-placement. A node whose map is one change behind, and reads the
+// drained node, thus reads current data.
 
 // moveState is one re-placement as this Volume knows it.
 type moveState struct {
@@ -30,6 +38,12 @@ type moveState struct {
 	// pending lists, per chunk, the owners the chunk has not been copied
 	// to yet (nil: none).
 	pending []atomic.Pointer[[]*mirror]
+	// dropped lists, per chunk, its owners under prev that are not
+	// owners under nodes: drained nodes go on receiving its writes
+	// (removed ones are skipped: mirror.gone).
+	dropped [][]*mirror
+	// copied: the map records that every copy is made (Copied).
+	copied atomic.Bool
 	// orphans marks, per chunk, the chunks found lost (orphaned): their
 	// newcomers hold zeros, and reads and writes fail until the map's
 	// Lost, which Placed adds them to, no longer lists them.
@@ -67,8 +81,9 @@ func (ms *moveState) at(c int64) []*mirror {
 
 // newMove computes the newcomers of every chunk below chunks (the caller
 // holds growMu, or is Open).
-func (v *Volume) newMove(prev, nodes []string, chunks int64) *moveState {
+func (v *Volume) newMove(prev, nodes []string, copied bool, chunks int64) *moveState {
 	ms := &moveState{prev: prev, nodes: nodes, pending: make([]atomic.Pointer[[]*mirror], chunks), orphans: make([]atomic.Bool, chunks)}
+	ms.copied.Store(copied)
 	v.fillMove(ms, 0)
 	return ms
 }
@@ -78,15 +93,22 @@ func (v *Volume) fillMove(ms *moveState, from int64) {
 	for c := from; c < int64(len(ms.pending)); c++ {
 		name := ChunkName(v.spec.Name, c)
 		before := placement.Owners(ms.prev, name, v.spec.Copies)
-		var add []*mirror
-		for _, id := range placement.Owners(ms.nodes, name, v.spec.Copies) {
+		after := placement.Owners(ms.nodes, name, v.spec.Copies)
+		var add, drop []*mirror
+		for _, id := range after {
 			if !slices.Contains(before, id) {
 				add = append(add, v.nodes[id])
 			}
 		}
-		if add != nil {
+		for _, id := range before {
+			if m := v.nodes[id]; m != nil && !slices.Contains(after, id) {
+				drop = append(drop, m)
+			}
+		}
+		if add != nil && !ms.copied.Load() {
 			ms.pending[c].Store(&add)
 		}
+		ms.dropped = append(ms.dropped, drop)
 	}
 }
 
@@ -96,7 +118,8 @@ func (v *Volume) growMove(chunks int64) {
 	if old == nil {
 		return
 	}
-	ms := &moveState{prev: old.prev, nodes: old.nodes, pending: make([]atomic.Pointer[[]*mirror], chunks), orphans: make([]atomic.Bool, chunks)}
+	ms := &moveState{prev: old.prev, nodes: old.nodes, pending: make([]atomic.Pointer[[]*mirror], chunks), orphans: make([]atomic.Bool, chunks), dropped: old.dropped}
+	ms.copied.Store(old.copied.Load())
 	for c := range old.pending {
 		ms.pending[c].Store(old.pending[c].Load())
 		ms.orphans[c].Store(old.orphans[c].Load())
@@ -119,6 +142,9 @@ func (v *Volume) moving(c int64, m *mirror) bool {
 func (v *Volume) NoteGone(ids []string) {
 	ids = slices.Clone(ids)
 	v.gone.Store(&ids)
+	for id, m := range v.nodes {
+		m.gone.Store(slices.Contains(ids, id))
+	}
 	if len(ids) > 0 {
 		v.poke()
 	}
@@ -221,15 +247,60 @@ func (v *Volume) settleOrphan(ctx context.Context, ep uint64, dst *mirror, c int
 	return nil
 }
 
-// current returns the owners of chunk c that hold a copy of it: all of
-// them but the newcomers of a re-placement it has not been copied to.
+// current returns the mirrors of chunk c that hold a current copy of it,
+// which writes go to: its owners but the newcomers of a re-placement it
+// has not been copied to, and the drained nodes that held it before.
 func (v *Volume) current(c int64) []*mirror {
 	owners := v.ownersOf(c)
-	p := v.mv.Load().at(c)
-	if p == nil {
+	ms := v.mv.Load()
+	if ms == nil {
 		return owners
 	}
-	return slices.DeleteFunc(slices.Clone(owners), func(m *mirror) bool { return slices.Contains(p, m) })
+	p, d := ms.at(c), ms.drained(c)
+	if p == nil && d == nil {
+		return owners
+	}
+	out := slices.DeleteFunc(slices.Clone(owners), func(m *mirror) bool { return slices.Contains(p, m) })
+	return append(out, d...)
+}
+
+// readers returns the mirrors chunk c is read from: those of current,
+// but the drained ones once the map shows the copies made (then the
+// writer may stop writing them at the next change of the map).
+func (v *Volume) readers(c int64) []*mirror {
+	if ms := v.mv.Load(); ms != nil && ms.copied.Load() {
+		return v.ownersOf(c)
+	}
+	return v.current(c)
+}
+
+// drained returns the drained nodes (members still) that held chunk c
+// under prev and hold it no more under nodes.
+func (ms *moveState) drained(c int64) []*mirror {
+	if c >= int64(len(ms.dropped)) || len(ms.dropped[c]) == 0 {
+		return nil
+	}
+	d := ms.dropped[c]
+	if !slices.ContainsFunc(d, func(m *mirror) bool { return m.gone.Load() }) {
+		return d
+	}
+	return slices.DeleteFunc(slices.Clone(d), func(m *mirror) bool { return m.gone.Load() })
+}
+
+// mirrorIDs returns the nodes the volume writes: those chunks are placed
+// on, and, during a re-placement, the nodes drained out of the set.
+func (v *Volume) mirrorIDs() []string {
+	ids := v.nodeIDs()
+	ms := v.mv.Load()
+	if ms == nil {
+		return ids
+	}
+	for _, id := range ms.prev {
+		if !slices.Contains(ids, id) && v.nodes[id] != nil && !v.nodes[id].gone.Load() {
+			ids = append(slices.Clip(ids), id)
+		}
+	}
+	return ids
 }
 
 // nodeIDs returns the nodes chunks are placed on now.
@@ -237,15 +308,16 @@ func (v *Volume) nodeIDs() []string { return *v.set.Load() }
 
 // NotePlacement tells the volume the node set its chunks are placed on
 // (nodes) and, while a re-placement is not complete, the set they were on
-// (prev; nil: none). The set can only shrink: a node it did not have at
-// Open is ignored (logged). Chunks start going to their newcomers only
-// once they are known not to hold copies yet.
-func (v *Volume) NotePlacement(nodes, prev []string) {
+// (prev; nil: none), and whether the map records its copies made
+// (copied). The set can only take nodes it had at Open (as nodes or
+// prev): another is ignored (logged). Chunks start going to their
+// newcomers only once they are known not to hold copies yet.
+func (v *Volume) NotePlacement(nodes, prev []string, copied bool) {
 	v.growMu.Lock()
 	defer v.growMu.Unlock()
 	cur := v.nodeIDs()
 	ms := v.mv.Load()
-	if slices.Equal(cur, nodes) && (ms == nil && prev == nil || ms != nil && slices.Equal(ms.prev, prev)) {
+	if slices.Equal(cur, nodes) && (ms == nil && prev == nil || ms != nil && slices.Equal(ms.prev, prev) && ms.copied.Load() == copied) {
 		return
 	}
 	for _, id := range nodes {
@@ -259,14 +331,14 @@ func (v *Volume) NotePlacement(nodes, prev []string) {
 	if prev == nil {
 		v.mv.Store(nil)
 	} else {
-		v.mv.Store(v.newMove(prev, nodes, int64(len(*v.owners.Load()))))
+		v.mv.Store(v.newMove(prev, nodes, copied, int64(len(*v.owners.Load()))))
+	}
+	for id := range v.nodes {
+		if !slices.Contains(nodes, id) && !slices.Contains(prev, id) {
+			v.stale.clearAll(id) // no longer a mirror
+		}
 	}
 	if !slices.Equal(cur, nodes) {
-		for _, id := range cur {
-			if !slices.Contains(nodes, id) {
-				v.stale.clearAll(id) // no longer a mirror
-			}
-		}
 		nodes = slices.Clone(nodes)
 		v.set.Store(&nodes)
 		owners := make([]atomic.Pointer[[]*mirror], len(*v.owners.Load()))
@@ -300,7 +372,7 @@ func (v *Volume) moveLoop(ctx context.Context) {
 // newcomer that is down is left for a later pass.
 func (v *Volume) move(ctx context.Context) {
 	ms := v.mv.Load()
-	if ms == nil || ms.placed.Load() || !v.writer() || v.fencedOff() {
+	if ms == nil || ms.placed.Load() || ms.copied.Load() || !v.writer() || v.fencedOff() {
 		return
 	}
 	ep := v.epoch.Load()
@@ -389,7 +461,7 @@ func (v *Volume) Claim(ctx context.Context) error {
 // cluster aside); 0 elsewhere.
 func (v *Volume) CopiesLeft() int {
 	ms := v.mv.Load()
-	if ms == nil || ms.placed.Load() || !v.writer() || v.fencedOff() {
+	if ms == nil || ms.placed.Load() || ms.copied.Load() || !v.writer() || v.fencedOff() {
 		return 0
 	}
 	gone := v.goneIDs()
@@ -407,5 +479,5 @@ func (v *Volume) CopiesLeft() int {
 // Moving reports whether a re-placement of the volume is in progress here.
 func (v *Volume) Moving() bool {
 	ms := v.mv.Load()
-	return ms != nil && !ms.placed.Load()
+	return ms != nil && !ms.placed.Load() && !ms.copied.Load()
 }

@@ -74,7 +74,8 @@ func TestReplaceCopiesToNewcomers(t *testing.T) {
 	}
 
 	reps["b"].down.Store(true) // b died, and is removed
-	wc.NotePlacement([]string{"a", "c"}, all)
+	wc.NoteGone([]string{"b"})
+	wc.NotePlacement([]string{"a", "c"}, all, false)
 	check(wc, "c, before the writer copied anything")
 	if !wc.Moving() {
 		t.Fatal("c does not know of the re-placement")
@@ -89,7 +90,8 @@ func TestReplaceCopiesToNewcomers(t *testing.T) {
 		t.Fatalf("c, not the writer, counts %d copies left", n)
 	}
 	// The writer copies while it writes.
-	wa.NotePlacement([]string{"a", "c"}, all)
+	wa.NoteGone([]string{"b"})
+	wa.NotePlacement([]string{"a", "c"}, all, false)
 	for c := int64(0); c < chunks; c += 3 {
 		p := bytes.Repeat([]byte{byte(100 + c)}, memCS/2)
 		if err := wa.WriteAt(ctx, p, c*memCS+memCS/4, false); err != nil {
@@ -109,8 +111,8 @@ func TestReplaceCopiesToNewcomers(t *testing.T) {
 	check(wa, "a")
 
 	// The map shows it ended; then a goes down.
-	wc.NotePlacement([]string{"a", "c"}, nil)
-	wa.NotePlacement([]string{"a", "c"}, nil)
+	wc.NotePlacement([]string{"a", "c"}, nil, false)
+	wa.NotePlacement([]string{"a", "c"}, nil, false)
 	if err := wa.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +173,7 @@ func TestReplaceOpenMidway(t *testing.T) {
 			t.Fatalf("with %s down: %v, equal %v", down, err, bytes.Equal(got, want))
 		}
 		reps[down].down.Store(false)
-		w.NotePlacement([]string{"a", "b", "c"}, nil)
+		w.NotePlacement([]string{"a", "b", "c"}, nil, false)
 		// Back, it is stale for the chunks with unsynced writes (it may
 		// have lost them) until they are copied again.
 		waitUntil(t, fmt.Sprintf("%s back in sync", down), func() bool { return len(w.Down()) == 0 && len(w.StaleChunks()) == 0 })
@@ -195,8 +197,8 @@ func TestReplaceSkipsGoneNewcomers(t *testing.T) {
 		t.Fatal(err)
 	}
 	reps["b"].down.Store(true)
-	w.NoteGone([]string{"d"})
-	w.NotePlacement([]string{"a", "c", "d"}, all)
+	w.NoteGone([]string{"b", "d"})
+	w.NotePlacement([]string{"a", "c", "d"}, all, false)
 	select {
 	case nodes := <-placed:
 		if !slices.Equal(nodes, []string{"a", "c", "d"}) {
@@ -284,8 +286,8 @@ func TestReplaceOrphansLostChunks(t *testing.T) {
 	reps["c"].down.Store(true)
 	reps["d"].down.Store(false)
 
-	w.NoteGone([]string{"c"})
-	w.NotePlacement([]string{"a", "c", "d"}, all)
+	w.NoteGone([]string{"b", "c"})
+	w.NotePlacement([]string{"a", "c", "d"}, all, false)
 	var got placedAt
 	select {
 	case got = <-placed:
@@ -323,8 +325,8 @@ func TestReplaceOrphansLostChunks(t *testing.T) {
 	// The map: b's re-placement ended with the chunks lost, and c's
 	// started.
 	w.NoteLost(lost)
-	w.NoteGone(nil)
-	w.NotePlacement([]string{"a", "d"}, []string{"a", "c", "d"})
+	w.NoteGone([]string{"c"})
+	w.NotePlacement([]string{"a", "d"}, []string{"a", "c", "d"}, false)
 	select {
 	case got = <-placed:
 	case <-time.After(5 * time.Second):
@@ -333,7 +335,7 @@ func TestReplaceOrphansLostChunks(t *testing.T) {
 	if !slices.Equal(got.nodes, []string{"a", "d"}) || len(got.lost) != 0 {
 		t.Fatalf("c's re-placement: placed for %v with lost %v, want none more", got.nodes, got.lost)
 	}
-	w.NotePlacement([]string{"a", "d"}, nil)
+	w.NotePlacement([]string{"a", "d"}, nil, false)
 	check("after c's re-placement", true)
 	waitUntil(t, "d back in sync", func() bool { return len(w.StaleChunks()) == 0 })
 
@@ -345,4 +347,139 @@ func TestReplaceOrphansLostChunks(t *testing.T) {
 		reps[down].down.Store(false)
 		waitUntil(t, down+" back", func() bool { return len(w.Down()) == 0 && len(w.StaleChunks()) == 0 })
 	}
+}
+
+// TestDrainKeepsWritingDrained: b is drained out of a copies=1 volume's
+// set {a, b, c}. Until the re-placement ends, b is written with the
+// chunks' new owners and is their source; once the map records the copies
+// made, readers read the new owners only; after the end, nothing reads or
+// writes b. A drain that ends while the copies are made puts the set back,
+// b current for every chunk it held.
+func TestDrainKeepsWritingDrained(t *testing.T) {
+	ctx := context.Background()
+	reps := memReps("a", "b", "c")
+	all := []string{"a", "b", "c"}
+	ac := []string{"a", "c"}
+	const chunks = 48
+	placed := make(chan []string, 4)
+	cfg := memConfig("a", t.TempDir(), chunks*memCS, all, reps, nil)
+	cfg.Spec.Copies = 1
+	cfg.Placed = func(_ context.Context, nodes []string, _ uint64, _ []int64) error { placed <- nodes; return nil }
+	w := openMemConfig(t, cfg)
+	rcfg := memConfig("c", t.TempDir(), chunks*memCS, all, reps, nil)
+	rcfg.Spec.Copies = 1
+	r := openMemConfig(t, rcfg)
+	want := make([]byte, chunks*memCS)
+	write := func(fill byte) {
+		t.Helper()
+		for i := range want {
+			want[i] = fill + byte(i/memCS)
+		}
+		if err := w.WriteAt(ctx, want, 0, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(v *Volume, what string) {
+		t.Helper()
+		got := make([]byte, len(want))
+		if err := v.ReadAt(ctx, got, 0); err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("%s: %v, equal %v", what, err, bytes.Equal(got, want))
+		}
+	}
+	onB := func() (cs []int64) {
+		for c := int64(0); c < chunks; c++ {
+			if slices.Equal(placementOwners1(all, c), []string{"b"}) {
+				cs = append(cs, c)
+			}
+		}
+		return cs
+	}()
+	if len(onB) == 0 {
+		t.Fatal("no chunk on b")
+	}
+	bHolds := func(what string) {
+		t.Helper()
+		got := make([]byte, memCS)
+		for _, c := range onB {
+			if err := reps["b"].ReadAt(ctx, "vol@1", c, got, 0); err != nil || !bytes.Equal(got, want[c*memCS:(c+1)*memCS]) {
+				t.Fatalf("%s: b's copy of chunk %d: %v, reads %d want %d", what, c, err, got[0], want[c*memCS])
+			}
+		}
+	}
+	write(1)
+
+	for _, v := range []*Volume{w, r} {
+		v.NotePlacement(ac, all, false)
+	}
+	write(60) // while the copies are made
+	check(r, "c, copying")
+	select {
+	case nodes := <-placed:
+		if !slices.Equal(nodes, ac) {
+			t.Fatalf("placed for %v", nodes)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the re-placement did not end")
+	}
+	write(120) // copied, the map not told yet
+	bHolds("copies made")
+	for _, v := range []*Volume{w, r} {
+		v.NotePlacement(ac, all, true)
+	}
+	write(180)
+	bHolds("copied in the map")
+	reps["b"].down.Store(true)
+	check(r, "c, copied in the map, b down")
+	reps["b"].down.Store(false)
+	waitUntil(t, "b back", func() bool { return len(w.Down()) == 0 && len(w.StaleChunks()) == 0 })
+
+	for _, v := range []*Volume{w, r} {
+		v.NotePlacement(ac, nil, false)
+	}
+	old := slices.Clone(want)
+	write(200)
+	check(r, "c, ended")
+	got := make([]byte, memCS)
+	if err := reps["b"].ReadAt(ctx, "vol@1", onB[0], got, 0); err != nil || !bytes.Equal(got, old[onB[0]*memCS:(onB[0]+1)*memCS]) {
+		t.Fatalf("b was written after the re-placement ended: %v, %d", err, got[0])
+	}
+}
+
+// TestUndrainRevertsPlacement: a drain that ends while the copies are
+// being made puts the set back, with the drained node current for every
+// chunk it held: it was written throughout.
+func TestUndrainRevertsPlacement(t *testing.T) {
+	ctx := context.Background()
+	reps := memReps("a", "b", "c")
+	all := []string{"a", "b", "c"}
+	const chunks = 48
+	cfg := memConfig("a", t.TempDir(), chunks*memCS, all, reps, nil)
+	cfg.Spec.Copies = 1
+	w := openMemConfig(t, cfg)
+	want := bytes.Repeat([]byte{3}, chunks*memCS)
+	if err := w.WriteAt(ctx, want, 0, true); err != nil {
+		t.Fatal(err)
+	}
+	w.NotePlacement([]string{"a", "c"}, all, false)
+	want = bytes.Repeat([]byte{4}, chunks*memCS)
+	if err := w.WriteAt(ctx, want, 0, true); err != nil {
+		t.Fatal(err)
+	}
+	w.NotePlacement(all, nil, false)
+	if o := w.Owners(0); len(o) != 1 || !slices.Contains(all, o[0]) {
+		t.Fatalf("owners after the revert: %v", o)
+	}
+	for c := int64(0); c < chunks; c++ {
+		owner := w.Owners(c)[0]
+		got := make([]byte, memCS)
+		if err := reps[owner].ReadAt(ctx, "vol@1", c, got, 0); err != nil || got[0] != 4 {
+			t.Fatalf("chunk %d on %s after the revert: %v, reads %d", c, owner, err, got[0])
+		}
+	}
+}
+
+// placementOwners1 is the owner of chunk c of the copies=1 test volume
+// over nodes.
+func placementOwners1(nodes []string, c int64) []string {
+	return placement.Owners(nodes, ChunkName("vol", c), 1)
 }

@@ -660,21 +660,7 @@ func TestVolumeReplacedOnRemoval(t *testing.T) {
 				}
 				return append(args, "--do_verify=0", "--rate_iops=200")
 			}
-			fio := exec.Command("fio", load(false)...)
-			fio.Dir = t.TempDir()
-			var fioOut bytes.Buffer
-			fio.Stdout, fio.Stderr = &fioOut, &fioOut
-			if err := fio.Start(); err != nil {
-				t.Fatal(err)
-			}
-			fioDone := make(chan error, 1)
-			go func() { fioDone <- fio.Wait() }()
-			t.Cleanup(func() {
-				if fio.ProcessState == nil {
-					_ = fio.Process.Kill()
-					<-fioDone
-				}
-			})
+			fioDone, fioOut := startFio(t, load(false))
 			time.Sleep(time.Second)
 
 			c.Kill(tc.remove)
@@ -723,16 +709,7 @@ func TestVolumeReplacedOnRemoval(t *testing.T) {
 			if len(info.Removed) != 0 || info.ChunksPerNode[gone] != 0 || info.Copying != 0 || sum != 2*info.Chunks {
 				t.Fatalf("volume info after the re-placement: %+v", info)
 			}
-			// The raft quorum must survive the next kill: three voters.
-			waitFor(t, 30*time.Second, "three voters among the nodes left", func() bool {
-				voters := 0
-				for _, n := range clusterMap(t, c, via).Nodes {
-					if n.Voter {
-						voters++
-					}
-				}
-				return voters == 3
-			})
+			waitThreeVoters(t, c, via)
 			c.Kill(tc.after)
 			what := fmt.Sprintf("after the re-placement, node%d down too", tc.after+1)
 			readBoth(2, what)
@@ -740,6 +717,47 @@ func TestVolumeReplacedOnRemoval(t *testing.T) {
 			runTool(t, "fio", load(true)...)
 		})
 	}
+}
+
+// waitThreeVoters waits until the map (through node via) has three raft
+// voters, so that the quorum survives the next kill.
+func waitThreeVoters(t *testing.T, c *localcluster.Cluster, via int) {
+	t.Helper()
+	waitFor(t, 30*time.Second, "three voters among the nodes left", func() bool {
+		voters := 0
+		for _, n := range clusterMap(t, c, via).Nodes {
+			if n.Voter {
+				voters++
+			}
+		}
+		return voters == 3
+	})
+}
+
+// startFio starts fio with args in a temporary directory; it reports on
+// done when fio ends (killed at the end of the test if still running),
+// with its output in out.
+func startFio(t *testing.T, args []string) (done <-chan error, out *bytes.Buffer) {
+	t.Helper()
+	fio := exec.Command("fio", args...)
+	fio.Dir = t.TempDir()
+	out = &bytes.Buffer{}
+	fio.Stdout, fio.Stderr = out, out
+	if err := fio.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ch := make(chan error, 1)
+	exited := make(chan struct{})
+	go func() { ch <- fio.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		select {
+		case <-exited:
+		default:
+			_ = fio.Process.Kill()
+			<-exited
+		}
+	})
+	return ch, out
 }
 
 // volumeInfoJSON is `volume info NAME --json` through node i.
@@ -872,4 +890,83 @@ func metric(t *testing.T, c *localcluster.Cluster, i int, series string) float64
 		}
 	}
 	return 0
+}
+
+// TestVolumeDrained: draining node2 of a 4-node cluster copies its chunks
+// off it, those of a copies=1 volume included, while fio writes that
+// volume through node4 across the copy; node2 is written until the copies
+// are made. Then node2 is killed and removed: the copies=1 volume reads
+// back whole (fio verify, qemu-io patterns), and so does the copies=2 one
+// with one more node down.
+func TestVolumeDrained(t *testing.T) {
+	c := startCluster(t, localcluster.Spec{Nodes: 4})
+	const via = 2 // node3 answers the admin calls
+	uri := func(i int, name string) string { return fmt.Sprintf("nbd://%s/%s", c.Configs[i].NBD[0], name) }
+	volumeCmd(t, c, via, "create", "one", "--size", "64MiB", "--copies", "1", "--chunk", "1MiB")
+	volumeCmd(t, c, via, "create", "two", "--size", "32MiB", "--copies", "2", "--chunk", "1MiB")
+	runTool(t, "qemu-io", "-f", "raw", "-c", "write -P 0x61 32M 32M", "-c", "flush", uri(0, "one"))
+	runTool(t, "qemu-io", "-f", "raw", "-c", "write -P 0x62 0 32M", "-c", "flush", uri(0, "two"))
+	onNode2 := volumeInfoJSON(t, c, via, "one").ChunksPerNode["node2"]
+	if onNode2 == 0 {
+		t.Fatal("node2 holds no chunk of volume one")
+	}
+	// fio writes the first 32 MiB of one through node4, 200 writes a
+	// second, across the drain and the copies.
+	load := func(verify bool) []string {
+		args := []string{"--name=load", "--ioengine=nbd", "--uri=" + uri(3, "one"),
+			"--rw=randwrite", "--bs=16k", "--iodepth=4", "--size=32m", "--verify=crc32c", "--verify_state_save=0",
+			"--randrepeat=1", "--randseed=11", "--norandommap=0"}
+		if verify {
+			return append(args, "--verify_only")
+		}
+		return append(args, "--do_verify=0", "--rate_iops=200")
+	}
+	fioDone, fioOut := startFio(t, load(false))
+	time.Sleep(time.Second)
+
+	out := admin(t, c, via, "node", "drain", "node2")
+	if !strings.Contains(out, fmt.Sprintf("volume chunks are copied off it, and it is written until they are (volume info shows when it is done): one (copies=1, %d chunks)", onNode2)) {
+		t.Errorf("drain does not say the chunks of one are copied off node2:\n%s", out)
+	}
+	waitFor(t, 60*time.Second, "the copies off node2", func() bool {
+		m := clusterMap(t, c, via)
+		for _, name := range []string{"one", "two"} {
+			if v := m.Volumes[name]; !v.Copied || slices.Contains(v.Nodes, "node2") {
+				return false
+			}
+		}
+		return true
+	})
+	if info := volumeCmd(t, c, via, "info", "one"); !strings.Contains(info, "re-placed: every chunk is copied to the nodes above; node2 still written") {
+		t.Errorf("volume info after the copies:\n%s", info)
+	}
+	select {
+	case err := <-fioDone:
+		if err != nil {
+			t.Fatalf("fio writing one across the drain: %v\n%s", err, fioOut.String())
+		}
+	case <-time.After(90 * time.Second):
+		t.Fatalf("fio writing one did not end:\n%s", fioOut.String())
+	}
+
+	c.Kill(1)
+	waitFor(t, 30*time.Second, "the map to mark node2 down", func() bool {
+		return clusterMap(t, c, via).Nodes["node2"].State == cluster.StateDown
+	})
+	if out := admin(t, c, via, "node", "rm", "node2"); strings.Contains(out, "lost") || strings.Contains(out, "short") {
+		t.Errorf("rm of the drained node2:\n%s", out)
+	}
+	waitFor(t, 30*time.Second, "the re-placements to end", func() bool {
+		m := clusterMap(t, c, via)
+		return m.Volumes["one"].Prev == nil && m.Volumes["two"].Prev == nil
+	})
+	runTool(t, "fio", load(true)...)
+	if msg := qemuRead(uri(2, "one"), 32<<20, 32<<20, 0x61); msg != "" {
+		t.Fatalf("one through node3 with node2 gone: %s", msg)
+	}
+	waitThreeVoters(t, c, via)
+	c.Kill(0)
+	if msg := qemuRead(uri(2, "two"), 0, 32<<20, 0x62); msg != "" {
+		t.Fatalf("two through node3 with node2 gone and node1 down: %s", msg)
+	}
 }
