@@ -134,7 +134,6 @@ type Volume struct {
 	nodes    map[string]*mirror                          // every node of Config.Nodes
 	set      atomic.Pointer[[]string]                    // the nodes chunks are placed on now
 	mv       atomic.Pointer[moveState]                   // a re-placement in progress; nil: none
-	gone     atomic.Pointer[[]string]                    // nodes of the set no longer members (NoteGone)
 	lost     atomic.Pointer[[]int64]                     // chunks the map lists as lost (NoteLost)
 	wrote    atomic.Bool                                 // this volume has written: it is the writer
 	epoch    atomic.Uint64                               // the writer epoch this node holds; 0: none

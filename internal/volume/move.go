@@ -118,7 +118,7 @@ func (v *Volume) growMove(chunks int64) {
 	if old == nil {
 		return
 	}
-	ms := &moveState{prev: old.prev, nodes: old.nodes, pending: make([]atomic.Pointer[[]*mirror], chunks), orphans: make([]atomic.Bool, chunks), dropped: old.dropped}
+	ms := &moveState{prev: old.prev, nodes: old.nodes, pending: make([]atomic.Pointer[[]*mirror], chunks), orphans: make([]atomic.Bool, chunks), dropped: slices.Clip(old.dropped)}
 	ms.copied.Store(old.copied.Load())
 	for c := range old.pending {
 		ms.pending[c].Store(old.pending[c].Load())
@@ -134,28 +134,20 @@ func (v *Volume) moving(c int64, m *mirror) bool {
 	return slices.Contains(v.mv.Load().at(c), m)
 }
 
-// NoteGone tells the volume which nodes of its set are no longer members
-// of the cluster: a node removed while a re-placement is in progress
-// stays in the set until that ends, and its own re-placement follows. The
-// copies the one in progress would make on it are not waited for: the
-// next one copies its chunks to the nodes left.
+// NoteGone tells the volume which nodes of its set, or of the set before
+// a re-placement in progress, are no longer members of the cluster: a
+// node removed while a re-placement is in progress stays in the set until
+// that ends, and its own re-placement follows. The copies the one in
+// progress would make on it are not waited for: the next one copies its
+// chunks to the nodes left. A removed node is never written as a node
+// drained out of the set is.
 func (v *Volume) NoteGone(ids []string) {
-	ids = slices.Clone(ids)
-	v.gone.Store(&ids)
 	for id, m := range v.nodes {
 		m.gone.Store(slices.Contains(ids, id))
 	}
 	if len(ids) > 0 {
 		v.poke()
 	}
-}
-
-// goneIDs returns what NoteGone last noted.
-func (v *Volume) goneIDs() []string {
-	if g := v.gone.Load(); g != nil {
-		return *g
-	}
-	return nil
 }
 
 // copied records that chunk c now has its copy on m (the chunk's lock
@@ -209,9 +201,8 @@ func (v *Volume) errLost(c int64) error {
 // writers do not say which chunks, so they never make a chunk lost). The
 // caller holds the chunk's lock.
 func (v *Volume) orphaned(c int64, dst *mirror) bool {
-	gone := v.goneIDs()
 	for _, m := range v.current(c) {
-		if m != dst && !slices.Contains(gone, m.id) && (!v.stale.isStale(m.id, c) || m.noted.Load()) {
+		if m != dst && !m.gone.Load() && (!v.stale.isStale(m.id, c) || m.noted.Load()) {
 			return false
 		}
 	}
@@ -333,8 +324,8 @@ func (v *Volume) NotePlacement(nodes, prev []string, copied bool) {
 	} else {
 		v.mv.Store(v.newMove(prev, nodes, copied, int64(len(*v.owners.Load()))))
 	}
-	for id := range v.nodes {
-		if !slices.Contains(nodes, id) && !slices.Contains(prev, id) {
+	for id, m := range v.nodes {
+		if !slices.Contains(nodes, id) && (!slices.Contains(prev, id) || m.gone.Load()) {
 			v.stale.clearAll(id) // no longer a mirror
 		}
 	}
@@ -376,7 +367,6 @@ func (v *Volume) move(ctx context.Context) {
 		return
 	}
 	ep := v.epoch.Load()
-	gone := v.goneIDs()
 	type job struct {
 		c int64
 		m *mirror
@@ -410,7 +400,7 @@ func (v *Volume) move(ctx context.Context) {
 	for c := range ms.pending {
 		for _, m := range ms.at(int64(c)) {
 			switch {
-			case slices.Contains(gone, m.id):
+			case m.gone.Load():
 				// Its own re-placement follows this one.
 			case m.down.Load() || fenced.Load() || ctx.Err() != nil:
 				left.Add(1)
@@ -464,11 +454,10 @@ func (v *Volume) CopiesLeft() int {
 	if ms == nil || ms.placed.Load() || ms.copied.Load() || !v.writer() || v.fencedOff() {
 		return 0
 	}
-	gone := v.goneIDs()
 	n := 0
 	for c := range ms.pending {
 		for _, m := range ms.at(int64(c)) {
-			if !slices.Contains(gone, m.id) {
+			if !m.gone.Load() {
 				n++
 			}
 		}
