@@ -223,12 +223,12 @@ type VolumeSpec struct {
 	// once it has resynchronised them; any other node that has the volume
 	// open treats every chunk of the mirror as stale.
 	StaleBy map[string][]string `json:"staleBy,omitempty"`
-	// Nodes are the members chunks are placed on, fixed when the volume
-	// is created: joins do not move chunks. Removing a member takes it out
-	// of Nodes when the others still number at least Copies (Copies >= 2),
-	// at once or when the re-placement in progress ends: its chunks are
-	// then re-placed on the others (HRW over the rest only adds owners, it
-	// never moves a chunk between surviving nodes).
+	// Nodes are the members chunks are placed on, set when the volume is
+	// created: joins do not move chunks. Removing a member (Copies >= 2)
+	// or draining one takes it out of Nodes when the others still number
+	// at least Copies, at once or when the re-placement in progress ends:
+	// its chunks are then re-placed on the others (HRW over the rest only
+	// adds owners, it never moves a chunk between surviving nodes).
 	Nodes []string `json:"nodes,omitempty"`
 	// Prev is the node set chunks were placed on before the removals whose
 	// re-placement is not complete yet (nil: none). While it is set, an
