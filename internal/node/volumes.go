@@ -61,8 +61,8 @@ type volumes struct {
 	server   *nbd.Server
 	// metrics, if set, measures the NBD server's requests.
 	metrics *nbdMetrics
-	// dropped: keys of volumes whose chunks dropMoved removed (used by
-	// collect's goroutine only).
+	// dropped: keys of volumes dropMoved has checked and holds nothing
+	// of (used by collect's goroutine only).
 	dropped map[string]bool
 }
 
@@ -442,19 +442,21 @@ func (vs *volumes) dropMoved(ctx context.Context, m *cluster.Map) {
 		vs.log.Warn("listing volume chunks", "err", err)
 		return
 	}
+	if vs.dropped == nil {
+		vs.dropped = map[string]bool{}
+	}
 	for _, k := range keys {
-		if !slices.Contains(held, k) {
-			continue
+		if slices.Contains(held, k) {
+			if err := vs.local.Delete(ctx, k); err != nil {
+				vs.log.Warn("removing the chunks of a volume moved off this node", "volume", k, "err", err)
+				continue
+			}
+			vs.log.Info("removed the chunks of a volume moved off this node", "volume", k)
 		}
-		if err := vs.local.Delete(ctx, k); err != nil {
-			vs.log.Warn("removing the chunks of a volume moved off this node", "volume", k, "err", err)
-			continue
-		}
-		if vs.dropped == nil {
-			vs.dropped = map[string]bool{}
-		}
+		// Checked once: a volume this node never held (created before it
+		// joined, or without it) does not list the chunks again at every
+		// change of the map.
 		vs.dropped[k] = true
-		vs.log.Info("removed the chunks of a volume moved off this node", "volume", k)
 	}
 }
 
