@@ -31,6 +31,7 @@ func volumeCommand() Command {
 				{name: "info", synopsis: "NAME", summary: "a volume's size, copies, placement and NBD URIs", run: volumeInfo},
 				{name: "resize", synopsis: "NAME --size S", summary: "grow a volume", run: volumeResize},
 				{name: "delete", aliases: []string{"rm"}, synopsis: "NAME", summary: "delete a volume and its data", run: volumeDelete},
+				{name: "rebalance", synopsis: "NAME", summary: "spread a volume's chunks over the nodes that joined since it was created", run: volumeRebalance},
 				{name: "accept-loss", synopsis: "NAME [--chunks LIST]", summary: "use lost chunks again, as zeros", run: volumeAcceptLoss},
 				{name: "certs", synopsis: "DIR --host H [--host H]...", summary: "write the certificates of NBD over TLS (nbd_tls)", run: volumeCerts},
 			}
@@ -231,6 +232,31 @@ func volumeDelete(ctx context.Context, env Env, args []string) error {
 
 // volumeAcceptLoss accepts the loss of a volume's lost chunks (by
 // default every one volume info lists), which then read as zeros.
+func volumeRebalance(ctx context.Context, env Env, args []string) error {
+	name, a, asJSON, err := volumeArgs(env, "rebalance", "NAME", args, nil)
+	if err != nil {
+		return err
+	}
+	var info node.VolumeInfo
+	if err := a.call(ctx, http.MethodPost, node.AdminPrefix+"volumes/"+url.PathEscape(name)+"/rebalance", nil, &info); err != nil {
+		return explainMissingVolume(ctx, a, name, err)
+	}
+	if asJSON {
+		return json.NewEncoder(env.Stdout).Encode(info)
+	}
+	if len(info.Added) == 0 {
+		fmt.Fprintf(env.Stdout, "volume %s is on every node that takes placements (%s): nothing to move\n", name, strings.Join(info.Nodes, ", "))
+		return nil
+	}
+	moved := int64(0)
+	for _, id := range info.Added {
+		moved += info.ChunksPerNode[id]
+	}
+	fmt.Fprintf(env.Stdout, "volume %s: %s copied to %s (placed on %s before); watch 'slipstream volume info %s'\n",
+		name, plural(int(moved), "chunk copy", "chunk copies"), strings.Join(info.Added, ", "), strings.Join(info.Prev, ", "), name)
+	return nil
+}
+
 func volumeAcceptLoss(ctx context.Context, env Env, args []string) error {
 	var list string
 	name, a, asJSON, err := volumeArgs(env, "accept-loss", "NAME [--chunks LIST]", args, func(fs *flag.FlagSet) {
@@ -337,7 +363,9 @@ func printVolume(env Env, v node.VolumeInfo, asJSON bool) error {
 	}
 	switch {
 	case v.Prev != nil && v.Copied:
-		fmt.Fprintf(env.Stdout, "re-placed: every chunk is copied to the nodes above; %s still written until removed or undrained\n", strings.Join(v.Drained, ", "))
+		fmt.Fprintf(env.Stdout, "re-placed: every chunk is copied to the nodes above; their old owners are still written until every node has seen it (placed on %s before)\n", strings.Join(v.Prev, ", "))
+	case v.Prev != nil && len(v.Added) > 0:
+		fmt.Fprintf(env.Stdout, "re-placing: %d chunk copies are being copied to %s, added by a rebalance (placed on %s before)\n", v.Copying, strings.Join(v.Added, ", "), strings.Join(v.Prev, ", "))
 	case v.Prev != nil:
 		fmt.Fprintf(env.Stdout, "re-placing: %d chunk copies of removed or drained nodes are being copied to the nodes above (placed on %s before)\n", v.Copying, strings.Join(v.Prev, ", "))
 	}

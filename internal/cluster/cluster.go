@@ -45,9 +45,12 @@ var (
 	// ErrStalePlacement refuses to end a volume's re-placement for a node
 	// set or a claim that is no longer the volume's.
 	ErrStalePlacement = errors.New("cluster: volume placement changed")
-	ErrInvalid        = errors.New("cluster: invalid request")
-	ErrClosed         = errors.New("cluster: closed")
-	ErrForbidden      = errors.New("cluster: the cluster secret is required")
+	// ErrPlacementBusy refuses to rebalance a volume while a re-placement
+	// of it is in progress.
+	ErrPlacementBusy = errors.New("cluster: volume re-placement in progress")
+	ErrInvalid       = errors.New("cluster: invalid request")
+	ErrClosed        = errors.New("cluster: closed")
+	ErrForbidden     = errors.New("cluster: the cluster secret is required")
 	// ErrLostState refuses to bootstrap a node that was a member before.
 	ErrLostState = errors.New("cluster: no cluster state, but the node's drives hold data")
 )
@@ -554,6 +557,25 @@ func (c *Cluster) ClaimVolume(ctx context.Context, name, id, node string, from u
 // claim has moved on.
 func (c *Cluster) VolumePlaced(ctx context.Context, name, id, node string, epoch uint64, nodes []string, lost []int64) error {
 	return c.propose(ctx, command{Op: opVolumePlaced, Name: name, Volume: &VolumeSpec{Name: name, ID: id, Nodes: nodes, Lost: lost}, Node: &NodeInfo{ID: node}, Epoch: epoch})
+}
+
+// RebalanceVolume adds to the node set of volume name (if it is still the
+// volume with that ID) every member that takes placements and is not in
+// it: the chunks HRW gives them are copied to them by the volume's
+// writer, which writes their old owners until the re-placement settles
+// (VolumeSettled). ErrPlacementBusy while another re-placement is in
+// progress; nothing changes when every such member is in the set.
+func (c *Cluster) RebalanceVolume(ctx context.Context, name, id string) error {
+	return c.propose(ctx, command{Op: opVolumeRebalance, Name: name, Volume: &VolumeSpec{Name: name, ID: id, Since: time.Now().UTC()}})
+}
+
+// VolumeSettled ends the re-placement of volume name whose copies are
+// made (VolumeSpec.Copied), for node, its writer under the claim of
+// epoch, once it found every member's volumes past the map that
+// recorded it; ErrStalePlacement when nodes is no longer the volume's
+// node set, the copies are not recorded made, or the claim moved.
+func (c *Cluster) VolumeSettled(ctx context.Context, name, id, node string, epoch uint64, nodes []string) error {
+	return c.propose(ctx, command{Op: opVolumeSettled, Name: name, Volume: &VolumeSpec{Name: name, ID: id, Nodes: nodes}, Node: &NodeInfo{ID: node}, Epoch: epoch})
 }
 
 // AcceptVolumeLoss takes the chunks lost of volume name (if it is still

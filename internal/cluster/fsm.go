@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -34,8 +35,19 @@ const (
 	// Name, Volume.ID: the volume; Volume.Lost: the lost chunks whose
 	// loss an operator accepts (they read as zeros from then on).
 	opVolumeAcceptLoss = "volume.accept-loss"
-	opNodeDrain        = "node.drain" // Name: the node; Drain: on or off
-	opNodeVoter        = "node.voter" // Node.ID: the node; Node.Voter: its suffrage (nothing else changes)
+	// Name, Volume.ID: the volume; Volume.Since: when the proposer asked.
+	// Adds to the volume's node set every member that takes placements
+	// (up, not drained) and is not in it, recording the set before in
+	// Prev: the chunks HRW now gives the new nodes are copied to them.
+	opVolumeRebalance = "volume.rebalance"
+	// Name, Volume.ID and Volume.Nodes: the volume and its node set;
+	// Node.ID and Epoch: its writer. Ends a re-placement whose copies are
+	// made (Copied) once the writer found every member's volumes past the
+	// map that recorded it: no node reads an old owner any more, and the
+	// writer stops writing them.
+	opVolumeSettled = "volume.settled"
+	opNodeDrain     = "node.drain" // Name: the node; Drain: on or off
+	opNodeVoter     = "node.voter" // Node.ID: the node; Node.Voter: its suffrage (nothing else changes)
 )
 
 // command is one entry of the raft log, JSON-encoded. Everything that must be
@@ -299,12 +311,41 @@ func applyCommand(m *Map, c command) (*Map, error) {
 		mut = func(n *Map) error {
 			chunks := (v.Size + v.ChunkSize - 1) / max(v.ChunkSize, 1)
 			v.Lost = mergeChunks(v.Lost, slices.DeleteFunc(slices.Clone(c.Volume.Lost), func(ch int64) bool { return ch < 0 || ch >= chunks }))
-			if slices.ContainsFunc(v.Prev, func(id string) bool { _, member := n.Nodes[id]; return member && !slices.Contains(v.Nodes, id) }) {
-				// A drained node is still written (see Copied).
+			if dropsMembers(n, v) {
+				// An old owner is still written (see Copied).
 				v.Copied = true
 			} else {
 				v = replaceVolume(n, endPlacement(v))
 			}
+			n.Volumes[c.Name] = v
+			return nil
+		}
+	case opVolumeSettled:
+		v, ok := m.Volumes[c.Name]
+		if !ok || c.Volume == nil || c.Volume.ID != v.ID {
+			return m, fmt.Errorf("%w: %q", ErrVolumeNotFound, c.Name)
+		}
+		if c.Node == nil || !v.Copied || !slices.Equal(c.Volume.Nodes, v.Nodes) || v.Writer != c.Node.ID || v.Epoch != c.Epoch {
+			return m, fmt.Errorf("%w: volume %q: no re-placement with its copies made by this writer for these nodes", ErrStalePlacement, c.Name)
+		}
+		mut = func(n *Map) error {
+			n.Volumes[c.Name] = replaceVolume(n, endPlacement(v))
+			return nil
+		}
+	case opVolumeRebalance:
+		v, ok := m.Volumes[c.Name]
+		if !ok || c.Volume == nil || c.Volume.ID != v.ID {
+			return m, fmt.Errorf("%w: %q", ErrVolumeNotFound, c.Name)
+		}
+		if v.Prev != nil {
+			return m, fmt.Errorf("%w: volume %q: a re-placement is in progress (see volume info); rebalance once it ends", ErrPlacementBusy, c.Name)
+		}
+		add := rebalanceAdds(m, v)
+		if len(add) == 0 {
+			return m, nil
+		}
+		mut = func(n *Map) error {
+			v.Prev, v.Nodes, v.Since = v.Nodes, slices.Sorted(slices.Values(slices.Concat(v.Nodes, add))), c.Volume.Since
 			n.Volumes[c.Name] = v
 			return nil
 		}
@@ -397,10 +438,36 @@ func replaceVolume(n *Map, v VolumeSpec) VolumeSpec {
 	return v
 }
 
+// dropsMembers reports whether v's re-placement takes chunks off nodes
+// that are still members of n: nodes drained out of the set, or, when
+// the set grew (a rebalance), the owners HRW replaces with the new nodes.
+// Those are written until the re-placement ends (see Copied); a set that
+// only lost removed nodes has no such owner.
+func dropsMembers(n *Map, v VolumeSpec) bool {
+	for _, id := range v.Prev {
+		if _, member := n.Nodes[id]; member && !slices.Contains(v.Nodes, id) {
+			return true
+		}
+	}
+	return slices.ContainsFunc(v.Nodes, func(id string) bool { return !slices.Contains(v.Prev, id) })
+}
+
+// rebalanceAdds lists, sorted, the members of m that take placements
+// and are not in v's node set: those a rebalance adds.
+func rebalanceAdds(m *Map, v VolumeSpec) []string {
+	var add []string
+	for _, id := range m.NodeIDs() {
+		if n := m.Nodes[id]; n.Places() && !slices.Contains(v.Nodes, id) {
+			add = append(add, id)
+		}
+	}
+	return add
+}
+
 // endPlacement ends v's re-placement: Prev goes, and with it the stale
 // marks of the nodes no longer in the set.
 func endPlacement(v VolumeSpec) VolumeSpec {
-	v.Prev, v.Copied = nil, false
+	v.Prev, v.Copied, v.Since = nil, false, time.Time{}
 	marks := v.StaleMarks()
 	for id := range marks {
 		if !slices.Contains(v.Nodes, id) {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"time"
 )
 
 // TestRemoveReplacesVolumes: removing a member takes it out of the node
@@ -242,5 +243,104 @@ func TestDrainReplacesVolumes(t *testing.T) {
 	m7 := apply(apply(apply(m4, drain("b", true)), placed("one", acd)), drain("c", true))
 	if v := m7.Volumes["one"]; !slices.Equal(v.Nodes, []string{"a", "d"}) || !slices.Equal(v.Prev, acd) || v.Copied {
 		t.Fatalf("one after c drains too: %+v", v)
+	}
+}
+
+func TestRebalanceAddsNodes(t *testing.T) {
+	m := NewMap()
+	for _, id := range []string{"a", "b", "c", "d", "e"} {
+		m.Nodes[id] = NodeInfo{ID: id, State: StateUp}
+	}
+	m.Nodes["d"] = NodeInfo{ID: "d", State: StateUp, Draining: true}
+	m.Nodes["e"] = NodeInfo{ID: "e", State: StateDown}
+	abc := []string{"a", "b", "c"}
+	m.Volumes["v"] = VolumeSpec{Name: "v", ID: "v1", Size: 1 << 20, ChunkSize: 4096, Copies: 2, Nodes: []string{"a", "b"}, Writer: "a", Epoch: 3}
+	since := time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)
+	rebalance := func(id string) command {
+		return command{Op: opVolumeRebalance, Name: "v", Volume: &VolumeSpec{Name: "v", ID: id, Since: since}}
+	}
+	settled := func(node string, epoch uint64, nodes []string) command {
+		return command{Op: opVolumeSettled, Name: "v", Volume: &VolumeSpec{Name: "v", ID: "v1", Nodes: nodes}, Node: &NodeInfo{ID: node}, Epoch: epoch}
+	}
+	placed := command{Op: opVolumePlaced, Name: "v", Volume: &VolumeSpec{Name: "v", ID: "v1", Nodes: abc}, Node: &NodeInfo{ID: "a"}, Epoch: 3}
+
+	if _, err := applyCommand(m, rebalance("v0")); !errors.Is(err, ErrVolumeNotFound) {
+		t.Fatalf("rebalance of another volume ID: %v", err)
+	}
+	// Only c takes placements: d is drained, e down.
+	m1, err := applyCommand(m, rebalance("v1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := m1.Volumes["v"]; !slices.Equal(v.Nodes, abc) || !slices.Equal(v.Prev, []string{"a", "b"}) || !v.Since.Equal(since) || v.Copied {
+		t.Fatalf("after rebalance: %+v", v)
+	}
+	if _, err := applyCommand(m1, rebalance("v1")); !errors.Is(err, ErrPlacementBusy) {
+		t.Fatalf("rebalance during a re-placement: %v", err)
+	}
+	if _, err := applyCommand(m1, settled("a", 3, abc)); !errors.Is(err, ErrStalePlacement) {
+		t.Fatalf("settled before the copies are made: %v", err)
+	}
+	// The copies made, the old owners are still written: copied, not
+	// ended, though no node left the set.
+	m2, err := applyCommand(m1, placed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := m2.Volumes["v"]; !v.Copied || v.Prev == nil {
+		t.Fatalf("after placed: %+v (want copied)", v)
+	}
+	for _, c := range []command{settled("b", 3, abc), settled("a", 2, abc), settled("a", 3, []string{"a", "b"})} {
+		if _, err := applyCommand(m2, c); !errors.Is(err, ErrStalePlacement) {
+			t.Fatalf("settled by %s epoch %d for %v: %v", c.Node.ID, c.Epoch, c.Volume.Nodes, err)
+		}
+	}
+	m3, err := applyCommand(m2, settled("a", 3, abc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := m3.Volumes["v"]; !slices.Equal(v.Nodes, abc) || v.Prev != nil || v.Copied || !v.Since.IsZero() {
+		t.Fatalf("after settled: %+v", v)
+	}
+	// Nothing left to add: no change.
+	if m4, err := applyCommand(m3, rebalance("v1")); err != nil || m4 != m3 {
+		t.Fatalf("rebalance with every placing member in the set: %v (map changed: %v)", err, m4 != m3)
+	}
+	// A drain of a set member after its copies: settled ends it and
+	// starts nothing more.
+	m5, err := applyCommand(m3, command{Op: opNodeDrain, Name: "b", Drain: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m5, err = applyCommand(m5, command{Op: opVolumePlaced, Name: "v", Volume: &VolumeSpec{Name: "v", ID: "v1", Nodes: []string{"a", "c"}}, Node: &NodeInfo{ID: "a"}, Epoch: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m6, err := applyCommand(m5, settled("a", 3, []string{"a", "c"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := m6.Volumes["v"]; !slices.Equal(v.Nodes, []string{"a", "c"}) || v.Prev != nil || v.Copied {
+		t.Fatalf("drain settled: %+v", v)
+	}
+}
+
+func TestDropsMembers(t *testing.T) {
+	m := NewMap()
+	for _, id := range []string{"a", "b", "c"} {
+		m.Nodes[id] = NodeInfo{ID: id, State: StateUp}
+	}
+	for _, tc := range []struct {
+		name       string
+		prev, next []string
+		want       bool
+	}{
+		{"removed node only", []string{"a", "b", "x"}, []string{"a", "b"}, false},
+		{"drained member", []string{"a", "b", "c"}, []string{"a", "b"}, true},
+		{"rebalance adds", []string{"a", "b"}, []string{"a", "b", "c"}, true},
+	} {
+		if got := dropsMembers(m, VolumeSpec{Prev: tc.prev, Nodes: tc.next}); got != tc.want {
+			t.Errorf("%s: dropsMembers = %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

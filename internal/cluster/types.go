@@ -224,26 +224,37 @@ type VolumeSpec struct {
 	// open treats every chunk of the mirror as stale.
 	StaleBy map[string][]string `json:"staleBy,omitempty"`
 	// Nodes are the members chunks are placed on, set when the volume is
-	// created: joins do not move chunks. Removing a member (Copies >= 2)
-	// or draining one takes it out of Nodes when the others still number
-	// at least Copies, at once or when the re-placement in progress ends:
+	// created: joins do not move chunks, a rebalance (volume.rebalance)
+	// adds the members not in it. Removing a member (Copies >= 2) or
+	// draining one takes it out of Nodes when the others still number at
+	// least Copies, at once or when the re-placement in progress ends:
 	// its chunks are then re-placed on the others (HRW over the rest only
-	// adds owners, it never moves a chunk between surviving nodes).
+	// adds owners, it never moves a chunk between surviving nodes; over a
+	// larger set it only moves chunks to the nodes added).
 	Nodes []string `json:"nodes,omitempty"`
-	// Prev is the node set chunks were placed on before the removals whose
+	// Prev is the node set chunks were placed on before the change (a
+	// removal, drain or rebalance) whose
 	// re-placement is not complete yet (nil: none). While it is set, an
 	// owner of a chunk under Nodes that is not one under Prev (a
 	// newcomer) holds no copy of the chunk until the volume's writer has
-	// copied it there; the writer then clears Prev (volume.placed).
+	// copied it there; the writer then clears Prev (volume.placed, or
+	// volume.settled once Copied).
 	Prev []string `json:"prev,omitempty"`
 	// Copied, with Prev, says that the re-placement's copies are all made
-	// while a node drained out of the set is still a member: the volume's
-	// writers go on writing it (the chunks it held) until the next change
-	// of the set ends the re-placement (its removal, the end of its
-	// drain, another removal or drain), so that a node whose map is one
-	// change behind, reading it, reads current data; nodes that have seen
-	// Copied read the set's owners only.
+	// while owners it takes chunks off are still members (nodes drained
+	// out of the set, or the owners a rebalance replaces): the volume's
+	// writer goes on writing them until the re-placement ends, so that a
+	// node whose map is one change behind, reading them, reads current
+	// data; nodes that have seen Copied read the set's owners only. The
+	// writer ends it (volume.settled) once every member's volumes have
+	// seen Copied; the next change of the set ends it too (the removal of
+	// a drained node, the end of its drain, another removal or drain).
 	Copied bool `json:"copied,omitempty"`
+	// Since is when a rebalance (volume.rebalance) began the
+	// re-placement in progress (zero for others): a node added to the set
+	// by it whose state began later was wiped since, and its copies are
+	// lost.
+	Since time.Time `json:"since,omitzero"`
 	// Lost lists, sorted, the chunks a re-placement found no copy of to
 	// copy from: every node that held one was removed from the cluster
 	// (or missed writes the removed ones had). Reads and writes of them
@@ -260,7 +271,7 @@ type VolumeSpec struct {
 // equal reports whether v and o describe the same volume.
 func (v VolumeSpec) equal(o VolumeSpec) bool {
 	return v.Name == o.Name && v.Size == o.Size && v.ChunkSize == o.ChunkSize && v.Copies == o.Copies &&
-		v.Created.Equal(o.Created) && v.ID == o.ID && slices.Equal(v.Nodes, o.Nodes) && slices.Equal(v.Prev, o.Prev) && v.Copied == o.Copied && slices.Equal(v.Lost, o.Lost) && slices.Equal(v.Stale, o.Stale) &&
+		v.Created.Equal(o.Created) && v.ID == o.ID && slices.Equal(v.Nodes, o.Nodes) && slices.Equal(v.Prev, o.Prev) && v.Copied == o.Copied && v.Since.Equal(o.Since) && slices.Equal(v.Lost, o.Lost) && slices.Equal(v.Stale, o.Stale) &&
 		maps.EqualFunc(v.StaleBy, o.StaleBy, slices.Equal) && v.Writer == o.Writer && v.Epoch == o.Epoch
 }
 

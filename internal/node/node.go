@@ -288,7 +288,7 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 	n.vols = &volumes{
 		self: cfg.ID, meta: cl, marks: cl, local: vl, handler: volume.NewHandler(vl), stateDir: filepath.Join(cfg.DataDir, "volumes"),
 		log: log, open: map[string]openVolume{}, clients: map[string]*volume.Client{}, sync: leaderSync(cl), secret: cfg.Secret, dial: links.dialer(),
-		electionWait: 10 * time.Second, metrics: newNBDMetrics(n.reg),
+		electionWait: 10 * time.Second, metrics: newNBDMetrics(n.reg), sweepDelay: sweepDelay,
 	}
 	n.reg.MustRegister(newVolumeCollector(n.vols))
 	n.vols.initState() // before the node serves any chunk request

@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -64,6 +65,11 @@ type volumes struct {
 	// dropped: keys of volumes dropMoved has checked and holds nothing
 	// of (used by collect's goroutine only).
 	dropped map[string]bool
+	// swept: the node set each volume's chunks were last swept for
+	// (sweepMoved; used by collect's goroutine only), and how long after
+	// a re-placement ends they are.
+	swept      map[string]string
+	sweepDelay time.Duration
 }
 
 type openVolume struct {
@@ -164,7 +170,7 @@ func (vs *volumes) lookup(name string) (nbd.Device, error) {
 			ov.spec = spec
 			vs.open[spec.Name] = ov
 		}
-		noteMap(ov.vol, m, spec)
+		vs.noteMap(ov.vol, m, spec)
 		return ov.vol, nil
 	}
 	nodes := spec.Nodes
@@ -184,6 +190,9 @@ func (vs *volumes) lookup(name string) (nbd.Device, error) {
 		sm := staleMarks{m: vs.marks, name: spec.Name, id: spec.ID, self: vs.self, meta: vs.meta}
 		cfg.Marks, cfg.Claims, cfg.Writer, cfg.Epoch = sm, sm, spec.Writer, spec.Epoch
 		cfg.Placed = sm.Placed
+		cfg.Settle = func(ctx context.Context, nodes []string, epoch uint64) error {
+			return vs.settle(ctx, spec.Name, spec.ID, nodes, epoch)
+		}
 		cfg.Forward = vs
 		cfg.MapVersion = func() uint64 { return vs.meta.Map().Version }
 	}
@@ -193,6 +202,14 @@ func (vs *volumes) lookup(name string) (nbd.Device, error) {
 	}
 	v.NoteVersion(m.Version)
 	v.NoteGone(goneOf(m, slices.Concat(spec.Nodes, spec.Prev)))
+	if cur := vs.meta.Map(); cur.Version > m.Version {
+		// collect may have noted a newer map before this one was opened,
+		// and told the other nodes (volume.Handler.NoteSeen) that every
+		// volume here took it in.
+		if s2, ok := cur.Volume(spec.Name); ok && s2.ID == spec.ID {
+			vs.noteMap(v, cur, s2)
+		}
+	}
 	if old, ok := vs.open[spec.Name]; ok {
 		old.vol.Close() // a deleted volume of the same name
 	}
@@ -309,6 +326,7 @@ type volumeMarker interface {
 	ClearCoveredMark(ctx context.Context, name, mirror, writer string, epoch uint64) error
 	ClaimVolume(ctx context.Context, name, id, node string, from uint64) (cluster.VolumeSpec, error)
 	VolumePlaced(ctx context.Context, name, id, node string, epoch uint64, nodes []string, lost []int64) error
+	VolumeSettled(ctx context.Context, name, id, node string, epoch uint64, nodes []string) error
 }
 
 // staleMarks is one volume's volume.StaleMarks and volume.Claims on this
@@ -382,6 +400,7 @@ func (vs *volumes) collect(ctx context.Context) {
 	for m := range vs.meta.Watch(ctx) {
 		vs.noteStale(ctx, m)
 		vs.dropMoved(ctx, m)
+		vs.sweepMoved(ctx, m)
 		if len(m.DeletedVolumes) == 0 {
 			continue
 		}
@@ -460,15 +479,80 @@ func (vs *volumes) dropMoved(ctx context.Context, m *cluster.Map) {
 	}
 }
 
+// sweepDelay is how long after a re-placement's end a node deletes the
+// chunks it no longer holds for the volume: a write the writer sent
+// before the end may still be on its way (bounded by the replica
+// timeout).
+const sweepDelay = 15 * time.Second
+
+// sweepMoved deletes, sweepDelay after it sees the re-placement of a
+// volume of m end, this node's chunks of the volume that HRW over its set
+// no longer gives it: those a rebalance or drain moved to other nodes,
+// and copies a newcomer got before a drain was called off. It checks
+// each volume once per node set (used by collect's goroutine only).
+func (vs *volumes) sweepMoved(ctx context.Context, m *cluster.Map) {
+	if vs.swept == nil {
+		vs.swept = map[string]string{}
+	}
+	for _, spec := range m.Volumes {
+		set := strings.Join(spec.Nodes, ",")
+		if spec.Prev != nil || !slices.Contains(spec.Nodes, vs.self) || vs.swept[spec.Key()] == set {
+			continue
+		}
+		vs.swept[spec.Key()] = set
+		go func() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(vs.sweepDelay):
+			}
+			vs.sweep(spec)
+		}()
+	}
+}
+
+// sweep deletes this node's chunks of volume spec that HRW over its node
+// set does not give it, if the map still shows that set with no
+// re-placement in progress.
+func (vs *volumes) sweep(spec cluster.VolumeSpec) {
+	cur, ok := vs.meta.Map().Volume(spec.Name)
+	if !ok || cur.ID != spec.ID || cur.Prev != nil || !slices.Equal(cur.Nodes, spec.Nodes) {
+		return
+	}
+	chunks, err := vs.local.Chunks(spec.Key())
+	if err != nil {
+		vs.log.Warn("listing a volume's chunks", "volume", spec.Name, "err", err)
+		return
+	}
+	dropped := 0
+	for _, c := range chunks {
+		if slices.Contains(placement.Owners(cur.Nodes, volume.ChunkName(cur.Name, c), cur.Copies), vs.self) {
+			continue
+		}
+		if err := vs.local.DropChunk(spec.Key(), c); err != nil {
+			vs.log.Warn("removing a chunk moved off this node", "volume", spec.Name, "chunk", c, "err", err)
+			continue
+		}
+		dropped++
+	}
+	if dropped > 0 {
+		vs.log.Info("removed the chunks moved off this node", "volume", spec.Name, "chunks", dropped)
+	}
+}
+
 // noteMap tells v the claim, lost chunks, placement and stale marks of
-// spec, its record in map m. The lost chunks come before the placement:
-// the end of a re-placement that found chunks lost is also the end of
-// the re-placement state that kept them lost on its writer.
-func noteMap(v *volume.Volume, m *cluster.Map, spec cluster.VolumeSpec) {
+// spec, its record in map m (vs.mu held). The lost chunks come before the
+// placement: the end of a re-placement that found chunks lost is also
+// the end of the re-placement state that kept them lost on its writer.
+// Nodes a rebalance added are given to v before the placement that uses
+// them.
+func (vs *volumes) noteMap(v *volume.Volume, m *cluster.Map, spec cluster.VolumeSpec) {
 	v.NoteClaim(spec.Writer, spec.Epoch)
 	v.NoteLost(spec.Lost)
 	if len(spec.Nodes) > 0 {
-		v.NoteGone(goneOf(m, slices.Concat(spec.Nodes, spec.Prev)))
+		ids := slices.Concat(spec.Nodes, spec.Prev)
+		v.NoteGone(goneOf(m, ids))
+		v.AddMirrors(ids, func(id string) volume.Replica { return vs.replica(m, id) })
 		v.NotePlacement(spec.Nodes, spec.Prev, spec.Copied)
 	}
 	v.NoteStaleAt(spec.StaleMarks(), m.Version)
@@ -498,7 +582,7 @@ func (vs *volumes) noteStale(ctx context.Context, m *cluster.Map) {
 		ov, ok := vs.open[name]
 		switch {
 		case ok && spec.ID == ov.spec.ID:
-			noteMap(ov.vol, m, spec)
+			vs.noteMap(ov.vol, m, spec)
 		case spec.MarkedBy(vs.self):
 			reopen = append(reopen, name)
 		case spec.Writer == vs.self && len(spec.Stale) > 0:
@@ -516,6 +600,11 @@ func (vs *volumes) noteStale(ctx context.Context, m *cluster.Map) {
 			}
 		}
 	}
+	if vs.handler != nil {
+		// Every volume open here has taken m in; one opened later starts
+		// from a map at least as new.
+		vs.handler.NoteSeen(m.Version)
+	}
 	vs.mu.Unlock()
 	for _, name := range reopen {
 		// No catch-up: the map that marked the volume is applied here.
@@ -524,7 +613,7 @@ func (vs *volumes) noteStale(ctx context.Context, m *cluster.Map) {
 		}
 	}
 	for name, spec := range m.Volumes {
-		if spec.Prev != nil && !spec.Copied && moverOf(m, spec) == vs.self {
+		if spec.Prev != nil && moverOf(m, spec) == vs.self {
 			vs.move(ctx, name, spec)
 		}
 	}
@@ -546,8 +635,10 @@ func moverOf(m *cluster.Map, spec cluster.VolumeSpec) string {
 }
 
 // move opens volume name, whose re-placement this node is to carry out,
-// and claims it unless it holds the claim: its resync loop then copies
-// the chunks to their new owners and ends the re-placement.
+// and claims it unless it holds the claim: its move loop then copies
+// the chunks to their new owners, records them copied, and, when the
+// re-placement takes chunks off nodes still in the cluster, ends it once
+// no node reads those any more (settle).
 func (vs *volumes) move(ctx context.Context, name string, spec cluster.VolumeSpec) {
 	dev, err := vs.lookup(name)
 	if err != nil {
@@ -555,7 +646,7 @@ func (vs *volumes) move(ctx context.Context, name string, spec cluster.VolumeSpe
 		return
 	}
 	v, ok := dev.(*volume.Volume)
-	if !ok || spec.Writer == vs.self || !v.Moving() {
+	if !ok || spec.Writer == vs.self || !v.Moving() && !spec.Copied {
 		return
 	}
 	vs.mu.Lock()
@@ -580,6 +671,55 @@ func (vs *volumes) move(ctx context.Context, name string, spec cluster.VolumeSpe
 		}
 		vs.log.Info("claimed the volume to copy its chunks to their new nodes", "volume", name)
 	}()
+}
+
+// seenWait bounds how long settle waits for one node's answer.
+const seenWait = 2 * time.Second
+
+// settle ends the re-placement of volume name (ID id), whose copies to
+// nodes the map records made, for this node, its writer under the claim
+// of epoch (volume.Config.Settle). The old owners of the moved chunks are
+// still written until then, and every node reads them until its volumes
+// take in the map that records the copies; so every member of the
+// cluster must answer first that its volumes have taken in this node's
+// map (volume.Handler.NoteSeen), which holds it. A member that does not
+// answer (down, cut off) holds the end back: the old owners are written
+// meanwhile, which costs writes but no data; its removal ends the
+// re-placement.
+func (vs *volumes) settle(ctx context.Context, name, id string, nodes []string, epoch uint64) error {
+	m := vs.meta.Map()
+	vs.mu.Lock()
+	type peer struct {
+		id string
+		c  *volume.Client
+	}
+	var peers []peer
+	for _, nid := range m.NodeIDs() {
+		if c, ok := vs.replica(m, nid).(*volume.Client); ok {
+			peers = append(peers, peer{nid, c})
+		}
+	}
+	vs.mu.Unlock()
+	errs := make([]error, len(peers))
+	var wg sync.WaitGroup
+	for i, p := range peers {
+		wg.Go(func() {
+			sctx, cancel := context.WithTimeout(ctx, seenWait)
+			defer cancel()
+			ver, err := p.c.Seen(sctx)
+			if err == nil && ver < m.Version {
+				err = fmt.Errorf("its volumes have taken in map version %d, not %d yet", ver, m.Version)
+			}
+			if err != nil {
+				errs[i] = fmt.Errorf("node %s: %w", p.id, err)
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	return vs.marks.VolumeSettled(ctx, name, id, vs.self, epoch, nodes)
 }
 
 // VolumeState is what an open volume on this node knows of its mirrors.
@@ -628,6 +768,9 @@ type VolumeInfo struct {
 	// Drained lists, while a re-placement is in progress, the nodes
 	// drained out of the set: members still, written until it ends.
 	Drained []string `json:"drained,omitempty"`
+	// Added lists, while a re-placement is in progress, the nodes a
+	// rebalance added to the set.
+	Added []string `json:"added,omitempty"`
 }
 
 // VolumeCopies counts the chunk copies of one volume on one node.
@@ -675,6 +818,11 @@ func volumeInfo(m *cluster.Map, v cluster.VolumeSpec, nbdURLs map[string][]strin
 	for _, id := range v.Prev {
 		if _, member := m.Node(id); member && !slices.Contains(v.Nodes, id) {
 			info.Drained = append(info.Drained, id)
+		}
+	}
+	for _, id := range v.Nodes {
+		if v.Prev != nil && !slices.Contains(v.Prev, id) {
+			info.Added = append(info.Added, id)
 		}
 	}
 	for i := int64(0); i < info.Chunks; i++ {
@@ -785,7 +933,11 @@ func (vs *volumes) prior(key string) bool {
 		}
 		cancel()
 	}
-	return ok && spec.Epoch > 0 && spec.Created.Before(vs.born) && slices.Contains(spec.Nodes, vs.self)
+	// A node a rebalance in progress added to the set (not in Prev)
+	// holds nothing until the writer copies chunks to it; only if its
+	// state began after the rebalance did, it was wiped since.
+	newcomer := spec.Prev != nil && !slices.Contains(spec.Prev, vs.self) && !spec.Since.Before(vs.born)
+	return ok && spec.Epoch > 0 && spec.Created.Before(vs.born) && slices.Contains(spec.Nodes, vs.self) && !newcomer
 }
 
 // registerVolumeAdmin adds the volume endpoints to the admin API.
@@ -857,6 +1009,24 @@ func (n *Node) registerVolumeAdmin() {
 		}
 		err := n.cluster.PutVolume(r.Context(), v)
 		writeAdmin(w, volumeInfo(n.cluster.Map(), v, n.nbdURLs(r), 0), err)
+	})
+	n.adminExtras["POST "+AdminPrefix+"volumes/{name}/rebalance"] = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		name := r.PathValue("name")
+		v, ok := n.cluster.Map().Volume(name)
+		if !ok {
+			writeAdmin(w, nil, fmt.Errorf("%w: no volume %q", object.ErrInvalidArgument, name))
+			return
+		}
+		if err := n.cluster.RebalanceVolume(r.Context(), name, v.ID); err != nil {
+			if errors.Is(err, cluster.ErrPlacementBusy) {
+				err = fmt.Errorf("%w: %w", object.ErrInvalidArgument, err)
+			}
+			writeAdmin(w, nil, err)
+			return
+		}
+		m := n.cluster.Map()
+		v, _ = m.Volume(name)
+		writeAdmin(w, volumeInfo(m, v, n.nbdURLs(r), 0), nil)
 	})
 	n.adminExtras["POST "+AdminPrefix+"volumes/{name}/accept-loss"] = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var req struct {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/slipstream-io/slipstream/internal/cluster"
+	"github.com/slipstream-io/slipstream/internal/placement"
 	"github.com/slipstream-io/slipstream/internal/volume"
 )
 
@@ -49,6 +50,77 @@ func TestCollectDropsMovedVolumes(t *testing.T) {
 	keys, err := vl.Keys()
 	if want := []string{"draining@02", "legacy", "mine@03"}; err != nil || !slices.Equal(keys, want) {
 		t.Fatalf("volume keys %v (%v), want %v", keys, err, want)
+	}
+}
+
+// TestSweepMovedChunks: once a volume's re-placement has ended, a node
+// deletes (after sweepDelay) its chunks that HRW over the volume's set no
+// longer gives it, and keeps the others; while a re-placement is in
+// progress, and for a set it swept already, it deletes nothing.
+func TestSweepMovedChunks(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	vl, err := volume.NewLocal(volume.LocalConfig{Mountpaths: []string{filepath.Join(root, "mp1"), filepath.Join(root, "mp2")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vl.Close()
+	const chunks = 64
+	for c := int64(0); c < chunks; c++ {
+		if err := vl.WriteAt(ctx, "v@01", 0, c, []byte("data"), 0, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ab, abc := []string{"a", "b"}, []string{"a", "b", "c"}
+	spec := cluster.VolumeSpec{Name: "v", ID: "01", Size: chunks * 4096, ChunkSize: 4096, Copies: 2, Nodes: abc, Prev: ab, Copied: true}
+	m := cluster.NewMap()
+	m.Volumes["v"] = spec
+	fm := &fixedMap{m}
+	vs := &volumes{self: "a", meta: fm, local: vl, stateDir: filepath.Join(root, "state"), log: slog.New(slog.DiscardHandler),
+		open: map[string]openVolume{}, clients: map[string]*volume.Client{}, sweepDelay: 10 * time.Millisecond}
+	held := func() []int64 {
+		t.Helper()
+		cs, err := vl.Chunks("v@01")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cs
+	}
+	vs.sweepMoved(ctx, m)
+	time.Sleep(100 * time.Millisecond)
+	if got := held(); len(got) != chunks {
+		t.Fatalf("swept during the re-placement: %d chunks left", len(got))
+	}
+	ended := m.Clone()
+	spec.Prev, spec.Copied = nil, false
+	ended.Volumes["v"] = spec
+	fm.m = ended
+	vs.sweepMoved(ctx, ended)
+	var want []int64
+	for c := int64(0); c < chunks; c++ {
+		if slices.Contains(placement.Owners(abc, volume.ChunkName("v", c), 2), "a") {
+			want = append(want, c)
+		}
+	}
+	if len(want) == chunks || len(want) == 0 {
+		t.Fatalf("a owns %d of %d chunks", len(want), chunks)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !slices.Equal(held(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("after the end: holds %v, want %v", held(), want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Swept once per set: a chunk written again is not looked at.
+	if err := vl.WriteAt(ctx, "v@01", 0, 0, []byte("data"), 0, false); err != nil {
+		t.Fatal(err)
+	}
+	vs.sweepMoved(ctx, ended)
+	time.Sleep(100 * time.Millisecond)
+	again := slices.Compact(slices.Sorted(slices.Values(append([]int64{0}, want...))))
+	if got := held(); !slices.Equal(got, again) {
+		t.Fatalf("swept the same set again: holds %v, want %v", got, again)
 	}
 }
 
@@ -182,6 +254,11 @@ func (m *markCalls) ClaimVolume(_ context.Context, name, id, node string, _ uint
 
 func (m *markCalls) VolumePlaced(_ context.Context, name, id, node string, epoch uint64, nodes []string, lost []int64) error {
 	m.calls = append(m.calls, fmt.Sprintf("%s placed %s %s %d %v lost %v", name, id, node, epoch, nodes, lost))
+	return nil
+}
+
+func (m *markCalls) VolumeSettled(_ context.Context, name, id, node string, epoch uint64, nodes []string) error {
+	m.calls = append(m.calls, fmt.Sprintf("%s settled %s %s %d %v", name, id, node, epoch, nodes))
 	return nil
 }
 
@@ -528,5 +605,93 @@ func TestVolumesOn(t *testing.T) {
 	}
 	if total["v2"] != 128 || total["v1"] != 32 {
 		t.Errorf("chunk copies counted: %v, want v2 128 (64 chunks, 2 copies), v1 32", total)
+	}
+}
+
+// TestSettleWaitsForEveryNode: the writer ends a re-placement whose
+// copies are made only once every other member answers that its volumes
+// have taken in the writer's map: not while one answers with an older
+// version, nor while one does not answer.
+func TestSettleWaitsForEveryNode(t *testing.T) {
+	ctx := context.Background()
+	serve := func() (addr string, h *volume.Handler, stop func()) {
+		vl, err := volume.NewLocal(volume.LocalConfig{Mountpaths: []string{t.TempDir()}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		h = volume.NewHandler(vl)
+		srv := &http.Server{Handler: h}
+		go func() { _ = srv.Serve(ln) }()
+		return ln.Addr().String(), h, func() { srv.Close(); h.Close(); vl.Close() }
+	}
+	bAddr, bh, stopB := serve()
+	defer stopB()
+	cAddr, ch, stopC := serve()
+	m := cluster.NewMap()
+	m.Version = 7
+	m.Nodes["a"] = cluster.NodeInfo{ID: "a"}
+	m.Nodes["b"] = cluster.NodeInfo{ID: "b", IntraAddrs: []string{bAddr}}
+	m.Nodes["c"] = cluster.NodeInfo{ID: "c", IntraAddrs: []string{cAddr}}
+	vs := testVolumes(t, m)
+	mc := &markCalls{}
+	vs.marks = mc
+	nodes := []string{"a", "b", "c"}
+	bh.NoteSeen(7)
+	ch.NoteSeen(6)
+	if err := vs.settle(ctx, "v", "01", nodes, 3); err == nil || !strings.Contains(err.Error(), "node c") {
+		t.Fatalf("settle with c behind: %v", err)
+	}
+	ch.NoteSeen(7)
+	stopC()
+	if err := vs.settle(ctx, "v", "01", nodes, 3); err == nil || !strings.Contains(err.Error(), "node c") {
+		t.Fatalf("settle with c not answering: %v", err)
+	}
+	if len(mc.calls) != 0 {
+		t.Fatalf("settled while a node may read the old owners: %v", mc.calls)
+	}
+	delete(m.Nodes, "c") // removed from the cluster
+	if err := vs.settle(ctx, "v", "01", nodes, 3); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"v settled 01 a 3 [a b c]"}; !slices.Equal(mc.calls, want) {
+		t.Fatalf("calls %v, want %v", mc.calls, want)
+	}
+}
+
+// TestPriorVolume: a node whose state began after a volume was created
+// and claimed, and which the volume lists, was wiped (its copies are
+// lost), unless a rebalance in progress added it before its state began
+// (it holds nothing yet by design).
+func TestPriorVolume(t *testing.T) {
+	born := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	before, after := born.Add(-time.Hour), born.Add(time.Hour)
+	for _, tc := range []struct {
+		name string
+		spec cluster.VolumeSpec
+		want bool
+	}{
+		{"member since before", cluster.VolumeSpec{Nodes: []string{"a", "b"}}, true},
+		{"not a member", cluster.VolumeSpec{Nodes: []string{"b", "c"}}, false},
+		{"created after", cluster.VolumeSpec{Nodes: []string{"a", "b"}, Created: after}, false},
+		{"rebalanced in, state before it", cluster.VolumeSpec{Nodes: []string{"a", "b"}, Prev: []string{"b"}, Since: after}, false},
+		{"rebalanced in, state after it", cluster.VolumeSpec{Nodes: []string{"a", "b"}, Prev: []string{"b"}, Since: before}, true},
+		{"in prev of a drain", cluster.VolumeSpec{Nodes: []string{"a"}, Prev: []string{"a", "b"}}, true},
+	} {
+		spec := tc.spec
+		spec.Name, spec.ID, spec.Size, spec.ChunkSize, spec.Copies, spec.Epoch = "v", "01", 1<<20, 4096, 1, 1
+		if spec.Created.IsZero() {
+			spec.Created = before.Add(-time.Hour)
+		}
+		m := cluster.NewMap()
+		m.Volumes["v"] = spec
+		vs := testVolumes(t, m)
+		vs.born = born
+		if got := vs.prior(spec.Key()); got != tc.want {
+			t.Errorf("%s: prior = %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

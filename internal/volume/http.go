@@ -21,6 +21,7 @@ import (
 // The intra-cluster chunk protocol, served under /volume/:
 //
 //	GET    /volume/_ping
+//	GET    /volume/_seen                            -> the map version this node's volumes have taken in (decimal)
 //	GET    /volume/{vol}/{chunk}?off=O&n=N          -> N bytes
 //	PUT    /volume/{vol}/{chunk}?off=O&epoch=E[&sync=1]   body: the data
 //	POST   /volume/{vol}/{chunk}/zero?off=O&n=N&epoch=E[&punch=1]
@@ -47,6 +48,19 @@ type Handler struct {
 // ServeHTTP implements http.Handler.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
 
+// NoteSeen records that every volume this node has open has taken in the
+// cluster map of version ver (and any it opens later will have): a
+// writer that ends a re-placement asks every node for it (Client.Seen),
+// so that none reads an old owner that stops being written.
+func (h *Handler) NoteSeen(ver uint64) {
+	for {
+		cur := h.h.seen.Load()
+		if ver <= cur || h.h.seen.CompareAndSwap(cur, ver) {
+			return
+		}
+	}
+}
+
 // Close ends the upgraded stream connections, which http.Server.Close and
 // Shutdown do not track (register it with RegisterOnShutdown).
 func (h *Handler) Close() error {
@@ -67,6 +81,9 @@ func NewHandler(r Replica) *Handler {
 		if err := r.Ping(req.Context()); err != nil {
 			httpError(w, err)
 		}
+	})
+	mux.HandleFunc("GET /volume/_seen", func(w http.ResponseWriter, req *http.Request) {
+		_, _ = io.WriteString(w, strconv.FormatUint(h.seen.Load(), 10))
 	})
 	mux.HandleFunc("POST /volume/_stream", h.serveStream)
 	mux.HandleFunc("GET /volume/{vol}/{chunk}", h.read)
@@ -103,6 +120,9 @@ type handler struct {
 	pool sync.Pool
 	// open finds the Volume a forwarded op is for (see Coordinate).
 	open atomic.Pointer[func(vol string) *Volume]
+	// seen is the cluster map version this node's volumes have taken in
+	// (NoteSeen).
+	seen atomic.Uint64
 
 	smu     sync.Mutex
 	streams map[net.Conn]struct{}
@@ -587,6 +607,25 @@ func (c *Client) Sync(ctx context.Context, vol string, chunks []int64) error {
 // Delete implements Replica.
 func (c *Client) Delete(ctx context.Context, vol string) error {
 	return c.do(ctx, http.MethodDelete, c.url(vol, -1, "", ""), nil, nil)
+}
+
+// Seen returns the cluster map version the node's volumes have taken in
+// (Handler.NoteSeen).
+func (c *Client) Seen(ctx context.Context) (uint64, error) {
+	resp, err := c.send(ctx, http.MethodGet, c.base+"/volume/_seen", nil)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 32))
+	if err != nil {
+		return 0, fmt.Errorf("%w: reading body: %w", ErrReplicaError, err)
+	}
+	ver, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%w: map version %q: %w", ErrReplicaError, b, err)
+	}
+	return ver, nil
 }
 
 // Ping implements Replica. It also dials the chunk stream connections

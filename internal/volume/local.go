@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -395,6 +396,49 @@ func (l *Local) Delete(_ context.Context, vol string) error {
 		}
 	}
 	return nil
+}
+
+// Chunks lists, sorted, the chunks of vol stored here.
+func (l *Local) Chunks(vol string) ([]int64, error) {
+	if err := ValidKey(vol); err != nil {
+		return nil, err
+	}
+	var out []int64
+	for _, mp := range l.cfg.Mountpaths {
+		ents, err := os.ReadDir(l.dir(mp, vol))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range ents {
+			if c, err := strconv.ParseUint(e.Name(), 16, 63); err == nil && len(e.Name()) == 16 && e.Type().IsRegular() {
+				out = append(out, int64(c))
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
+// DropChunk deletes chunk c of vol here: the node no longer holds it for
+// the volume (a re-placement moved it off, and ended).
+func (l *Local) DropChunk(vol string, c int64) error {
+	if err := ValidKey(vol); err != nil {
+		return err
+	}
+	k := fileKey{vol, c}
+	l.mu.Lock()
+	if of, ok := l.files[k]; ok {
+		l.drop(k, of)
+	}
+	l.mu.Unlock()
+	err := os.Remove(l.path(vol, c))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
 }
 
 // Keys lists the storage keys of the volumes with chunks here, sorted.

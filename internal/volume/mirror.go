@@ -34,6 +34,12 @@ type Config struct {
 	// claim of epoch, has copied every chunk to its owners among nodes.
 	// Chunks lost (see settleOrphan) are listed in lost.
 	Placed func(ctx context.Context, nodes []string, epoch uint64, lost []int64) error
+	// Settle, if set, ends a re-placement whose copies the map records
+	// made (Copied) for this node, writing under the claim of epoch,
+	// once no node reads the owners it takes chunks off any more (it
+	// fails while that is not known); this node then stops writing them.
+	// Without it, the next change of the set ends the re-placement.
+	Settle func(ctx context.Context, nodes []string, epoch uint64) error
 	// Lost lists, sorted, the chunks lost at Open (see NoteLost).
 	Lost []int64
 	// CopyWorkers is how many chunks a re-placement copies at a time.
@@ -131,7 +137,7 @@ type Volume struct {
 	key      string // spec.Key(): what replicas store the chunks under
 	size     atomic.Int64
 	shift    uint
-	nodes    map[string]*mirror                          // every node of Config.Nodes
+	nodes    atomic.Pointer[map[string]*mirror]          // every node of Config.Nodes and Prev, and those added since (AddMirrors); never changed, replaced
 	set      atomic.Pointer[[]string]                    // the nodes chunks are placed on now
 	mv       atomic.Pointer[moveState]                   // a re-placement in progress; nil: none
 	lost     atomic.Pointer[[]int64]                     // chunks the map lists as lost (NoteLost)
@@ -267,7 +273,6 @@ func Open(ctx context.Context, cfg Config) (*Volume, error) {
 		cfg:      cfg,
 		spec:     cfg.Spec,
 		key:      cfg.Spec.Key(),
-		nodes:    map[string]*mirror{},
 		unsynced: map[int64]uint64{},
 		flushing: make(chan struct{}, 1),
 		kick:     make(chan struct{}, 1),
@@ -279,20 +284,22 @@ func Open(ctx context.Context, cfg Config) (*Volume, error) {
 	v.size.Store(cfg.Spec.Size)
 	owners := make([]atomic.Pointer[[]*mirror], cfg.Spec.Chunks())
 	v.owners.Store(&owners)
+	mirrors := map[string]*mirror{}
 	for _, id := range cfg.Nodes {
 		r, ok := cfg.Replicas[id]
 		if !ok {
 			return nil, fmt.Errorf("volume: no replica for node %q", id)
 		}
-		v.nodes[id] = &mirror{id: id, r: r, local: id == cfg.Self}
+		mirrors[id] = &mirror{id: id, r: r, local: id == cfg.Self}
 	}
 	for _, id := range cfg.Prev {
 		// A node drained out of the set is written until the
 		// re-placement ends (one removed has no replica, or is gone).
-		if r, ok := cfg.Replicas[id]; ok && v.nodes[id] == nil {
-			v.nodes[id] = &mirror{id: id, r: r, local: id == cfg.Self}
+		if r, ok := cfg.Replicas[id]; ok && mirrors[id] == nil {
+			mirrors[id] = &mirror{id: id, r: r, local: id == cfg.Self}
 		}
 	}
+	v.nodes.Store(&mirrors)
 	nodes := slices.Clone(cfg.Nodes)
 	v.set.Store(&nodes)
 	v.NoteLost(cfg.Lost)
@@ -312,7 +319,7 @@ func Open(ctx context.Context, cfg Config) (*Volume, error) {
 			v.other.Store(true)
 		}
 	}
-	for _, m := range v.nodes {
+	for _, m := range v.mirrors() {
 		lr, ok := m.r.(lostReplica)
 		if !m.local || !ok {
 			continue
@@ -400,7 +407,7 @@ func (v *Volume) Grow(size int64) error {
 	v.growMove(chunks)
 	marked := false
 	for _, id := range v.mirrorIDs() {
-		m := v.nodes[id]
+		m := v.mirrors()[id]
 		m.markMu.Lock()
 		if m.shared.Load() || len(m.others) > 0 {
 			for c := from; c < chunks; c++ {
@@ -442,7 +449,7 @@ func (v *Volume) StaleChunks() map[string]int { return v.stale.counts() }
 func (v *Volume) Down() []string {
 	var out []string
 	for _, id := range v.mirrorIDs() {
-		if v.nodes[id].down.Load() {
+		if v.mirrors()[id].down.Load() {
 			out = append(out, id)
 		}
 	}
@@ -459,7 +466,7 @@ func (v *Volume) ownersOf(i int64) []*mirror {
 	ids := placement.Owners(v.nodeIDs(), ChunkName(v.spec.Name, i), v.spec.Copies)
 	o := make([]*mirror, len(ids))
 	for k, id := range ids {
-		o[k] = v.nodes[id]
+		o[k] = v.mirrors()[id]
 	}
 	slot.Store(&o)
 	return o
@@ -1224,7 +1231,7 @@ func (v *Volume) resyncLoop(ctx context.Context) {
 		case <-v.kick:
 		}
 		for _, id := range v.mirrorIDs() {
-			m := v.nodes[id]
+			m := v.mirrors()[id]
 			if m.down.Load() {
 				// Its mark stays made while it is away (another node may
 				// clear it); like a write, with the back-off of failed calls.
@@ -1435,7 +1442,7 @@ func (v *Volume) NoteStaleAt(marks map[string][]string, ver uint64) {
 // cleared it), which at worst costs a call marking it again; a listed one
 // is never taken as made, since the list may be older than a clear.
 func (v *Volume) noteStale(marks map[string][]string, atOpen bool, ver uint64) {
-	for id, m := range v.nodes {
+	for id, m := range v.mirrors() {
 		own := slices.Contains(marks[id], v.cfg.Self)
 		others := slices.DeleteFunc(slices.Clone(marks[id]), func(w string) bool { return w == v.cfg.Self })
 		wasListed := m.shared.Load() || len(m.others) > 0
@@ -1563,7 +1570,7 @@ func (v *Volume) becomeWriter(ctx context.Context, from uint64) error {
 		v.other.Store(false)
 	}
 	v.wrote.Store(true)
-	for id, m := range v.nodes {
+	for id, m := range v.mirrors() {
 		m.markMu.Lock()
 		if m.noted.Swap(false) || len(m.others) > 0 {
 			v.stale.markAll(id, false)
@@ -1601,7 +1608,7 @@ func (v *Volume) fenceAll(ctx context.Context, epoch uint64) error {
 	errs := make([]error, len(ids))
 	var wg sync.WaitGroup
 	for i, id := range ids {
-		m := v.nodes[id]
+		m := v.mirrors()[id]
 		if m.down.Load() {
 			continue
 		}
@@ -1618,7 +1625,7 @@ func (v *Volume) fenceAll(ctx context.Context, epoch uint64) error {
 		case errors.Is(err, ErrFenced):
 			return err
 		default:
-			v.fail(v.nodes[ids[i]], err)
+			v.fail(v.mirrors()[ids[i]], err)
 		}
 	}
 	return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -12,25 +13,27 @@ import (
 	"github.com/slipstream-io/slipstream/internal/placement"
 )
 
-// A re-placement moves a volume's chunks off nodes taken out of its node
-// set (Config.Prev: the set the chunks are on; Config.Nodes: the set they
-// go to). HRW over a smaller set keeps every surviving owner of a chunk
-// and adds one in place of each removed one, so the only change is a
-// newcomer per removed owner, which holds no copy of the chunk yet. Until
-// the writer has copied the chunk there (under the chunk's lock, as a
-// resync does), the newcomer is neither read, written nor taken as a
-// source: writes go to the other owners, and the copy brings them along.
-// Once every chunk is copied, the writer ends the re-placement
+// A re-placement moves a volume's chunks when its node set changes
+// (Config.Prev: the set the chunks are on; Config.Nodes: the set they go
+// to). HRW over a smaller set keeps every surviving owner of a chunk and
+// adds one in place of each removed one; over a larger set (a rebalance)
+// it only moves chunks to the added nodes. Either way the only change
+// per chunk is a newcomer per owner replaced, which holds no copy of the
+// chunk yet. Until the writer has copied the chunk there (under the
+// chunk's lock, as a resync does), the newcomer is neither read, written
+// nor taken as a source: writes go to the other owners, and the copy
+// brings them along. Once every chunk is copied, the writer records it
 // (Config.Placed); every other node goes on avoiding the newcomers until
-// its map shows it ended.
+// its map shows that.
 //
-// A node drained out of the set (a member still) keeps the chunks it
-// held: it is written with the owners, and is a source, until the
-// re-placement ends. When its copies are made, the map records it
-// (Copied): every node then reads the set's owners only, while writes
-// still reach the drained node, until the next change of the set ends
-// the re-placement. A node whose map is one change behind, and reads the
-// drained node, thus reads current data.
+// An owner replaced that is still a member (a node drained out of the
+// set, or one a rebalance took chunks off) keeps the chunks it held: it
+// is written with the owners, and is a source, until the re-placement
+// ends. When the copies are made, the map records it (Copied): every
+// node then reads the set's owners only, while writes still reach the
+// old owners, until the writer ends the re-placement (Config.Settle)
+// once every node has seen Copied, or the next change of the set ends
+// it. No node thus reads an old owner that stopped being written.
 
 // moveState is one re-placement as this Volume knows it.
 type moveState struct {
@@ -49,7 +52,15 @@ type moveState struct {
 	// Lost, which Placed adds them to, no longer lists them.
 	orphans []atomic.Bool
 	placed  atomic.Bool // Placed succeeded for this state
+	// settled: Settle succeeded for this state; settleAt: unix ns of its
+	// last attempt.
+	settled  atomic.Bool
+	settleAt atomic.Int64
 }
+
+// settleEvery spaces the writer's attempts to end a re-placement whose
+// copies are made (Config.Settle asks every member of the cluster).
+const settleEvery = time.Second
 
 // orphaned reports whether the re-placement found chunk c lost.
 func (ms *moveState) orphaned(c int64) bool {
@@ -97,11 +108,11 @@ func (v *Volume) fillMove(ms *moveState, from int64) {
 		var add, drop []*mirror
 		for _, id := range after {
 			if !slices.Contains(before, id) {
-				add = append(add, v.nodes[id])
+				add = append(add, v.mirrors()[id])
 			}
 		}
 		for _, id := range before {
-			if m := v.nodes[id]; m != nil && !slices.Contains(after, id) {
+			if m := v.mirrors()[id]; m != nil && !slices.Contains(after, id) {
 				drop = append(drop, m)
 			}
 		}
@@ -142,7 +153,7 @@ func (v *Volume) moving(c int64, m *mirror) bool {
 // chunks to the nodes left. A removed node is never written as a node
 // drained out of the set is.
 func (v *Volume) NoteGone(ids []string) {
-	for id, m := range v.nodes {
+	for id, m := range v.mirrors() {
 		m.gone.Store(slices.Contains(ids, id))
 	}
 	if len(ids) > 0 {
@@ -287,11 +298,41 @@ func (v *Volume) mirrorIDs() []string {
 		return ids
 	}
 	for _, id := range ms.prev {
-		if !slices.Contains(ids, id) && v.nodes[id] != nil && !v.nodes[id].gone.Load() {
+		if !slices.Contains(ids, id) && v.mirrors()[id] != nil && !v.mirrors()[id].gone.Load() {
 			ids = append(slices.Clip(ids), id)
 		}
 	}
 	return ids
+}
+
+// mirrors returns the volume's view of every node it knows.
+func (v *Volume) mirrors() map[string]*mirror { return *v.nodes.Load() }
+
+// AddMirrors gives the volume the nodes of ids it does not know yet, with
+// the replica replica returns for each: a rebalance (or a re-placement
+// the volume was opened before) places chunks on nodes it was not opened
+// with, and NotePlacement takes only nodes the volume knows. A new
+// mirror is not fenced at this node's claim: it holds no chunk of the
+// volume until the writer copies one there, and every copy and write
+// carries the writer's epoch, which the mirror then refuses older ones
+// below.
+func (v *Volume) AddMirrors(ids []string, replica func(id string) Replica) {
+	v.growMu.Lock()
+	defer v.growMu.Unlock()
+	cur := v.mirrors()
+	var next map[string]*mirror
+	for _, id := range ids {
+		if cur[id] != nil || next[id] != nil {
+			continue
+		}
+		if next == nil {
+			next = maps.Clone(cur)
+		}
+		next[id] = &mirror{id: id, r: replica(id), local: id == v.cfg.Self}
+	}
+	if next != nil {
+		v.nodes.Store(&next)
+	}
 }
 
 // nodeIDs returns the nodes chunks are placed on now.
@@ -312,7 +353,7 @@ func (v *Volume) NotePlacement(nodes, prev []string, copied bool) {
 		return
 	}
 	for _, id := range nodes {
-		if v.nodes[id] == nil {
+		if v.mirrors()[id] == nil {
 			v.cfg.Logger.Warn("volume placed on a node it was not opened with; keeping its placement", "volume", v.spec.Name, "node", id)
 			return
 		}
@@ -324,7 +365,7 @@ func (v *Volume) NotePlacement(nodes, prev []string, copied bool) {
 	} else {
 		v.mv.Store(v.newMove(prev, nodes, copied, int64(len(*v.owners.Load()))))
 	}
-	for id, m := range v.nodes {
+	for id, m := range v.mirrors() {
 		if !slices.Contains(nodes, id) && (!slices.Contains(prev, id) || m.gone.Load()) {
 			v.stale.clearAll(id) // no longer a mirror
 		}
@@ -363,7 +404,11 @@ func (v *Volume) moveLoop(ctx context.Context) {
 // newcomer that is down is left for a later pass.
 func (v *Volume) move(ctx context.Context) {
 	ms := v.mv.Load()
-	if ms == nil || ms.placed.Load() || ms.copied.Load() || !v.writer() || v.fencedOff() {
+	if ms == nil || ms.placed.Load() || !v.writer() || v.fencedOff() {
+		return
+	}
+	if ms.copied.Load() {
+		v.settle(ctx, ms)
 		return
 	}
 	ep := v.epoch.Load()
@@ -433,6 +478,25 @@ func (v *Volume) move(ctx context.Context) {
 	}
 	ms.placed.Store(true)
 	v.cfg.Logger.Info("volume chunks copied to their new nodes", "volume", v.spec.Name, "nodes", ms.nodes)
+}
+
+// settle ends re-placement ms, whose copies the map records made, through
+// Config.Settle, at most once per settleEvery.
+func (v *Volume) settle(ctx context.Context, ms *moveState) {
+	now := time.Now().UnixNano()
+	if v.cfg.Settle == nil || ms.settled.Load() || now-ms.settleAt.Load() < int64(settleEvery) {
+		return
+	}
+	ms.settleAt.Store(now)
+	cctx, cancel := context.WithTimeout(ctx, marksTimeout)
+	err := v.cfg.Settle(cctx, ms.nodes, v.epoch.Load())
+	cancel()
+	if err != nil {
+		v.cfg.Logger.Debug("the volume's re-placement cannot end yet", "volume", v.spec.Name, "err", err)
+		return
+	}
+	ms.settled.Store(true)
+	v.cfg.Logger.Info("volume re-placement ended: its old owners are no longer written", "volume", v.spec.Name, "nodes", ms.nodes)
 }
 
 // Claim makes this node the volume's writer, taking the claim from the

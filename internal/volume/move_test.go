@@ -483,3 +483,114 @@ func TestUndrainRevertsPlacement(t *testing.T) {
 func placementOwners1(nodes []string, c int64) []string {
 	return placement.Owners(nodes, ChunkName("vol", c), 1)
 }
+
+// TestRebalanceAddsMirror: a rebalance adds a node the volumes were not
+// opened with (AddMirrors). The chunks HRW gives it are copied there
+// while writes go on; their old owners are written until the
+// re-placement ends, and once the map records the copies made the writer
+// asks to end it (Settle); after the end the old owners are not written,
+// and the chunks read from the new owners with either of two down.
+func TestRebalanceAddsMirror(t *testing.T) {
+	ctx := context.Background()
+	reps := memReps("a", "b", "c")
+	ab, abc := []string{"a", "b"}, []string{"a", "b", "c"}
+	const chunks = 48
+	placed := make(chan []string, 4)
+	settled := make(chan []string, 4)
+	cfg := memConfig("a", t.TempDir(), chunks*memCS, ab, reps, nil)
+	cfg.Placed = func(_ context.Context, nodes []string, _ uint64, _ []int64) error { placed <- nodes; return nil }
+	cfg.Settle = func(_ context.Context, nodes []string, _ uint64) error { settled <- nodes; return nil }
+	w := openMemConfig(t, cfg)
+	r := openMemConfig(t, memConfig("b", t.TempDir(), chunks*memCS, ab, reps, nil))
+	want := make([]byte, chunks*memCS)
+	write := func(fill byte) {
+		t.Helper()
+		for i := range want {
+			want[i] = fill + byte(i/memCS)
+		}
+		if err := w.WriteAt(ctx, want, 0, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(v *Volume, what string) {
+		t.Helper()
+		got := make([]byte, len(want))
+		if err := v.ReadAt(ctx, got, 0); err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("%s: %v, equal %v", what, err, bytes.Equal(got, want))
+		}
+	}
+	// The chunks c takes, and the owner each takes it from.
+	moved := map[int64]string{}
+	for c := int64(0); c < chunks; c++ {
+		after := placementOwners(abc, c)
+		if slices.Contains(after, "c") {
+			for _, id := range ab {
+				if !slices.Contains(after, id) {
+					moved[c] = id
+				}
+			}
+		}
+	}
+	if len(moved) == 0 {
+		t.Fatal("no chunk moves to c")
+	}
+	holds := func(rep, what string, data []byte, onlyFrom bool) {
+		t.Helper()
+		got := make([]byte, memCS)
+		for c, from := range moved {
+			if onlyFrom && from != rep {
+				continue
+			}
+			if err := reps[rep].ReadAt(ctx, "vol@1", c, got, 0); err != nil || !bytes.Equal(got, data[c*memCS:(c+1)*memCS]) {
+				t.Fatalf("%s: %s's copy of chunk %d: %v, reads %d want %d", what, rep, c, err, got[0], data[c*memCS])
+			}
+		}
+	}
+	write(1)
+
+	for _, v := range []*Volume{w, r} {
+		v.AddMirrors(abc, func(id string) Replica { return reps[id] })
+		v.NotePlacement(abc, ab, false)
+	}
+	write(60) // while the copies are made
+	check(r, "b, copying")
+	select {
+	case nodes := <-placed:
+		if !slices.Equal(nodes, abc) {
+			t.Fatalf("placed for %v", nodes)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the copies to c were not made")
+	}
+	holds("c", "copies made", want, false)
+	for _, v := range []*Volume{w, r} {
+		v.NotePlacement(abc, ab, true)
+	}
+	write(120)
+	for _, id := range ab {
+		holds(id, "copied in the map", want, true)
+	}
+	select {
+	case nodes := <-settled:
+		if !slices.Equal(nodes, abc) {
+			t.Fatalf("settled for %v", nodes)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the writer did not ask to end the re-placement")
+	}
+	for _, v := range []*Volume{w, r} {
+		v.NotePlacement(abc, nil, false)
+	}
+	old := slices.Clone(want)
+	write(200)
+	for _, id := range ab {
+		holds(id, "ended", old, true) // no longer written
+	}
+	holds("c", "ended", want, false)
+	for _, id := range abc {
+		reps[id].down.Store(true)
+		check(r, "b, ended, "+id+" down")
+		reps[id].down.Store(false)
+		waitUntil(t, id+" back", func() bool { return len(w.Down()) == 0 && len(r.Down()) == 0 })
+	}
+}

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -760,6 +761,26 @@ func startFio(t *testing.T, args []string) (done <-chan error, out *bytes.Buffer
 	return ch, out
 }
 
+// chunkFiles counts the chunk files of volume name on node i's drives.
+func chunkFiles(t *testing.T, c *localcluster.Cluster, i int, name string) int {
+	t.Helper()
+	n := 0
+	for _, mp := range c.Configs[i].Mountpaths {
+		dirs, err := filepath.Glob(filepath.Join(mp, "volumes", name+"@*"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range dirs {
+			files, err := filepath.Glob(filepath.Join(d, strings.Repeat("[0-9a-f]", 16)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			n += len(files)
+		}
+	}
+	return n
+}
+
 // volumeInfoJSON is `volume info NAME --json` through node i.
 func volumeInfoJSON(t *testing.T, c *localcluster.Cluster, i int, name string) node.VolumeInfo {
 	t.Helper()
@@ -928,18 +949,21 @@ func TestVolumeDrained(t *testing.T) {
 	if !strings.Contains(out, fmt.Sprintf("volume chunks are copied off it, and it is written until they are (volume info shows when it is done): one (copies=1, %d chunks)", onNode2)) {
 		t.Errorf("drain does not say the chunks of one are copied off node2:\n%s", out)
 	}
-	waitFor(t, 60*time.Second, "the copies off node2", func() bool {
+	// The writer ends the re-placements itself once every node has seen
+	// the copies made, with node2 up and still a member.
+	waitFor(t, 60*time.Second, "the re-placements off node2 to end", func() bool {
 		m := clusterMap(t, c, via)
 		for _, name := range []string{"one", "two"} {
-			if v := m.Volumes[name]; !v.Copied || slices.Contains(v.Nodes, "node2") {
+			if v := m.Volumes[name]; v.Prev != nil || slices.Contains(v.Nodes, "node2") {
 				return false
 			}
 		}
 		return true
 	})
-	if info := volumeCmd(t, c, via, "info", "one"); !strings.Contains(info, "re-placed: every chunk is copied to the nodes above; node2 still written") {
-		t.Errorf("volume info after the copies:\n%s", info)
+	if info := volumeCmd(t, c, via, "info", "one"); strings.Contains(info, "re-plac") {
+		t.Errorf("volume info after the re-placement ended:\n%s", info)
 	}
+	waitFor(t, 30*time.Second, "node2 to delete its chunks of one", func() bool { return chunkFiles(t, c, 1, "one") == 0 })
 	select {
 	case err := <-fioDone:
 		if err != nil {
@@ -968,5 +992,98 @@ func TestVolumeDrained(t *testing.T) {
 	c.Kill(0)
 	if msg := qemuRead(uri(2, "two"), 0, 32<<20, 0x62); msg != "" {
 		t.Fatalf("two through node3 with node2 gone and node1 down: %s", msg)
+	}
+}
+
+// TestVolumeRebalance: node4 joins a 3-node cluster with a copies=1 and a
+// copies=2 volume, and `volume rebalance` spreads both over it while fio
+// writes the copies=1 volume through node4 (200 writes a second). The
+// chunks HRW gives node4 are copied there, their old owners are written
+// until the writer has every node past the copies, then the re-placement
+// ends by itself and the old owners delete the chunks they no longer
+// hold. fio verify passes through another node, every node holds exactly
+// the chunks HRW gives it over the four nodes, and the copies=2 volume
+// reads back with node4 killed.
+func TestVolumeRebalance(t *testing.T) {
+	c := startCluster(t, localcluster.Spec{Nodes: 4, Initial: 3})
+	ctx := context.Background()
+	const via = 2 // node3 answers the admin calls
+	uri := func(i int, name string) string { return fmt.Sprintf("nbd://%s/%s", c.Configs[i].NBD[0], name) }
+	volumeCmd(t, c, via, "create", "one", "--size", "64MiB", "--copies", "1", "--chunk", "1MiB")
+	volumeCmd(t, c, via, "create", "two", "--size", "32MiB", "--copies", "2", "--chunk", "1MiB")
+	runTool(t, "qemu-io", "-f", "raw", "-c", "write -P 0x61 0 64M", "-c", "flush", uri(0, "one"))
+	runTool(t, "qemu-io", "-f", "raw", "-c", "write -P 0x62 0 32M", "-c", "flush", uri(0, "two"))
+	if out := volumeCmd(t, c, via, "rebalance", "one"); !strings.Contains(out, "nothing to move") {
+		t.Errorf("rebalance with no node to add:\n%s", out)
+	}
+
+	if err := c.StartNode(3); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitReady(ctx, 4); err != nil {
+		t.Fatal(err)
+	}
+	load := func(verify bool) []string {
+		args := []string{"--name=load", "--ioengine=nbd", "--uri=" + uri(3, "one"),
+			"--rw=randwrite", "--bs=16k", "--iodepth=4", "--size=32m", "--verify=crc32c", "--verify_state_save=0",
+			"--randrepeat=1", "--randseed=13", "--norandommap=0"}
+		if verify {
+			args[2] = "--uri=" + uri(2, "one")
+			return append(args, "--verify_only")
+		}
+		return append(args, "--do_verify=0", "--rate_iops=200")
+	}
+	fioDone, fioOut := startFio(t, load(false))
+	time.Sleep(time.Second)
+
+	for _, name := range []string{"one", "two"} {
+		out := volumeCmd(t, c, via, "rebalance", name)
+		if !strings.Contains(out, "copied to node4 (placed on node1, node2, node3 before)") {
+			t.Errorf("rebalance %s:\n%s", name, out)
+		}
+	}
+	waitFor(t, 90*time.Second, "the rebalances to end", func() bool {
+		m := clusterMap(t, c, via)
+		for _, name := range []string{"one", "two"} {
+			if v := m.Volumes[name]; v.Prev != nil || !slices.Contains(v.Nodes, "node4") {
+				return false
+			}
+		}
+		return true
+	})
+	select {
+	case err := <-fioDone:
+		if err != nil {
+			t.Fatalf("fio writing one across the rebalance: %v\n%s", err, fioOut.String())
+		}
+	case <-time.After(120 * time.Second):
+		t.Fatalf("fio writing one did not end:\n%s", fioOut.String())
+	}
+	m := clusterMap(t, c, via)
+	for _, name := range []string{"one", "two"} {
+		if v := m.Volumes[name]; len(v.Stale) > 0 || len(v.Lost) > 0 {
+			t.Errorf("%s after the rebalance: stale %v, lost %v", name, v.Stale, v.Lost)
+		}
+	}
+	// Every node ends with exactly the chunks HRW gives it over the four.
+	for _, name := range []string{"one", "two"} {
+		info := volumeInfoJSON(t, c, via, name)
+		if info.ChunksPerNode["node4"] == 0 {
+			t.Fatalf("%s: node4 holds no chunk after the rebalance: %v", name, info.ChunksPerNode)
+		}
+		for i := range 4 {
+			id := fmt.Sprintf("node%d", i+1)
+			waitFor(t, 60*time.Second, fmt.Sprintf("%s to hold %d chunks of %s", id, info.ChunksPerNode[id], name), func() bool {
+				return int64(chunkFiles(t, c, i, name)) == info.ChunksPerNode[id]
+			})
+		}
+	}
+	runTool(t, "fio", load(true)...)
+	if msg := qemuRead(uri(1, "one"), 32<<20, 32<<20, 0x61); msg != "" {
+		t.Fatalf("one through node2 after the rebalance: %s", msg)
+	}
+	c.Kill(3)
+	if msg := qemuRead(uri(1, "two"), 0, 32<<20, 0x62); msg != "" {
+		t.Fatalf("two through node2 with node4 down: %s", msg)
 	}
 }
