@@ -31,7 +31,7 @@ func volumeCommand() Command {
 				{name: "info", synopsis: "NAME", summary: "a volume's size, copies, placement and NBD URIs", run: volumeInfo},
 				{name: "resize", synopsis: "NAME --size S", summary: "grow a volume", run: volumeResize},
 				{name: "delete", aliases: []string{"rm"}, synopsis: "NAME", summary: "delete a volume and its data", run: volumeDelete},
-				{name: "rebalance", synopsis: "NAME", summary: "spread a volume's chunks over the nodes that joined since it was created", run: volumeRebalance},
+				{name: "rebalance", synopsis: "NAME|--all", summary: "spread a volume's chunks over the nodes that joined since it was created", run: volumeRebalance},
 				{name: "accept-loss", synopsis: "NAME [--chunks LIST]", summary: "use lost chunks again, as zeros", run: volumeAcceptLoss},
 				{name: "certs", synopsis: "DIR --host H [--host H]...", summary: "write the certificates of NBD over TLS (nbd_tls)", run: volumeCerts},
 			}
@@ -233,27 +233,63 @@ func volumeDelete(ctx context.Context, env Env, args []string) error {
 // volumeAcceptLoss accepts the loss of a volume's lost chunks (by
 // default every one volume info lists), which then read as zeros.
 func volumeRebalance(ctx context.Context, env Env, args []string) error {
-	name, a, asJSON, err := volumeArgs(env, "rebalance", "NAME", args, nil)
+	all := slices.ContainsFunc(args, func(a string) bool { return a == "--all" || a == "-all" })
+	synopsis := "NAME"
+	if all {
+		args = slices.DeleteFunc(slices.Clone(args), func(a string) bool { return a == "--all" || a == "-all" })
+		synopsis = ""
+	}
+	name, a, asJSON, err := volumeArgs(env, "rebalance", synopsis, args, nil)
 	if err != nil {
 		return err
 	}
-	var info node.VolumeInfo
-	if err := a.call(ctx, http.MethodPost, node.AdminPrefix+"volumes/"+url.PathEscape(name)+"/rebalance", nil, &info); err != nil {
-		return explainMissingVolume(ctx, a, name, err)
+	names := []string{name}
+	if all {
+		var infos []node.VolumeInfo
+		if err := a.call(ctx, http.MethodGet, node.AdminPrefix+"volumes", nil, &infos); err != nil {
+			return err
+		}
+		names = names[:0]
+		for _, v := range infos {
+			names = append(names, v.Name)
+		}
+	}
+	var out []node.VolumeInfo
+	failed := 0
+	for _, name := range names {
+		var info node.VolumeInfo
+		if err := a.call(ctx, http.MethodPost, node.AdminPrefix+"volumes/"+url.PathEscape(name)+"/rebalance", nil, &info); err != nil {
+			if !all {
+				return explainMissingVolume(ctx, a, name, err)
+			}
+			failed++
+			fmt.Fprintf(env.Stderr, "volume %s: %v\n", name, err)
+			continue
+		}
+		out = append(out, info)
+		if asJSON {
+			continue
+		}
+		if len(info.Added) == 0 {
+			fmt.Fprintf(env.Stdout, "volume %s is on every node that takes placements (%s): nothing to move\n", name, strings.Join(info.Nodes, ", "))
+			continue
+		}
+		moved := int64(0)
+		for _, id := range info.Added {
+			moved += info.ChunksPerNode[id]
+		}
+		fmt.Fprintf(env.Stdout, "volume %s: %s copied to %s (placed on %s before); watch 'slipstream volume info %s'\n",
+			name, plural(int(moved), "chunk copy", "chunk copies"), strings.Join(info.Added, ", "), strings.Join(info.Prev, ", "), name)
 	}
 	if asJSON {
-		return json.NewEncoder(env.Stdout).Encode(info)
+		if all {
+			return json.NewEncoder(env.Stdout).Encode(out)
+		}
+		return json.NewEncoder(env.Stdout).Encode(out[0])
 	}
-	if len(info.Added) == 0 {
-		fmt.Fprintf(env.Stdout, "volume %s is on every node that takes placements (%s): nothing to move\n", name, strings.Join(info.Nodes, ", "))
-		return nil
+	if failed > 0 {
+		return fmt.Errorf("%s not rebalanced (above)", plural(failed, "volume"))
 	}
-	moved := int64(0)
-	for _, id := range info.Added {
-		moved += info.ChunksPerNode[id]
-	}
-	fmt.Fprintf(env.Stdout, "volume %s: %s copied to %s (placed on %s before); watch 'slipstream volume info %s'\n",
-		name, plural(int(moved), "chunk copy", "chunk copies"), strings.Join(info.Added, ", "), strings.Join(info.Prev, ", "), name)
 	return nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -1036,10 +1037,10 @@ func TestVolumeRebalance(t *testing.T) {
 	fioDone, fioOut := startFio(t, load(false))
 	time.Sleep(time.Second)
 
+	out := volumeCmd(t, c, via, "rebalance", "--all")
 	for _, name := range []string{"one", "two"} {
-		out := volumeCmd(t, c, via, "rebalance", name)
-		if !strings.Contains(out, "copied to node4 (placed on node1, node2, node3 before)") {
-			t.Errorf("rebalance %s:\n%s", name, out)
+		if !regexp.MustCompile(`(?m)^volume ` + name + `: \d+ chunk copies copied to node4 \(placed on node1, node2, node3 before\)`).MatchString(out) {
+			t.Errorf("rebalance --all does not say %s moves to node4:\n%s", name, out)
 		}
 	}
 	waitFor(t, 90*time.Second, "the rebalances to end", func() bool {
