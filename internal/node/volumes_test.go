@@ -491,19 +491,9 @@ func TestWipedNodeTreatsWrittenVolumesAsLost(t *testing.T) {
 // its second address while its first does not answer.
 func TestVolumeClientsFollowTheMap(t *testing.T) {
 	ctx := context.Background()
-	serve := func() (addr string, stop func()) {
-		vl, err := volume.NewLocal(volume.LocalConfig{Mountpaths: []string{t.TempDir()}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		h := volume.NewHandler(vl)
-		srv := &http.Server{Handler: h}
-		go func() { _ = srv.Serve(ln) }()
-		return ln.Addr().String(), func() { srv.Close(); h.Close(); vl.Close() }
+	serve := func() (string, func()) {
+		addr, _, stop := serveChunks(t)
+		return addr, stop
 	}
 	deadAddr := func() string { // a port nothing listens on
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -608,29 +598,33 @@ func TestVolumesOn(t *testing.T) {
 	}
 }
 
+// serveChunks serves a volume.Local of its own over HTTP on a loopback
+// port, as a node's chunk endpoints.
+func serveChunks(t *testing.T) (addr string, h *volume.Handler, stop func()) {
+	t.Helper()
+	vl, err := volume.NewLocal(volume.LocalConfig{Mountpaths: []string{t.TempDir()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h = volume.NewHandler(vl)
+	srv := &http.Server{Handler: h}
+	go func() { _ = srv.Serve(ln) }()
+	return ln.Addr().String(), h, func() { srv.Close(); h.Close(); vl.Close() }
+}
+
 // TestSettleWaitsForEveryNode: the writer ends a re-placement whose
 // copies are made only once every other member answers that its volumes
 // have taken in the writer's map: not while one answers with an older
 // version, nor while one does not answer.
 func TestSettleWaitsForEveryNode(t *testing.T) {
 	ctx := context.Background()
-	serve := func() (addr string, h *volume.Handler, stop func()) {
-		vl, err := volume.NewLocal(volume.LocalConfig{Mountpaths: []string{t.TempDir()}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		h = volume.NewHandler(vl)
-		srv := &http.Server{Handler: h}
-		go func() { _ = srv.Serve(ln) }()
-		return ln.Addr().String(), h, func() { srv.Close(); h.Close(); vl.Close() }
-	}
-	bAddr, bh, stopB := serve()
+	bAddr, bh, stopB := serveChunks(t)
 	defer stopB()
-	cAddr, ch, stopC := serve()
+	cAddr, ch, stopC := serveChunks(t)
 	m := cluster.NewMap()
 	m.Version = 7
 	m.Nodes["a"] = cluster.NodeInfo{ID: "a"}
