@@ -340,6 +340,11 @@ func applyCommand(m *Map, c command) (*Map, error) {
 		if v.Prev != nil {
 			return m, fmt.Errorf("%w: volume %q: a re-placement is in progress (see volume info); rebalance once it ends", ErrPlacementBusy, c.Name)
 		}
+		if len(v.Nodes) == 0 {
+			// Placed on every member as the map lists them (a volume
+			// of an older version): there is no set to grow.
+			return m, fmt.Errorf("%w: volume %q is placed on every member already", ErrInvalid, c.Name)
+		}
 		add := rebalanceAdds(m, v)
 		if len(add) == 0 {
 			return m, nil

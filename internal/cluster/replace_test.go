@@ -302,6 +302,13 @@ func TestRebalanceAddsNodes(t *testing.T) {
 	if v := m3.Volumes["v"]; !slices.Equal(v.Nodes, abc) || v.Prev != nil || v.Copied || !v.Since.IsZero() {
 		t.Fatalf("after settled: %+v", v)
 	}
+	legacy := m3.Clone()
+	lv := legacy.Volumes["v"]
+	lv.Nodes = nil
+	legacy.Volumes["v"] = lv
+	if _, err := applyCommand(legacy, rebalance("v1")); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("rebalance of a volume without a node set: %v", err)
+	}
 	// Nothing left to add: no change.
 	if m4, err := applyCommand(m3, rebalance("v1")); err != nil || m4 != m3 {
 		t.Fatalf("rebalance with every placing member in the set: %v (map changed: %v)", err, m4 != m3)

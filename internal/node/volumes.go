@@ -1018,7 +1018,7 @@ func (n *Node) registerVolumeAdmin() {
 			return
 		}
 		if err := n.cluster.RebalanceVolume(r.Context(), name, v.ID); err != nil {
-			if errors.Is(err, cluster.ErrPlacementBusy) {
+			if errors.Is(err, cluster.ErrPlacementBusy) || errors.Is(err, cluster.ErrInvalid) {
 				err = fmt.Errorf("%w: %w", object.ErrInvalidArgument, err)
 			}
 			writeAdmin(w, nil, err)

@@ -1088,3 +1088,57 @@ func TestVolumeRebalance(t *testing.T) {
 		t.Fatalf("two through node2 with node4 down: %s", msg)
 	}
 }
+
+// TestVolumeRebalanceWriterDies: the node that writes a copies=2 volume
+// (and copies its chunks to node4, just joined) is killed as the
+// rebalance starts. A node of the set left claims the volume and makes
+// the copies; the re-placement stays open (the old owners written) while
+// the killed node, a member still, cannot say that it reads the new
+// owners, and ends once it is back. The volume reads back through every
+// node, and through node4 with node1 killed again.
+func TestVolumeRebalanceWriterDies(t *testing.T) {
+	c := startCluster(t, localcluster.Spec{Nodes: 4, Initial: 3})
+	ctx := context.Background()
+	const via = 2
+	uri := func(i int) string { return fmt.Sprintf("nbd://%s/vol", c.Configs[i].NBD[0]) }
+	volumeCmd(t, c, via, "create", "vol", "--size", "64MiB", "--copies", "2", "--chunk", "1MiB")
+	runTool(t, "qemu-io", "-f", "raw", "-c", "write -P 0x63 0 64M", "-c", "flush", uri(0))
+	if err := c.StartNode(3); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitReady(ctx, 4); err != nil {
+		t.Fatal(err)
+	}
+	if w := clusterMap(t, c, via).Volumes["vol"].Writer; w != "node1" {
+		t.Fatalf("writer %q, want node1", w)
+	}
+	volumeCmd(t, c, via, "rebalance", "vol")
+	c.Kill(0)
+	waitFor(t, 60*time.Second, "the copies to node4 to be made without node1", func() bool {
+		v := clusterMap(t, c, via).Volumes["vol"]
+		return (v.Copied || v.Prev == nil) && v.Writer != "node1"
+	})
+	time.Sleep(3 * time.Second) // several settle attempts
+	if v := clusterMap(t, c, via).Volumes["vol"]; v.Prev == nil {
+		t.Fatalf("the re-placement ended while node1, a member, could not answer: %+v", v)
+	}
+	if msg := qemuRead(uri(3), 0, 64<<20, 0x63); msg != "" {
+		t.Fatalf("through node4 with node1 down: %s", msg)
+	}
+	if err := c.StartNode(0); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, "the re-placement to end with node1 back", func() bool {
+		return clusterMap(t, c, via).Volumes["vol"].Prev == nil
+	})
+	for i := range 4 {
+		if msg := qemuRead(uri(i), 0, 64<<20, 0x63); msg != "" {
+			t.Fatalf("through node%d after the rebalance: %s", i+1, msg)
+		}
+	}
+	waitThreeVoters(t, c, via)
+	c.Kill(0)
+	if msg := qemuRead(uri(3), 0, 64<<20, 0x63); msg != "" {
+		t.Fatalf("through node4 with node1 killed after the rebalance: %s", msg)
+	}
+}
