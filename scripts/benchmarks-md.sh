@@ -43,7 +43,7 @@ HDR
 	section "Intra-cluster TLS (intra_tls) vs plain intra-cluster HTTP" bench-intra-tls.md
 	section "Volume writes through a node without the claim (forwarded) vs through the holder" bench-volume-forward.md
 	notes bench-volume-forward-notes.md
-	section "Volume re-placement after a node is removed vs the disk" bench-replace.md
+	section "Volume re-placement (a node removed, or one added by a rebalance) vs the disk" bench-replace.md
 	notes bench-replace-notes.md
 	section "NBD over TLS vs plain NBD" bench-nbd-tls.md
 	notes bench-nbd-tls-notes.md
