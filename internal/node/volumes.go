@@ -441,19 +441,20 @@ func (vs *volumes) collect(ctx context.Context) {
 	}
 }
 
-// dropMoved removes this node's chunks of the volumes of m whose set it
-// has left for good: drained out of it, the re-placement ended (the
-// writers no longer write it; nodes read it only with a map two changes
-// late). Its copies of a volume it still serves over NBD are not needed
-// for that: the volume reads and writes its set's mirrors.
+// dropMoved removes, sweepDelay after it sees it, this node's chunks of
+// the volumes of m whose set it has left for good: drained out of it, the
+// re-placement ended (the writers no longer write it, once a write sent
+// before the end has landed; no node reads it). Its copies of a volume it
+// still serves over NBD are not needed for that: the volume reads and
+// writes its set's mirrors.
 func (vs *volumes) dropMoved(ctx context.Context, m *cluster.Map) {
-	var keys []string
+	var specs []cluster.VolumeSpec
 	for _, spec := range m.Volumes {
 		if len(spec.Nodes) > 0 && !slices.Contains(spec.Nodes, vs.self) && !slices.Contains(spec.Prev, vs.self) && !vs.dropped[spec.Key()] {
-			keys = append(keys, spec.Key())
+			specs = append(specs, spec)
 		}
 	}
-	if len(keys) == 0 {
+	if len(specs) == 0 {
 		return
 	}
 	held, err := vs.local.Keys()
@@ -464,25 +465,45 @@ func (vs *volumes) dropMoved(ctx context.Context, m *cluster.Map) {
 	if vs.dropped == nil {
 		vs.dropped = map[string]bool{}
 	}
-	for _, k := range keys {
-		if slices.Contains(held, k) {
-			if err := vs.local.Delete(ctx, k); err != nil {
-				vs.log.Warn("removing the chunks of a volume moved off this node", "volume", k, "err", err)
-				continue
-			}
-			vs.log.Info("removed the chunks of a volume moved off this node", "volume", k)
-		}
+	for _, spec := range specs {
+		k := spec.Key()
 		// Checked once: a volume this node never held (created before it
 		// joined, or without it) does not list the chunks again at every
 		// change of the map.
 		vs.dropped[k] = true
+		if !slices.Contains(held, k) {
+			continue
+		}
+		vs.later(ctx, func() {
+			cur, ok := vs.meta.Map().Volume(spec.Name)
+			if ok && cur.ID == spec.ID && (slices.Contains(cur.Nodes, vs.self) || slices.Contains(cur.Prev, vs.self)) {
+				return // back in the set (a rebalance)
+			}
+			if err := vs.local.Delete(ctx, k); err != nil {
+				vs.log.Warn("removing the chunks of a volume moved off this node", "volume", k, "err", err)
+				return
+			}
+			vs.log.Info("removed the chunks of a volume moved off this node", "volume", k)
+		})
 	}
 }
 
+// later runs f sweepDelay from now, unless ctx ends first.
+func (vs *volumes) later(ctx context.Context, f func()) {
+	go func() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(vs.sweepDelay):
+		}
+		f()
+	}()
+}
+
 // sweepDelay is how long after a re-placement's end a node deletes the
-// chunks it no longer holds for the volume: a write the writer sent
-// before the end may still be on its way (bounded by the replica
-// timeout).
+// chunks it no longer holds for the volume (sweepMoved, dropMoved): a
+// write the writer sent before the end may still be on its way (bounded
+// by the replica timeout), and would create the chunk file again.
 const sweepDelay = 15 * time.Second
 
 // sweepMoved deletes, sweepDelay after it sees the re-placement of a
@@ -500,14 +521,7 @@ func (vs *volumes) sweepMoved(ctx context.Context, m *cluster.Map) {
 			continue
 		}
 		vs.swept[spec.Key()] = set
-		go func() {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(vs.sweepDelay):
-			}
-			vs.sweep(spec)
-		}()
+		vs.later(ctx, func() { vs.sweep(spec) })
 	}
 }
 

@@ -47,8 +47,15 @@ func TestCollectDropsMovedVolumes(t *testing.T) {
 	vs := &volumes{self: "a", meta: fixedMap{m}, local: vl, stateDir: filepath.Join(root, "state"), log: slog.New(slog.DiscardHandler),
 		open: map[string]openVolume{}, clients: map[string]*volume.Client{}}
 	vs.dropMoved(ctx, m)
-	keys, err := vl.Keys()
-	if want := []string{"draining@02", "legacy", "mine@03"}; err != nil || !slices.Equal(keys, want) {
+	want := []string{"draining@02", "legacy", "mine@03"}
+	var keys []string
+	for range 500 {
+		if keys, err = vl.Keys(); err != nil || slices.Equal(keys, want) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err != nil || !slices.Equal(keys, want) {
 		t.Fatalf("volume keys %v (%v), want %v", keys, err, want)
 	}
 }

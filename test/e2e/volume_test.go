@@ -964,7 +964,7 @@ func TestVolumeDrained(t *testing.T) {
 	if info := volumeCmd(t, c, via, "info", "one"); strings.Contains(info, "re-plac") {
 		t.Errorf("volume info after the re-placement ended:\n%s", info)
 	}
-	waitFor(t, 30*time.Second, "node2 to delete its chunks of one", func() bool { return chunkFiles(t, c, 1, "one") == 0 })
+	waitFor(t, 60*time.Second, "node2 to delete its chunks of one", func() bool { return chunkFiles(t, c, 1, "one") == 0 })
 	select {
 	case err := <-fioDone:
 		if err != nil {
