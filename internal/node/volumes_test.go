@@ -19,6 +19,17 @@ import (
 	"github.com/slipstream-io/slipstream/internal/volume"
 )
 
+// testLocal is a volume.Local on mountpaths, closed when the test ends.
+func testLocal(t *testing.T, mountpaths ...string) *volume.Local {
+	t.Helper()
+	vl, err := volume.NewLocal(volume.LocalConfig{Mountpaths: mountpaths})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { vl.Close() })
+	return vl
+}
+
 // TestCollectDropsMovedVolumes: a node removes its chunks of the volumes
 // whose set it has left for good (drained off, re-placement ended), and
 // keeps those of volumes it is still a mirror of, or was during a
@@ -26,11 +37,7 @@ import (
 func TestCollectDropsMovedVolumes(t *testing.T) {
 	ctx := context.Background()
 	root := t.TempDir()
-	vl, err := volume.NewLocal(volume.LocalConfig{Mountpaths: []string{filepath.Join(root, "mp1")}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer vl.Close()
+	vl := testLocal(t, filepath.Join(root, "mp1"))
 	for _, k := range []string{"moved@01", "draining@02", "mine@03", "legacy"} {
 		if err := vl.WriteAt(ctx, k, 0, 0, []byte("data"), 0, false); err != nil {
 			t.Fatal(err)
@@ -49,6 +56,7 @@ func TestCollectDropsMovedVolumes(t *testing.T) {
 	vs.dropMoved(ctx, m)
 	want := []string{"draining@02", "legacy", "mine@03"}
 	var keys []string
+	var err error
 	for range 500 {
 		if keys, err = vl.Keys(); err != nil || slices.Equal(keys, want) {
 			break
@@ -67,11 +75,7 @@ func TestCollectDropsMovedVolumes(t *testing.T) {
 func TestSweepMovedChunks(t *testing.T) {
 	ctx := context.Background()
 	root := t.TempDir()
-	vl, err := volume.NewLocal(volume.LocalConfig{Mountpaths: []string{filepath.Join(root, "mp1"), filepath.Join(root, "mp2")}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer vl.Close()
+	vl := testLocal(t, filepath.Join(root, "mp1"), filepath.Join(root, "mp2"))
 	const chunks = 64
 	for c := int64(0); c < chunks; c++ {
 		if err := vl.WriteAt(ctx, "v@01", 0, c, []byte("data"), 0, false); err != nil {
@@ -138,11 +142,7 @@ func TestSweepMovedChunks(t *testing.T) {
 func TestCollectDeletedVolumes(t *testing.T) {
 	ctx := context.Background()
 	root := t.TempDir()
-	vl, err := volume.NewLocal(volume.LocalConfig{Mountpaths: []string{filepath.Join(root, "mp1"), filepath.Join(root, "mp2")}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer vl.Close()
+	vl := testLocal(t, filepath.Join(root, "mp1"), filepath.Join(root, "mp2"))
 	stateDir := filepath.Join(root, "state")
 	for _, k := range []string{"v@01", "v@02", "w", "keep"} {
 		for c := int64(0); c < 4; c++ {

@@ -369,23 +369,8 @@ func TestDrainKeepsWritingDrained(t *testing.T) {
 	rcfg := memConfig("c", t.TempDir(), chunks*memCS, all, reps, nil)
 	rcfg.Spec.Copies = 1
 	r := openMemConfig(t, rcfg)
-	want := make([]byte, chunks*memCS)
-	write := func(fill byte) {
-		t.Helper()
-		for i := range want {
-			want[i] = fill + byte(i/memCS)
-		}
-		if err := w.WriteAt(ctx, want, 0, true); err != nil {
-			t.Fatal(err)
-		}
-	}
-	check := func(v *Volume, what string) {
-		t.Helper()
-		got := make([]byte, len(want))
-		if err := v.ReadAt(ctx, got, 0); err != nil || !bytes.Equal(got, want) {
-			t.Fatalf("%s: %v, equal %v", what, err, bytes.Equal(got, want))
-		}
-	}
+	p := newChunkPattern(t, w, chunks)
+	want, write, check := p.want, p.write, p.check
 	onB := func() (cs []int64) {
 		for c := int64(0); c < chunks; c++ {
 			if slices.Equal(placementOwners1(all, c), []string{"b"}) {
@@ -478,6 +463,39 @@ func TestUndrainRevertsPlacement(t *testing.T) {
 	}
 }
 
+// chunkPattern writes through a volume a pattern that differs per chunk
+// (want; the same slice across writes) and checks volumes read it back.
+type chunkPattern struct {
+	t    *testing.T
+	w    *Volume
+	want []byte
+}
+
+func newChunkPattern(t *testing.T, w *Volume, chunks int) *chunkPattern {
+	return &chunkPattern{t: t, w: w, want: make([]byte, chunks*memCS)}
+}
+
+// write fills every chunk c with fill+c and writes it through w, FUA.
+func (p *chunkPattern) write(fill byte) {
+	p.t.Helper()
+	for i := range p.want {
+		p.want[i] = fill + byte(i/memCS)
+	}
+	if err := p.w.WriteAt(context.Background(), p.want, 0, true); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// check reads the whole volume through v and compares it with the last
+// write.
+func (p *chunkPattern) check(v *Volume, what string) {
+	p.t.Helper()
+	got := make([]byte, len(p.want))
+	if err := v.ReadAt(context.Background(), got, 0); err != nil || !bytes.Equal(got, p.want) {
+		p.t.Fatalf("%s: %v, equal %v", what, err, bytes.Equal(got, p.want))
+	}
+}
+
 // placementOwners1 is the owner of chunk c of the copies=1 test volume
 // over nodes.
 func placementOwners1(nodes []string, c int64) []string {
@@ -502,23 +520,8 @@ func TestRebalanceAddsMirror(t *testing.T) {
 	cfg.Settle = func(_ context.Context, nodes []string, _ uint64) error { settled <- nodes; return nil }
 	w := openMemConfig(t, cfg)
 	r := openMemConfig(t, memConfig("b", t.TempDir(), chunks*memCS, ab, reps, nil))
-	want := make([]byte, chunks*memCS)
-	write := func(fill byte) {
-		t.Helper()
-		for i := range want {
-			want[i] = fill + byte(i/memCS)
-		}
-		if err := w.WriteAt(ctx, want, 0, true); err != nil {
-			t.Fatal(err)
-		}
-	}
-	check := func(v *Volume, what string) {
-		t.Helper()
-		got := make([]byte, len(want))
-		if err := v.ReadAt(ctx, got, 0); err != nil || !bytes.Equal(got, want) {
-			t.Fatalf("%s: %v, equal %v", what, err, bytes.Equal(got, want))
-		}
-	}
+	p := newChunkPattern(t, w, chunks)
+	want, write, check := p.want, p.write, p.check
 	// The chunks c takes, and the owner each takes it from.
 	moved := map[int64]string{}
 	for c := int64(0); c < chunks; c++ {

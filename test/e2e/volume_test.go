@@ -654,13 +654,7 @@ func TestVolumeReplacedOnRemoval(t *testing.T) {
 			// re-placements.
 			volumeCmd(t, c, via, "create", "vol9", "--size", "64MiB", "--copies", "2", "--chunk", "4MiB")
 			load := func(verify bool) []string {
-				args := []string{"--name=load", "--ioengine=nbd", "--uri=" + fmt.Sprintf("nbd://%s/vol9", c.Configs[3].NBD[0]),
-					"--rw=randwrite", "--bs=16k", "--iodepth=4", "--size=40m", "--verify=crc32c", "--verify_state_save=0",
-					"--randrepeat=1", "--randseed=7", "--norandommap=0"}
-				if verify {
-					return append(args, "--verify_only")
-				}
-				return append(args, "--do_verify=0", "--rate_iops=200")
+				return pacedLoad(fmt.Sprintf("nbd://%s/vol9", c.Configs[3].NBD[0]), "40m", 7, verify)
 			}
 			fioDone, fioOut := startFio(t, load(false))
 			time.Sleep(time.Second)
@@ -690,14 +684,7 @@ func TestVolumeReplacedOnRemoval(t *testing.T) {
 			}
 			readBoth(2, "during the re-placement")
 
-			select {
-			case err := <-fioDone:
-				if err != nil {
-					t.Fatalf("fio writing vol9 across the removal: %v\n%s", err, fioOut.String())
-				}
-			case <-time.After(90 * time.Second):
-				t.Fatalf("fio writing vol9 did not end:\n%s", fioOut.String())
-			}
+			waitFio(t, fioDone, fioOut, 90*time.Second, "fio writing vol9 across the removal")
 			waitFor(t, 60*time.Second, "the re-placements to end", func() bool {
 				m := clusterMap(t, c, via)
 				return m.Volumes[name].Prev == nil && !slices.Contains(m.Volumes[name].Nodes, gone) &&
@@ -780,6 +767,35 @@ func chunkFiles(t *testing.T, c *localcluster.Cluster, i int, name string) int {
 		}
 	}
 	return n
+}
+
+// waitFio waits up to d for the fio started by startFio (done, out) to
+// end, and fails the test if it fails or does not end; what names the run.
+func waitFio(t *testing.T, done <-chan error, out *bytes.Buffer, d time.Duration, what string) {
+	t.Helper()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", what, err, out.String())
+		}
+	case <-time.After(d):
+		t.Fatalf("%s did not end:\n%s", what, out.String())
+	}
+}
+
+// pacedLoad is the fio job of the re-placement tests: random 16 KiB
+// writes over the first size bytes (fio's notation) of the export at
+// uri, 4 in flight, 200 a second, from the pseudo-random sequence of
+// seed, each block with a CRC32C; with verify, it only reads the same
+// blocks back and checks them.
+func pacedLoad(uri, size string, seed int, verify bool) []string {
+	args := []string{"--name=load", "--ioengine=nbd", "--uri=" + uri,
+		"--rw=randwrite", "--bs=16k", "--iodepth=4", "--size=" + size, "--verify=crc32c", "--verify_state_save=0",
+		"--randrepeat=1", fmt.Sprintf("--randseed=%d", seed), "--norandommap=0"}
+	if verify {
+		return append(args, "--verify_only")
+	}
+	return append(args, "--do_verify=0", "--rate_iops=200")
 }
 
 // volumeInfoJSON is `volume info NAME --json` through node i.
@@ -934,15 +950,7 @@ func TestVolumeDrained(t *testing.T) {
 	}
 	// fio writes the first 32 MiB of one through node4, 200 writes a
 	// second, across the drain and the copies.
-	load := func(verify bool) []string {
-		args := []string{"--name=load", "--ioengine=nbd", "--uri=" + uri(3, "one"),
-			"--rw=randwrite", "--bs=16k", "--iodepth=4", "--size=32m", "--verify=crc32c", "--verify_state_save=0",
-			"--randrepeat=1", "--randseed=11", "--norandommap=0"}
-		if verify {
-			return append(args, "--verify_only")
-		}
-		return append(args, "--do_verify=0", "--rate_iops=200")
-	}
+	load := func(verify bool) []string { return pacedLoad(uri(3, "one"), "32m", 11, verify) }
 	fioDone, fioOut := startFio(t, load(false))
 	time.Sleep(time.Second)
 
@@ -965,14 +973,7 @@ func TestVolumeDrained(t *testing.T) {
 		t.Errorf("volume info after the re-placement ended:\n%s", info)
 	}
 	waitFor(t, 60*time.Second, "node2 to delete its chunks of one", func() bool { return chunkFiles(t, c, 1, "one") == 0 })
-	select {
-	case err := <-fioDone:
-		if err != nil {
-			t.Fatalf("fio writing one across the drain: %v\n%s", err, fioOut.String())
-		}
-	case <-time.After(90 * time.Second):
-		t.Fatalf("fio writing one did not end:\n%s", fioOut.String())
-	}
+	waitFio(t, fioDone, fioOut, 90*time.Second, "fio writing one across the drain")
 
 	c.Kill(1)
 	waitFor(t, 30*time.Second, "the map to mark node2 down", func() bool {
@@ -1024,15 +1025,12 @@ func TestVolumeRebalance(t *testing.T) {
 	if err := c.WaitReady(ctx, 4); err != nil {
 		t.Fatal(err)
 	}
+	// fio writes through node4 and verifies through node3.
 	load := func(verify bool) []string {
-		args := []string{"--name=load", "--ioengine=nbd", "--uri=" + uri(3, "one"),
-			"--rw=randwrite", "--bs=16k", "--iodepth=4", "--size=32m", "--verify=crc32c", "--verify_state_save=0",
-			"--randrepeat=1", "--randseed=13", "--norandommap=0"}
 		if verify {
-			args[2] = "--uri=" + uri(2, "one")
-			return append(args, "--verify_only")
+			return pacedLoad(uri(2, "one"), "32m", 13, true)
 		}
-		return append(args, "--do_verify=0", "--rate_iops=200")
+		return pacedLoad(uri(3, "one"), "32m", 13, false)
 	}
 	fioDone, fioOut := startFio(t, load(false))
 	time.Sleep(time.Second)
@@ -1052,14 +1050,7 @@ func TestVolumeRebalance(t *testing.T) {
 		}
 		return true
 	})
-	select {
-	case err := <-fioDone:
-		if err != nil {
-			t.Fatalf("fio writing one across the rebalance: %v\n%s", err, fioOut.String())
-		}
-	case <-time.After(120 * time.Second):
-		t.Fatalf("fio writing one did not end:\n%s", fioOut.String())
-	}
+	waitFio(t, fioDone, fioOut, 120*time.Second, "fio writing one across the rebalance")
 	m := clusterMap(t, c, via)
 	for _, name := range []string{"one", "two"} {
 		if v := m.Volumes[name]; len(v.Stale) > 0 || len(v.Lost) > 0 {
