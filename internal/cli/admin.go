@@ -236,17 +236,11 @@ func adminStatus(ctx context.Context, env Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	type nodeStatus struct {
-		id  string
-		ni  cluster.NodeInfo
-		st  node.Status
-		err error
-	}
-	var rows []nodeStatus
+	var rows []statusRow
 	var all []any
 	for _, id := range m.NodeIDs() {
 		ni, _ := m.Node(id)
-		r := nodeStatus{id: id, ni: ni}
+		r := statusRow{id: id, ni: ni}
 		if len(ni.IntraAddrs) > 0 {
 			r.err = a.callURL(ctx, http.MethodGet, cluster.BaseURL(ni.IntraAddrs[0])+node.AdminPrefix+"status", nil, &r.st)
 		} else {
@@ -300,6 +294,15 @@ func adminStatus(ctx context.Context, env Env, args []string) error {
 	}
 	out := env.Stdout
 	fmt.Fprintf(out, "map version %d, %s, %s, %s\n", m.Version, plural(len(m.Nodes), "node"), plural(len(m.Buckets), "bucket"), plural(len(m.Volumes), "volume"))
+	if notes := attention(rows); len(notes) > 0 {
+		fmt.Fprintln(out, "needs attention:")
+		for _, n := range notes {
+			fmt.Fprintln(out, "  "+n)
+		}
+	} else {
+		fmt.Fprintln(out, "nothing needs attention")
+	}
+	fmt.Fprintln(out)
 	fmt.Fprintln(out, spaceNote)
 	fmt.Fprintln(out)
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
@@ -337,23 +340,10 @@ func adminStatus(ctx context.Context, env Env, args []string) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	now := time.Now()
 	for _, r := range rows {
-		if r.err != nil || len(r.st.Extra) == 0 {
-			continue
-		}
-		fmt.Fprintf(out, "\n%s:\n", r.id)
-		keys := make([]string, 0, len(r.st.Extra))
-		for k := range r.st.Extra {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		tw := tabwriter.NewWriter(out, 0, 4, 1, ' ', 0)
-		for _, k := range keys {
-			b, _ := json.Marshal(r.st.Extra[k])
-			fmt.Fprintf(tw, "  %s:\t%s\n", k, b)
-		}
-		if err := tw.Flush(); err != nil {
-			return err
+		if r.err == nil {
+			writeSections(out, r, now)
 		}
 	}
 	return failed()
@@ -704,14 +694,10 @@ func adminScrub(ctx context.Context, env Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	bar := func(p node.ScrubProgress) string {
-		return fmt.Sprintf("%s checked (%s), %d corrupt, %d repaired, %d not repaired",
-			plural(p.Checked, "copy", "copies"), humanBytes(p.Bytes), p.Corrupt, p.Repaired, p.Unrepaired)
-	}
-	t, ran, err := runJob(ctx, env, a, urls, "scrub?bucket="+url.QueryEscape(bucket), bar,
+	t, ran, err := runJob(ctx, env, a, urls, "scrub?bucket="+url.QueryEscape(bucket), scrubLine,
 		func(p node.ScrubProgress) (int, string) { return p.Unrepaired, p.LastErr })
 	if ran {
-		fmt.Fprintf(env.Stdout, "scrub: %s\n", bar(t))
+		fmt.Fprintf(env.Stdout, "scrub: %s\n", scrubLine(t))
 	}
 	return err
 }
@@ -749,14 +735,10 @@ func adminRebalance(ctx context.Context, env Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	bar := func(p node.RebalanceProgress) string {
-		return fmt.Sprintf("%s scanned, %d sent (%s), %d dropped, %d left for later, %d failed",
-			plural(p.Scanned, "copy", "copies"), p.Sent, humanBytes(p.Bytes), p.Dropped, p.Skipped, p.Failed)
-	}
-	t, ran, err := runJob(ctx, env, a, urls, "rebalance?bucket="+url.QueryEscape(bucket), bar,
+	t, ran, err := runJob(ctx, env, a, urls, "rebalance?bucket="+url.QueryEscape(bucket), rebalanceLine,
 		func(p node.RebalanceProgress) (int, string) { return p.Failed, p.LastErr })
 	if ran {
-		fmt.Fprintf(env.Stdout, "rebalance: %s\n", bar(t))
+		fmt.Fprintf(env.Stdout, "rebalance: %s\n", rebalanceLine(t))
 	}
 	return err
 }

@@ -14,9 +14,11 @@ import (
 	"time"
 
 	"github.com/slipstream-io/slipstream/internal/cluster"
+	"github.com/slipstream-io/slipstream/internal/netx"
 	"github.com/slipstream-io/slipstream/internal/node"
 	"github.com/slipstream-io/slipstream/internal/peer"
 	"github.com/slipstream-io/slipstream/internal/store"
+	"github.com/slipstream-io/slipstream/internal/tier"
 )
 
 // fakeCluster is a three-node cluster's admin API, answering like the
@@ -28,13 +30,14 @@ type fakeCluster struct {
 	srvs    []*httptest.Server
 	secret  string
 	mps     map[string][]store.MountpathStats
-	jobs    []string      // job requests seen
-	removed []string      // nodes removed (admin node rm)
-	jobWait time.Duration // pause between a job's progress lines
+	extra   map[string]node.Sections // what each node reports besides its mountpaths
+	jobs    []string                 // job requests seen
+	removed []string                 // nodes removed (admin node rm)
+	jobWait time.Duration            // pause between a job's progress lines
 }
 
 func newFakeCluster(t *testing.T) *fakeCluster {
-	f := &fakeCluster{t: t, m: cluster.NewMap(), secret: "s3cret", mps: map[string][]store.MountpathStats{}}
+	f := &fakeCluster{t: t, m: cluster.NewMap(), secret: "s3cret", mps: map[string][]store.MountpathStats{}, extra: map[string]node.Sections{}}
 	f.m.Version = 7
 	for i := 1; i <= 3; i++ {
 		id := fmt.Sprintf("node%d", i)
@@ -84,8 +87,9 @@ func (f *fakeCluster) handler(id string) http.Handler {
 		_ = json.NewEncoder(w).Encode(struct{}{})
 	})
 	admin.HandleFunc("GET /admin/v1/status", func(w http.ResponseWriter, r *http.Request) {
-		_ = json.NewEncoder(w).Encode(node.Status{Node: id, Mountpaths: f.mps[id], Extra: map[string]any{
-			"scrub": map[string]int{"passes": 1}, "destage-backlog": map[string]int{"objects": 0}}})
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		_ = json.NewEncoder(w).Encode(node.Status{Node: id, Leader: "node1", MapVersion: f.m.Version, Mountpaths: f.mps[id], Extra: f.extra[id]})
 	})
 	admin.HandleFunc("GET /admin/v1/buckets", func(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
@@ -259,6 +263,100 @@ func TestAdminStatusAligned(t *testing.T) {
 		t.Errorf("exit %d, stderr %q; want 0 and node2 named", code, errOut)
 	}
 	checkAligned(t, out)
+}
+
+// admin status says what needs attention across the nodes, then each
+// node's sections in words; --json keeps them as numbers.
+func TestAdminStatusSections(t *testing.T) {
+	f := newFakeCluster(t)
+	code, out, errOut := run(f.args("admin", "status")...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	containsAll(t, "a healthy cluster's status", out,
+		"nothing needs attention",
+		"node1 (leader), map version 7:",
+		"destage     nothing waiting for the backend",
+		"0 destaged since start, 0 failed attempts; journal 0 B",
+		"rebalance   no pass since start",
+		"intra paths -\n",
+		"volumes     none open here",
+	)
+
+	f.mu.Lock()
+	intra := f.m.Nodes["node1"].IntraAddrs[0]
+	f.extra["node1"] = node.Sections{
+		Interfaces: node.Interfaces{
+			Listeners:     []netx.ListenerStats{{Addr: intra, Accepted: 6, Open: 2, BytesRecv: 7 << 10, BytesSent: 3 << 20}, {Addr: "127.0.1.1:9000", Accepted: 1}},
+			PeerTransport: []netx.IfaceStats{{Local: "127.0.1.1", State: netx.StateDegraded, PairsUp: 1, PairsDown: 1, Requests: 12, Retries: 2}, {Local: "127.0.2.1"}},
+		},
+		Scrub:     node.PassStatus[node.ScrubProgress]{Passes: 1, Last: &node.ScrubProgress{Checked: 9, Corrupt: 2, Unrepaired: 2}, LastDone: time.Now().Add(-90 * time.Second)},
+		Rebalance: node.PassStatus[node.RebalanceProgress]{Running: true},
+		Volumes:   map[string]node.VolumeState{"v1": {Stale: map[string]int{"node3": 42, "node2": 0}, Down: []string{"node3"}, Copying: 5}, "v0": {}},
+	}
+	f.extra["node2"] = node.Sections{Destage: tier.Backlog{Objects: 3, Bytes: 12 << 20, Oldest: 5 * time.Minute, Running: 1, Failures: 4,
+		LastError: "backend: SlowDown", JournalBytes: 2 << 20, JournalCutRegions: 2, JournalCutBytes: 300, JournalCutFile: "/d/journal.cut-1"}}
+	f.mps["node2"][1].Failed = true
+	n3 := f.m.Nodes["node3"]
+	n3.State = cluster.StateDown
+	f.m.Nodes["node3"] = n3
+	f.mu.Unlock()
+	f.srvs[2].Close()
+
+	code, out, errOut = run(f.args("admin", "status")...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	checkAligned(t, out)
+	containsAll(t, "status", out,
+		"needs attention:\n",
+		"  node1: intra-cluster paths from 127.0.1.1 degraded (1 of 2 down)\n",
+		"  node1: the last scrub found 2 damaged copies it could not repair\n",
+		"  node1: volume v1: mirrors down: node3; chunks to resynchronise: 42 on node3\n",
+		"  node2: drive /data/node2/mp2-longer-name FAILED: it takes no new writes; replace it\n",
+		"  node2: 3 writes not in the backend, the oldest 5m0s old; last upload error: backend: SlowDown\n",
+		"  node2: the write-back journal was damaged: 2 regions cut out at start, kept in /d/journal.cut-1\n",
+		"  node3: down\n",
+		"  destage     3 writes not in the backend yet (12.0 MiB), the oldest 5m0s old, 1 being uploaded\n",
+		"              0 destaged since start, 4 failed attempts, the last error: backend: SlowDown; journal 2.0 MiB\n",
+		"              journal cut at start: 300 B in 2 damaged regions, kept in /d/journal.cut-1\n",
+		"  listening   "+intra+"  intra   6 accepted, 2 open, 7.0 KiB received, 3.0 MiB sent\n",
+		"127.0.1.1:9000",
+		"  public  1 accepted",
+		"  intra paths from 127.0.1.1  degraded  1 of 2 paths up, 12 requests (0 in flight, 2 retried, 0 failed)",
+		"              from 127.0.2.1  up        no path used yet, 0 requests",
+		"  rebalance   a pass is running\n",
+		"  scrub       1 pass since start, the last ended 1m30s ago: 9 copies checked (0 B), 2 corrupt, 0 repaired, 2 not repaired\n",
+		"  volumes     v0: every mirror up to date\n",
+		"              v1: mirrors down: node3; chunks to resynchronise: 42 on node3; 5 chunk copies left to copy to new owners\n",
+	)
+	if strings.Contains(out, "node3, map version") || strings.Contains(out, "0 on node2") {
+		t.Errorf("status shows sections of a node that did not answer, or a mirror with nothing to resynchronise:\n%s", out)
+	}
+
+	code, out, errOut = run(f.args("admin", "status", "--json")...)
+	if code != 0 {
+		t.Fatalf("--json: exit %d: %s", code, errOut)
+	}
+	var all []struct {
+		Status node.Status `json:"status"`
+	}
+	if err := json.Unmarshal([]byte(out), &all); err != nil || len(all) != 3 {
+		t.Fatalf("--json: %v, %d nodes:\n%s", err, len(all), out)
+	}
+	if got := all[1].Status.Extra.Destage; got.Objects != 3 || got.Oldest != 5*time.Minute || !strings.Contains(out, `"destage":{"objects":3,`) {
+		t.Errorf("--json destage of node2: %+v\n%s", got, out)
+	}
+}
+
+// containsAll fails the test for each of wants that out lacks.
+func containsAll(t *testing.T, what, out string, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
+		if !strings.Contains(out, want) {
+			t.Errorf("%s lacks %q:\n%s", what, want, out)
+		}
+	}
 }
 
 // bucket create and set refuse --copies 0 instead of printing copies=0

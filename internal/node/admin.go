@@ -14,8 +14,10 @@ import (
 	"github.com/slipstream-io/slipstream/internal/backend"
 	"github.com/slipstream-io/slipstream/internal/backend/open"
 	"github.com/slipstream-io/slipstream/internal/cluster"
+	"github.com/slipstream-io/slipstream/internal/netx"
 	"github.com/slipstream-io/slipstream/internal/object"
 	"github.com/slipstream-io/slipstream/internal/store"
+	"github.com/slipstream-io/slipstream/internal/tier"
 )
 
 // AdminPrefix is where the admin API is served on the intra-cluster
@@ -28,7 +30,26 @@ type Status struct {
 	Leader     string                 `json:"leader"`
 	MapVersion uint64                 `json:"mapVersion"`
 	Mountpaths []store.MountpathStats `json:"mountpaths"`
-	Extra      map[string]any         `json:"extra,omitempty"`
+	Extra      Sections               `json:"extra"`
+}
+
+// Sections are a node's background work and traffic, as `admin status`
+// shows them under each node.
+type Sections struct {
+	Destage    tier.Backlog                  `json:"destage"`
+	Interfaces Interfaces                    `json:"interfaces"`
+	Rebalance  PassStatus[RebalanceProgress] `json:"rebalance"`
+	Scrub      PassStatus[ScrubProgress]     `json:"scrub"`
+	// Volumes are the volumes the node has open (it serves a client, or
+	// resynchronises).
+	Volumes map[string]VolumeState `json:"volumes"`
+}
+
+// Interfaces are the byte counters of a node's listeners and the state of
+// its intra-cluster paths, per local address.
+type Interfaces struct {
+	PeerTransport []netx.IfaceStats    `json:"peerTransport"`
+	Listeners     []netx.ListenerStats `json:"listeners"`
 }
 
 func (n *Node) adminHandler() http.Handler {
@@ -36,10 +57,10 @@ func (n *Node) adminHandler() http.Handler {
 	mux.HandleFunc("GET "+AdminPrefix+"status", func(w http.ResponseWriter, r *http.Request) {
 		st := Status{
 			Node: n.cfg.ID, Leader: n.cluster.LeaderID(), MapVersion: n.cluster.Map().Version,
-			Mountpaths: n.store.Mountpaths(), Extra: map[string]any{},
+			Mountpaths: n.store.Mountpaths(),
 		}
-		for name, f := range n.statusExtras {
-			st.Extra[name] = f()
+		for _, fill := range n.statusFill {
+			fill(&st.Extra)
 		}
 		writeAdmin(w, st, nil)
 	})

@@ -123,7 +123,7 @@ func (n *Node) registerRebalance(rb *rebalancer) {
 		p := rb.run(r.Context(), r.URL.Query().Get("bucket"), func(p RebalanceProgress) { progress.send(p, false) })
 		progress.send(p, true)
 	})
-	n.statusExtras["rebalance"] = func() any { return rb.passes.status() }
+	n.statusFill = append(n.statusFill, func(s *Sections) { s.Rebalance = rb.passes.status() })
 	n.reg.MustRegister(newRebalanceCollector(rb.passes.status))
 }
 
@@ -134,7 +134,7 @@ func (n *Node) registerScrub(sc *scrubber) {
 		p := sc.run(r.Context(), r.URL.Query().Get("bucket"), func(p ScrubProgress) { progress.send(p, false) })
 		progress.send(p, true)
 	})
-	n.statusExtras["scrub"] = func() any { return sc.passes.status() }
+	n.statusFill = append(n.statusFill, func(s *Sections) { s.Scrub = sc.passes.status() })
 	n.reg.MustRegister(newScrubCollector(sc.passes.status))
 }
 

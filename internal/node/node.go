@@ -80,10 +80,10 @@ type Node struct {
 	servers   []*http.Server
 	wg        sync.WaitGroup
 
-	// statusExtras add sections to the admin status; adminExtras add admin
-	// endpoints (tier jobs, interfaces, volumes).
-	statusExtras map[string]func() any
-	adminExtras  map[string]http.Handler
+	// statusFill fill in the sections of the admin status; adminExtras add
+	// admin endpoints (tier jobs, interfaces, volumes).
+	statusFill  []func(*Sections)
+	adminExtras map[string]http.Handler
 
 	closeOnce sync.Once
 	closeErr  error
@@ -102,7 +102,7 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 	}
 	n := &Node{
 		cfg: cfg, log: log, reg: prometheus.NewRegistry(),
-		statusExtras: map[string]func() any{}, adminExtras: map[string]http.Handler{},
+		adminExtras: map[string]http.Handler{},
 	}
 	ok := false
 	defer func() {
@@ -253,7 +253,7 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 		n.wg.Add(1)
 		go func() { defer n.wg.Done(); sc.watch(bgCtx) }()
 	}
-	n.statusExtras["destage"] = func() any { return n.tier.Backlog() }
+	n.statusFill = append(n.statusFill, func(s *Sections) { s.Destage = n.tier.Backlog() })
 
 	creds := map[string]string{}
 	for _, c := range cfg.S3.Credentials {
@@ -268,13 +268,12 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 
 	n.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		netx.NewCollector(tr, append(append([]*netx.CountingListener{}, intraLns...), publicLns...)...))
-	n.statusExtras["interfaces"] = func() any {
-		var ls []netx.ListenerStats
+	n.statusFill = append(n.statusFill, func(s *Sections) {
+		s.Interfaces.PeerTransport = tr.Stats()
 		for _, l := range append(append([]*netx.CountingListener{}, intraLns...), publicLns...) {
-			ls = append(ls, l.Stats())
+			s.Interfaces.Listeners = append(s.Interfaces.Listeners, l.Stats())
 		}
-		return map[string]any{"peerTransport": tr.Stats(), "listeners": ls}
-	}
+	})
 	n.httpm = newHTTPMetrics(n.reg)
 	metrics := promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{})
 	stats := sysstat.Handler(cfg.ID, cfg.Mountpaths, n.statsCounters)
@@ -296,7 +295,7 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 	n.registerVolumeAdmin()
 	n.wg.Add(1)
 	go func() { defer n.wg.Done(); n.vols.collect(bgCtx) }()
-	n.statusExtras["volumes"] = func() any { return n.vols.states() }
+	n.statusFill = append(n.statusFill, func(s *Sections) { s.Volumes = n.vols.states() })
 
 	intra := http.NewServeMux()
 	intra.Handle("/cluster/", cl.Handler())

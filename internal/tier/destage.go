@@ -940,23 +940,23 @@ func (d *destager) superseded(o *op, info object.Info, cur backend.Attrs, w time
 
 // Backlog describes the write-back work of a node.
 type Backlog struct {
-	Objects        int           // owned operations not yet in the backend
-	Bytes          int64         // their bytes (dirty bytes)
-	Oldest         time.Duration // age of the oldest of them
-	Running        int           // being destaged now
-	ReplicaObjects int           // replicas held for other owners, not yet destaged by them
-	ReplicaBytes   int64
-	Notices        int   // notices to replica holders that missed them, waiting to be sent again
-	Destaged       int64 // operations destaged since start
-	Failures       int64 // failed attempts since start
-	LastError      string
-	JournalBytes   int64
+	Objects        int           `json:"objects"`        // owned operations not yet in the backend
+	Bytes          int64         `json:"bytes"`          // their bytes (dirty bytes)
+	Oldest         time.Duration `json:"oldest"`         // age of the oldest of them (nanoseconds in JSON)
+	Running        int           `json:"running"`        // being destaged now
+	ReplicaObjects int           `json:"replicaObjects"` // replicas held for other owners, not yet destaged by them
+	ReplicaBytes   int64         `json:"replicaBytes"`
+	Notices        int           `json:"notices"`  // notices to replica holders that missed them, waiting to be sent again
+	Destaged       int64         `json:"destaged"` // operations destaged since start
+	Failures       int64         `json:"failures"` // failed attempts since start
+	LastError      string        `json:"lastError,omitempty"`
+	JournalBytes   int64         `json:"journalBytes"`
 	// What the start cut out of the journal as damaged (a torn tail, and
 	// damaged records in the middle whose writes may be lost): bytes,
 	// regions, and the journal.cut-<time> file that keeps them.
-	JournalCutBytes   int64
-	JournalCutRegions int
-	JournalCutFile    string
+	JournalCutBytes   int64  `json:"journalCutBytes,omitempty"`
+	JournalCutRegions int    `json:"journalCutRegions,omitempty"`
+	JournalCutFile    string `json:"journalCutFile,omitempty"`
 }
 
 // Backlog returns the write-back backlog (zero without a journal).
