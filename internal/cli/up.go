@@ -6,8 +6,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"time"
 
+	"github.com/slipstream-io/slipstream/internal/loader"
 	"github.com/slipstream-io/slipstream/internal/localcluster"
+	"github.com/slipstream-io/slipstream/internal/remotesim"
 )
 
 func upCommand() Command {
@@ -22,6 +26,9 @@ func upCommand() Command {
 			port := fs.Int("port", 9000, "base port: S3 on it, intra-cluster on +100, raft on +200")
 			copies := fs.Int("copies", 1, "copies of buckets created through S3")
 			intraTLS := fs.Bool("intra-tls", false, "encrypt intra-cluster traffic (intra_tls); then give admin commands --intra-tls")
+			remote := fs.Bool("remote", false, "also start a local stand-in for a remote S3 bucket (a real S3 server behind a slower link) and a cache and a writeback bucket over it")
+			rate := fs.Int64("remote-rate", 64<<20, "with --remote: the remote link's bandwidth in bytes/s")
+			latency := fs.Duration("remote-latency", 25*time.Millisecond, "with --remote: the remote's time to first byte")
 			if err := parseFlags(fs, env.Args); err != nil {
 				return err
 			}
@@ -48,12 +55,59 @@ func upCommand() Command {
 			}
 			fmt.Fprintf(env.Stdout, "admin: %s status (node %s); volumes: slipstream volume create NAME --size 1GiB, then nbd://%s/NAME\n",
 				adminCmd, c.IntraURL(0), c.Configs[0].NBD[0])
+			if *remote {
+				rem, err := startRemote(ctx, env, c, *rate, *latency)
+				if err != nil {
+					return err
+				}
+				defer rem.Stop()
+			}
 			fmt.Fprintln(env.Stdout, "Press Ctrl-C to stop.")
 			<-ctx.Done()
 			fmt.Fprintln(env.Stdout, "stopping ...")
 			return nil
 		},
 	}
+}
+
+// remoteBucket is the bucket of the remote stand-in that `up --remote`
+// puts its tiered buckets over.
+const remoteBucket = "remote"
+
+// startRemote starts the remote stand-in under the cluster's data
+// directory and creates, with the admin command, a cache bucket "cached"
+// and a writeback bucket "staged" (two copies when there are two nodes)
+// over two prefixes of its bucket.
+func startRemote(ctx context.Context, env Env, c *localcluster.Cluster, rate int64, latency time.Duration) (*remotesim.Remote, error) {
+	rem, err := remotesim.Start(ctx, remotesim.Config{Dir: filepath.Join(c.Spec.DataDir, "remote"), Rate: rate, Latency: latency})
+	if err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			rem.Stop()
+		}
+	}()
+	if err := rem.CreateBucket(remoteBucket); err != nil {
+		return nil, err
+	}
+	copies := strconv.Itoa(min(2, c.Spec.Nodes))
+	for _, b := range []struct{ name, mode, copies string }{{"cached", "cache", "1"}, {"staged", "writeback", copies}} {
+		if _, err := c.Admin(ctx, 0, "bucket", "create", b.name, "--mode", b.mode, "--copies", b.copies, "--backend", "s3",
+			"--endpoint", rem.Endpoint, "--remote-bucket", remoteBucket, "--prefix", b.name+"/",
+			"--access-key", rem.AccessKey, "--secret-key", rem.SecretKey); err != nil {
+			return nil, err
+		}
+	}
+	fmt.Fprintf(env.Stdout, "remote stand-in: %s (bucket %q, %s/s, %v to first byte; its objects are the files under %s)\n",
+		rem.Endpoint, remoteBucket, loader.HumanBytes(float64(rate)), latency, filepath.Join(rem.Root, remoteBucket))
+	fmt.Fprintf(env.Stdout, "buckets over it: cached (cache: reads fill the cluster, writes go through) over %s/cached/, staged (writeback, copies=%s: writes are destaged in the background) over %s/staged/\n",
+		remoteBucket, copies, remoteBucket)
+	fmt.Fprintf(env.Stdout, "remote credentials: AWS_ACCESS_KEY_ID=%s AWS_SECRET_ACCESS_KEY=%s; direct endpoint (no slow link): %s\n",
+		rem.AccessKey, rem.SecretKey, rem.DirectEndpoint)
+	ok = true
+	return rem, nil
 }
 
 // upError explains why the cluster did not start; whatever started is

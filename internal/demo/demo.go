@@ -14,7 +14,6 @@ import (
 	"io"
 	"math/rand"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"time"
@@ -142,7 +141,7 @@ func Run(ctx context.Context, cfg Config) ([]*loader.Result, error) {
 	}
 	defer cl.Stop()
 	for _, b := range []struct{ name, prefix string }{{"dataset", "fits/"}, {"bigset", "big/"}} {
-		if err := createCacheBucket(ctx, cfg.Binary, cl, rem, b.name, b.prefix); err != nil {
+		if err := createCacheBucket(ctx, cl, rem, b.name, b.prefix); err != nil {
 			return nil, err
 		}
 	}
@@ -268,13 +267,9 @@ func fillRemote(ctx context.Context, rem *remotesim.Remote, prefix string, n int
 
 // createCacheBucket makes a cache bucket over the remote prefix with the
 // admin command, as a user would.
-func createCacheBucket(ctx context.Context, bin string, cl *localcluster.Cluster, rem *remotesim.Remote, name, prefix string) error {
-	cmd := exec.CommandContext(ctx, bin, "admin", "bucket", "create", name, "--mode", "cache", "--backend", "s3",
+func createCacheBucket(ctx context.Context, cl *localcluster.Cluster, rem *remotesim.Remote, name, prefix string) error {
+	_, err := cl.Admin(ctx, 0, "bucket", "create", name, "--mode", "cache", "--backend", "s3",
 		"--endpoint", rem.Endpoint, "--remote-bucket", remoteBucket, "--prefix", prefix,
 		"--access-key", rem.AccessKey, "--secret-key", rem.SecretKey)
-	cmd.Env = append(os.Environ(), "SLIPSTREAM_NODE="+cl.IntraURL(0), "SLIPSTREAM_SECRET=local-cluster-secret")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("demo: creating bucket %s: %v: %s", name, err, out)
-	}
-	return nil
+	return err
 }

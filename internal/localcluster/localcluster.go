@@ -7,6 +7,7 @@
 package localcluster
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -364,6 +365,21 @@ func (c *Cluster) IntraClient() *http.Client {
 		return hc
 	}
 	return http.DefaultClient
+}
+
+// Admin runs `slipstream admin ARGS` of the cluster's binary against node
+// i, as an operator would, and returns its combined output.
+func (c *Cluster) Admin(ctx context.Context, i int, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, c.Spec.Binary, append([]string{"admin"}, args...)...)
+	cmd.Env = append(os.Environ(), "SLIPSTREAM_NODE="+c.IntraURL(i), "SLIPSTREAM_SECRET="+localSecret)
+	if c.Configs[i].IntraTLS {
+		cmd.Env = append(cmd.Env, "SLIPSTREAM_INTRA_TLS=1")
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return out, fmt.Errorf("localcluster: slipstream admin %s: %w: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
+	}
+	return out, nil
 }
 
 func (c *Cluster) addr(i, k, port int) string {
