@@ -294,6 +294,10 @@ func adminStatus(ctx context.Context, env Env, args []string) error {
 	}
 	out := env.Stdout
 	fmt.Fprintf(out, "map version %d, %s, %s, %s\n", m.Version, plural(len(m.Nodes), "node"), plural(len(m.Buckets), "bucket"), plural(len(m.Volumes), "volume"))
+	if b := backlogTotal(rows); b.Objects > 0 {
+		fmt.Fprintf(out, "write-back: %s not in the backend yet (%s) across the nodes, the oldest %s old\n",
+			plural(b.Objects, "write"), humanBytes(b.Bytes), b.Oldest.Round(time.Millisecond))
+	}
 	if notes := attention(rows); len(notes) > 0 {
 		fmt.Fprintln(out, "needs attention:")
 		for _, n := range notes {

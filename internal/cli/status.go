@@ -79,6 +79,21 @@ func attention(rows []statusRow) []string {
 	return out
 }
 
+// backlogTotal sums the write-back backlog of the nodes that answered.
+func backlogTotal(rows []statusRow) tier.Backlog {
+	var t tier.Backlog
+	for _, r := range rows {
+		if r.err != nil {
+			continue
+		}
+		d := r.st.Extra.Destage
+		t.Objects += d.Objects
+		t.Bytes += d.Bytes
+		t.Oldest = max(t.Oldest, d.Oldest)
+	}
+	return t
+}
+
 // volumeTrouble says which mirrors of an open volume are down or behind,
 // or "" if none is.
 func volumeTrouble(v node.VolumeState) string {
