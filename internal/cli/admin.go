@@ -298,7 +298,16 @@ func adminStatus(ctx context.Context, env Env, args []string) error {
 		fmt.Fprintf(out, "write-back: %s not in the backend yet (%s) across the nodes, the oldest %s old\n",
 			plural(b.Objects, "write"), humanBytes(b.Bytes), b.Oldest.Round(time.Millisecond))
 	}
-	if notes := attention(rows); len(notes) > 0 {
+	now := time.Now()
+	notes := attention(rows, now)
+	if len(m.Volumes) > 0 {
+		var vols []node.VolumeInfo
+		if err := a.call(ctx, http.MethodGet, node.AdminPrefix+"volumes", nil, &vols); err != nil {
+			notes = append(notes, "volumes: "+stripURL(err.Error()))
+		}
+		notes = append(notes, volumeAttention(vols)...)
+	}
+	if len(notes) > 0 {
 		fmt.Fprintln(out, "needs attention:")
 		for _, n := range notes {
 			fmt.Fprintln(out, "  "+n)
@@ -344,7 +353,6 @@ func adminStatus(ctx context.Context, env Env, args []string) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	now := time.Now()
 	for _, r := range rows {
 		if r.err == nil {
 			writeSections(out, r, now)

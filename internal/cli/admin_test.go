@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -31,13 +32,14 @@ type fakeCluster struct {
 	secret  string
 	mps     map[string][]store.MountpathStats
 	extra   map[string]node.Sections // what each node reports besides its mountpaths
-	jobs    []string                 // job requests seen
-	removed []string                 // nodes removed (admin node rm)
-	jobWait time.Duration            // pause between a job's progress lines
+	vols    map[string]node.VolumeInfo
+	jobs    []string      // job requests seen
+	removed []string      // nodes removed (admin node rm)
+	jobWait time.Duration // pause between a job's progress lines
 }
 
 func newFakeCluster(t *testing.T) *fakeCluster {
-	f := &fakeCluster{t: t, m: cluster.NewMap(), secret: "s3cret", mps: map[string][]store.MountpathStats{}, extra: map[string]node.Sections{}}
+	f := &fakeCluster{t: t, m: cluster.NewMap(), secret: "s3cret", mps: map[string][]store.MountpathStats{}, extra: map[string]node.Sections{}, vols: map[string]node.VolumeInfo{}}
 	f.m.Version = 7
 	for i := 1; i <= 3; i++ {
 		id := fmt.Sprintf("node%d", i)
@@ -159,7 +161,22 @@ func (f *fakeCluster) handler(id string) http.Handler {
 		_ = json.NewEncoder(w).Encode(node.EvictResult{Node: id, Objects: objs, Bytes: 100})
 	})
 	admin.HandleFunc("GET /admin/v1/volumes/{name}", func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if v, ok := f.vols[r.PathValue("name")]; ok {
+			_ = json.NewEncoder(w).Encode(v)
+			return
+		}
 		fakeError(w, http.StatusBadRequest, fmt.Sprintf("object: invalid argument: volume %q", r.PathValue("name")))
+	})
+	admin.HandleFunc("GET /admin/v1/volumes", func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		out := []node.VolumeInfo{}
+		for _, name := range slices.Sorted(maps.Keys(f.vols)) {
+			out = append(out, f.vols[name])
+		}
+		_ = json.NewEncoder(w).Encode(out)
 	})
 	admin.HandleFunc("POST /admin/v1/volumes", func(w http.ResponseWriter, r *http.Request) {
 		var v cluster.VolumeSpec
@@ -292,14 +309,26 @@ func TestAdminStatusSections(t *testing.T) {
 		Interfaces: node.Interfaces{
 			Listeners:     []netx.ListenerStats{{Addr: intra, Accepted: 6, Open: 2, BytesRecv: 7 << 10, BytesSent: 3 << 20}, {Addr: "127.0.1.1:9000", Accepted: 1}},
 			PeerTransport: []netx.IfaceStats{{Local: "127.0.1.1", State: netx.StateDegraded, PairsUp: 1, PairsDown: 1, Requests: 12, Retries: 2}, {Local: "127.0.2.1"}},
+			Paths: []netx.PairStats{
+				{Local: "127.0.1.1", Remote: f.m.Nodes["node2"].IntraAddrs[0], State: netx.StateDown, Since: time.Now().Add(-time.Minute), LastError: "connection refused"},
+				{Local: "127.0.1.1", Remote: f.m.Nodes["node3"].IntraAddrs[0], State: netx.StateDown}, // node3 is down
+				{Local: "127.0.2.1", Remote: "10.9.9.9:9100", State: netx.StateUp},
+			},
 		},
 		Scrub:     node.PassStatus[node.ScrubProgress]{Passes: 1, Last: &node.ScrubProgress{Checked: 9, Corrupt: 2, Unrepaired: 2}, LastDone: time.Now().Add(-90 * time.Second)},
 		Rebalance: node.PassStatus[node.RebalanceProgress]{Running: true},
-		Volumes:   map[string]node.VolumeState{"v1": {Stale: map[string]int{"node3": 42, "node2": 0}, Down: []string{"node3"}, Copying: 5}, "v0": {}},
+		Volumes: map[string]node.VolumeState{"v1": {Stale: map[string]int{"node3": 42, "node2": 0}, Down: []string{"node3"}, Copying: 5, Writer: true}, "v0": {},
+			"v2": {Stale: map[string]int{"node3": 512}}},
 	}
-	f.extra["node2"] = node.Sections{Destage: tier.Backlog{Objects: 3, Bytes: 12 << 20, Oldest: 5 * time.Minute, Running: 1, Failures: 4,
+	// node2 has v1 open too, but not its claim: it counts every chunk of
+	// the stale mirror, and attention takes the writer's count. No node
+	// with v2 open holds its claim.
+	f.extra["node2"] = node.Sections{Volumes: map[string]node.VolumeState{"v1": {Stale: map[string]int{"node3": 512}}}, Destage: tier.Backlog{Objects: 3, Bytes: 12 << 20, Oldest: 5 * time.Minute, Running: 1, Failures: 4,
 		LastError: "backend: SlowDown", JournalBytes: 2 << 20, JournalCutRegions: 2, JournalCutBytes: 300, JournalCutFile: "/d/journal.cut-1"}}
 	f.mps["node2"][1].Failed = true
+	scratch := cluster.VolumeSpec{Name: "scratch", Copies: 1, Lost: []int64{3, 4}}
+	f.m.Volumes["scratch"] = scratch
+	f.vols["scratch"] = node.VolumeInfo{VolumeSpec: scratch, Unavailable: 9, Degraded: 9}
 	n3 := f.m.Nodes["node3"]
 	n3.State = cluster.StateDown
 	f.m.Nodes["node3"] = n3
@@ -312,14 +341,15 @@ func TestAdminStatusSections(t *testing.T) {
 	}
 	checkAligned(t, out)
 	containsAll(t, "status", out,
-		"map version 7, 3 nodes, 1 bucket, 0 volumes\nwrite-back: 3 writes not in the backend yet (12.0 MiB) across the nodes, the oldest 5m0s old\nneeds attention:\n",
-		"  node1: intra-cluster paths from 127.0.1.1 degraded (1 of 2 down)\n",
+		"map version 7, 3 nodes, 1 bucket, 1 volume\nwrite-back: 3 writes not in the backend yet (12.0 MiB) across the nodes, the oldest 5m0s old\nneeds attention:\n",
+		"  node1: intra-cluster path from 127.0.1.1 to node2 ("+f.m.Nodes["node2"].IntraAddrs[0]+") down for 1m0s: connection refused\n",
 		"  node1: the last scrub found 2 damaged copies it could not repair\n",
 		"  node1: volume v1: mirrors down: node3; chunks to resynchronise: 42 on node3\n",
+		"  node1: volume v2: chunks to resynchronise: 512 on node3\n",
 		"  node2: drive /data/node2/mp2-longer-name FAILED: it takes no new writes; replace it\n",
 		"  node2: 3 writes not in the backend, the oldest 5m0s old; last upload error: backend: SlowDown\n",
 		"  node2: the write-back journal was damaged: 2 regions cut out at start, kept in /d/journal.cut-1\n",
-		"  node3: down\n",
+		"  node3: down\n  volume scratch: 9 chunks with no copy on a node that is up (volume info scratch)\n  volume scratch: 2 chunks LOST (volume info scratch)\n\n",
 		"  destage     3 writes not in the backend yet (12.0 MiB), the oldest 5m0s old, 1 being uploaded\n",
 		"              0 destaged since start, 4 failed attempts, the last error: backend: SlowDown; journal 2.0 MiB\n",
 		"              journal cut at start: 300 B in 2 damaged regions, kept in /d/journal.cut-1\n",
@@ -333,8 +363,10 @@ func TestAdminStatusSections(t *testing.T) {
 		"  volumes     v0: every mirror up to date\n",
 		"              v1: mirrors down: node3; chunks to resynchronise: 42 on node3; 5 chunk copies left to copy to new owners\n",
 	)
-	if strings.Contains(out, "node3, map version") || strings.Contains(out, "0 on node2") {
-		t.Errorf("status shows sections of a node that did not answer, or a mirror with nothing to resynchronise:\n%s", out)
+	for _, not := range []string{"node3, map version", "0 on node2", "to node3", "10.9.9.9", "node2: volume v1"} {
+		if strings.Contains(out, not) {
+			t.Errorf("status shows %q (sections of a node that did not answer, a mirror with nothing to resynchronise, a path to a node that is down or up, or a count of a volume's chunks not its writer's):\n%s", not, out)
+		}
 	}
 
 	code, out, errOut = run(f.args("admin", "status", "--json")...)
@@ -349,6 +381,74 @@ func TestAdminStatusSections(t *testing.T) {
 	}
 	if got := all[1].Status.Extra.Destage; got.Objects != 3 || got.Oldest != 5*time.Minute || !strings.Contains(out, `"destage":{"objects":3,`) {
 		t.Errorf("--json destage of node2: %+v\n%s", got, out)
+	}
+}
+
+// volume info says whether every chunk has its copies on nodes that are
+// up, with the writer's count of the chunks a stale mirror missed; volume
+// list gives each volume's state in a word.
+func TestVolumeHealth(t *testing.T) {
+	f := newFakeCluster(t)
+	spec := cluster.VolumeSpec{Name: "vm1", Size: 1 << 30, ChunkSize: 4 << 20, Copies: 2, Nodes: []string{"node1", "node2", "node3"}}
+	f.mu.Lock()
+	f.vols["vm1"] = node.VolumeInfo{VolumeSpec: spec, Chunks: 256}
+	f.mu.Unlock()
+	code, out, errOut := run(f.args("volume", "info", "vm1")...)
+	if code != 0 || !strings.Contains(out, "placed on: node1, node2, node3\nhealth: every chunk has its 2 copies on nodes that are up\n") {
+		t.Errorf("healthy: exit %d, stdout:\n%s\nstderr: %s", code, out, errOut)
+	}
+
+	degraded := spec
+	degraded.Writer, degraded.Stale = "node1", []string{"node3"}
+	f.mu.Lock()
+	f.vols["vm1"] = node.VolumeInfo{VolumeSpec: degraded, Chunks: 256, Down: []string{"node3"}, Degraded: 170}
+	f.extra["node1"] = node.Sections{Volumes: map[string]node.VolumeState{"vm1": {Stale: map[string]int{"node3": 42}, Writer: true}}}
+	unavailable := spec
+	unavailable.Name, unavailable.Copies = "scratch", 1
+	f.vols["scratch"] = node.VolumeInfo{VolumeSpec: unavailable, Chunks: 256, Down: []string{"node3"}, Removed: []string{"node4"}, Degraded: 90, Unavailable: 90}
+	f.vols["new"] = node.VolumeInfo{VolumeSpec: cluster.VolumeSpec{Name: "new", Copies: 1, Nodes: []string{"node1"}, Prev: []string{"node2"}}}
+	f.mu.Unlock()
+	code, out, errOut = run(f.args("volume", "info", "vm1")...)
+	if code != 0 || !strings.Contains(out, "placed on: node1, node2, node3\n"+
+		"DEGRADED: 170 chunks are a copy short while node3 is not up\n"+
+		"resynchronising: node3 missed writes to 42 chunks; the writer copies them to it once it is back\n") {
+		t.Errorf("node3 down: exit %d, stdout:\n%s\nstderr: %s", code, out, errOut)
+	}
+	code, out, errOut = run(f.args("volume", "info", "scratch")...)
+	if code != 0 || !strings.Contains(out, "UNAVAILABLE: 90 chunks have no copy on a node that is up (node3, node4 not up): their reads and writes fail until one is back\n") ||
+		strings.Contains(out, "DEGRADED") {
+		t.Errorf("copies=1, node3 down: exit %d, stdout:\n%s\nstderr: %s", code, out, errOut)
+	}
+	code, out, errOut = run(f.args("volume", "list")...)
+	states := map[string]string{}
+	lines := strings.Split(out, "\n")
+	col := strings.Index(lines[0], "STATE")
+	for _, l := range lines[1:] {
+		if len(l) > col && col > 0 {
+			states[strings.Fields(l)[0]] = strings.Fields(l[col:])[0]
+		}
+	}
+	if want := map[string]string{"vm1": "degraded", "scratch": "UNAVAILABLE", "new": "re-placing"}; code != 0 || !maps.Equal(states, want) {
+		t.Errorf("volume list: exit %d, states %v, want %v\n%s%s", code, states, want, out, errOut)
+	}
+}
+
+// volumeState names the worst of a volume's troubles.
+func TestVolumeState(t *testing.T) {
+	for _, tc := range []struct {
+		v    node.VolumeInfo
+		want string
+	}{
+		{node.VolumeInfo{}, "ok"},
+		{node.VolumeInfo{VolumeSpec: cluster.VolumeSpec{Prev: []string{"a"}}}, "re-placing"},
+		{node.VolumeInfo{VolumeSpec: cluster.VolumeSpec{Prev: []string{"a"}, Stale: []string{"b"}}}, "resyncing"},
+		{node.VolumeInfo{VolumeSpec: cluster.VolumeSpec{Stale: []string{"b"}}, Degraded: 3}, "degraded"},
+		{node.VolumeInfo{Degraded: 3, Unavailable: 1}, "UNAVAILABLE"},
+		{node.VolumeInfo{VolumeSpec: cluster.VolumeSpec{Lost: []int64{7}}, Degraded: 3, Unavailable: 1}, "LOST"},
+	} {
+		if got := volumeState(tc.v); got != tc.want {
+			t.Errorf("%+v: %s, want %s", tc.v, got, tc.want)
+		}
 	}
 }
 

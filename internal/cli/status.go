@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"slices"
 	"strings"
 	"time"
@@ -29,10 +30,26 @@ const oldBacklog = time.Minute
 
 // attention lists what needs an operator's eye across the nodes: nodes
 // down or not answering, failed drives, write-back work that does not
-// drain, damaged journals, intra-cluster paths down, copies a job could
-// not repair or place, and volume mirrors behind.
-func attention(rows []statusRow) []string {
+// drain, damaged journals, intra-cluster paths down to nodes that are up,
+// copies a job could not repair or place, and volume mirrors behind (as
+// the volume's writer counts them, if it answered).
+func attention(rows []statusRow, now time.Time) []string {
 	var out []string
+	// owner finds the node of an intra address; writers are the volumes
+	// whose writer answered (the others' counts of a stale mirror's chunks
+	// are every chunk).
+	owner, writers := map[string]statusRow{}, map[string]bool{}
+	for _, r := range rows {
+		for _, a := range r.ni.IntraAddrs {
+			owner[a] = r
+			if _, taken := owner[hostOf(a)]; !taken {
+				owner[hostOf(a)] = r
+			}
+		}
+		for name, v := range r.st.Extra.Volumes {
+			writers[name] = writers[name] || v.Writer && r.err == nil
+		}
+	}
 	add := func(id, format string, args ...any) { out = append(out, id+": "+fmt.Sprintf(format, args...)) }
 	for _, r := range rows {
 		switch {
@@ -59,10 +76,26 @@ func attention(rows []statusRow) []string {
 		if x.Destage.JournalCutRegions > 0 {
 			add(r.id, "the write-back journal was damaged: %s cut out at start, kept in %s", plural(x.Destage.JournalCutRegions, "region"), x.Destage.JournalCutFile)
 		}
-		for _, p := range x.Interfaces.PeerTransport {
-			if p.State != netx.StateUp {
-				add(r.id, "intra-cluster paths from %s %s (%d of %d down)", localAddr(p.Local), p.State, p.PairsDown, p.PairsUp+p.PairsDown)
+		for _, p := range x.Interfaces.Paths {
+			to, ok := owner[p.Remote]
+			if !ok {
+				to, ok = owner[hostOf(p.Remote)]
 			}
+			if p.State == netx.StateUp || ok && to.ni.State != cluster.StateUp {
+				continue // a path to a node that is down is down too
+			}
+			what := p.Remote
+			if ok {
+				what = to.id + " (" + p.Remote + ")"
+			}
+			msg := fmt.Sprintf("intra-cluster path from %s to %s %s", localAddr(p.Local), what, p.State)
+			if !p.Since.IsZero() {
+				msg += fmt.Sprintf(" for %s", now.Sub(p.Since).Round(time.Second))
+			}
+			if p.LastError != "" {
+				msg += ": " + p.LastError
+			}
+			add(r.id, "%s", msg)
 		}
 		if l := x.Scrub.Last; l != nil && l.Unrepaired > 0 {
 			add(r.id, "the last scrub found %s it could not repair", plural(l.Unrepaired, "damaged copy", "damaged copies"))
@@ -71,12 +104,35 @@ func attention(rows []statusRow) []string {
 			add(r.id, "the last rebalance pass could not place %s", plural(l.Failed, "copy", "copies"))
 		}
 		for _, name := range slices.Sorted(maps.Keys(x.Volumes)) {
-			if s := volumeTrouble(x.Volumes[name]); s != "" {
+			if s := volumeTrouble(x.Volumes[name]); s != "" && (x.Volumes[name].Writer || !writers[name]) {
 				add(r.id, "volume %s: %s", name, s)
 			}
 		}
 	}
 	return out
+}
+
+// volumeAttention lists the volumes with chunks that cannot be read:
+// those whose every copy is on nodes that are not up, and those lost.
+func volumeAttention(vols []node.VolumeInfo) []string {
+	var out []string
+	for _, v := range vols {
+		if v.Unavailable > 0 {
+			out = append(out, fmt.Sprintf("volume %s: %s with no copy on a node that is up (volume info %s)", v.Name, plural(int(v.Unavailable), "chunk"), v.Name))
+		}
+		if len(v.Lost) > 0 {
+			out = append(out, fmt.Sprintf("volume %s: %s LOST (volume info %s)", v.Name, plural(len(v.Lost), "chunk"), v.Name))
+		}
+	}
+	return out
+}
+
+// hostOf is the host part of an address (the address if it has no port).
+func hostOf(addr string) string {
+	if h, _, err := net.SplitHostPort(addr); err == nil {
+		return h
+	}
+	return addr
 }
 
 // backlogTotal sums the write-back backlog of the nodes that answered.

@@ -122,7 +122,7 @@ func volumeCreate(ctx context.Context, env Env, args []string) error {
 	if err := a.call(ctx, http.MethodPost, node.AdminPrefix+"volumes", spec, &info); err != nil {
 		return explainVolumeCreate(ctx, a, spec, err)
 	}
-	return printVolume(env, info, asJSON)
+	return printVolume(env, info, nil, asJSON)
 }
 
 // explainVolumeCreate replaces a refused create's error by what the map
@@ -172,7 +172,94 @@ func volumeInfo(ctx context.Context, env Env, args []string) error {
 	if err := a.call(ctx, http.MethodGet, node.AdminPrefix+"volumes/"+url.PathEscape(name), nil, &info); err != nil {
 		return explainMissingVolume(ctx, a, name, err)
 	}
-	return printVolume(env, info, asJSON)
+	var stale map[string]int
+	if !asJSON {
+		stale = writerStale(ctx, a, info)
+	}
+	return printVolume(env, info, stale, asJSON)
+}
+
+// writerStale asks the volume's writer which chunks each mirror missed
+// (nil if it has no writer or does not answer: the map names the stale
+// mirrors, only the writer counts their chunks).
+func writerStale(ctx context.Context, a *adminClient, v node.VolumeInfo) map[string]int {
+	if v.Writer == "" || len(v.Stale) == 0 {
+		return nil
+	}
+	m, err := a.clusterMap(ctx)
+	if err != nil {
+		return nil
+	}
+	ni, ok := m.Node(v.Writer)
+	if !ok || len(ni.IntraAddrs) == 0 {
+		return nil
+	}
+	var st node.Status
+	if err := a.callURL(ctx, http.MethodGet, cluster.BaseURL(ni.IntraAddrs[0])+node.AdminPrefix+"status", nil, &st); err != nil {
+		return nil
+	}
+	return st.Extra.Volumes[v.Name].Stale
+}
+
+// volumeHealth says, in a line or two, whether every chunk has its copies
+// on nodes that are up and current: the chunks a copy short and the nodes
+// that are down or gone, the chunks no node that is up holds, and the
+// mirrors that missed writes (with the chunks the writer counts, when
+// known). A volume's lost chunks are said above it.
+func volumeHealth(v node.VolumeInfo, stale map[string]int) string {
+	var b strings.Builder
+	notUp := append(slices.Clone(v.Down), v.Removed...)
+	if v.Unavailable > 0 {
+		fmt.Fprintf(&b, "UNAVAILABLE: %s have no copy on a node that is up (%s not up): their reads and writes fail until one is back\n",
+			plural(int(v.Unavailable), "chunk"), strings.Join(notUp, ", "))
+	}
+	if short := v.Degraded - v.Unavailable; short > 0 {
+		fmt.Fprintf(&b, "DEGRADED: %s %s a copy short while %s %s not up\n",
+			plural(int(short), "chunk"), isAre(int(short)), strings.Join(notUp, ", "), isAre(len(notUp)))
+	}
+	for _, id := range v.Stale {
+		what := "missed writes"
+		if n, ok := stale[id]; ok {
+			what = fmt.Sprintf("missed writes to %s", plural(n, "chunk"))
+		}
+		when := "the writer copies them to it once it is back"
+		if !slices.Contains(notUp, id) {
+			when = "the writer is copying them to it"
+		}
+		fmt.Fprintf(&b, "resynchronising: %s %s; %s\n", id, what, when)
+	}
+	if b.Len() == 0 && v.Copies == 1 {
+		return "health: every chunk's copy is on a node that is up\n"
+	}
+	if b.Len() == 0 {
+		return fmt.Sprintf("health: every chunk has its %d copies on nodes that are up\n", v.Copies)
+	}
+	return b.String()
+}
+
+// isAre is the verb for n things.
+func isAre(n int) string {
+	if n == 1 {
+		return "is"
+	}
+	return "are"
+}
+
+// volumeState is a volume's state in one word, worst first.
+func volumeState(v node.VolumeInfo) string {
+	switch {
+	case len(v.Lost) > 0:
+		return "LOST"
+	case v.Unavailable > 0:
+		return "UNAVAILABLE"
+	case v.Degraded > 0:
+		return "degraded"
+	case len(v.Stale) > 0:
+		return "resyncing"
+	case v.Prev != nil:
+		return "re-placing"
+	}
+	return "ok"
 }
 
 func volumeResize(ctx context.Context, env Env, args []string) error {
@@ -191,7 +278,7 @@ func volumeResize(ctx context.Context, env Env, args []string) error {
 	if err := a.call(ctx, http.MethodPost, node.AdminPrefix+"volumes?resize=true", cluster.VolumeSpec{Name: name, Size: sz}, &info); err != nil {
 		return explainMissingVolume(ctx, a, name, err)
 	}
-	return printVolume(env, info, asJSON)
+	return printVolume(env, info, nil, asJSON)
 }
 
 func volumeList(ctx context.Context, env Env, args []string) error {
@@ -207,13 +294,13 @@ func volumeList(ctx context.Context, env Env, args []string) error {
 		return json.NewEncoder(env.Stdout).Encode(infos)
 	}
 	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "VOLUME\tSIZE\tCOPIES\tCHUNK\tCHUNKS\tNBD")
+	fmt.Fprintln(tw, "VOLUME\tSIZE\tCOPIES\tCHUNK\tCHUNKS\tSTATE\tNBD")
 	for _, v := range infos {
 		uri := ""
 		if len(v.URIs) > 0 {
 			uri = v.URIs[0]
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\n", v.Name, humanBytes(v.Size), v.Copies, humanBytes(v.ChunkSize), v.Chunks, uri)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%s\n", v.Name, humanBytes(v.Size), v.Copies, humanBytes(v.ChunkSize), v.Chunks, volumeState(v), uri)
 	}
 	return tw.Flush()
 }
@@ -385,7 +472,9 @@ func chunkList(cs []int64) string {
 	return strings.Join(runs, ", ")
 }
 
-func printVolume(env Env, v node.VolumeInfo, asJSON bool) error {
+// printVolume describes a volume; stale, if known, counts the chunks each
+// stale mirror missed.
+func printVolume(env Env, v node.VolumeInfo, stale map[string]int, asJSON bool) error {
 	if asJSON {
 		return json.NewEncoder(env.Stdout).Encode(v)
 	}
@@ -397,6 +486,7 @@ func printVolume(env Env, v node.VolumeInfo, asJSON bool) error {
 	if len(v.Lost) > 0 {
 		fmt.Fprintf(env.Stdout, "LOST: %s (%s): every copy was on nodes removed from the cluster; reads and writes of them fail until 'slipstream volume accept-loss %s', and they then read as zeros\n", plural(len(v.Lost), "chunk"), chunkList(v.Lost), v.Name)
 	}
+	fmt.Fprint(env.Stdout, volumeHealth(v, stale))
 	switch {
 	case v.Prev != nil && v.Copied:
 		fmt.Fprintf(env.Stdout, "re-placed: every chunk is copied to the nodes above; their old owners are still written until every node has seen it (placed on %s before)\n", strings.Join(v.Prev, ", "))

@@ -46,9 +46,10 @@ type Sections struct {
 }
 
 // Interfaces are the byte counters of a node's listeners and the state of
-// its intra-cluster paths, per local address.
+// its intra-cluster paths, per local address and per path (local, remote).
 type Interfaces struct {
 	PeerTransport []netx.IfaceStats    `json:"peerTransport"`
+	Paths         []netx.PairStats     `json:"paths"`
 	Listeners     []netx.ListenerStats `json:"listeners"`
 }
 

@@ -269,7 +269,7 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 	n.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		netx.NewCollector(tr, append(append([]*netx.CountingListener{}, intraLns...), publicLns...)...))
 	n.statusFill = append(n.statusFill, func(s *Sections) {
-		s.Interfaces.PeerTransport = tr.Stats()
+		s.Interfaces.PeerTransport, s.Interfaces.Paths = tr.Stats(), tr.Pairs()
 		for _, l := range append(append([]*netx.CountingListener{}, intraLns...), publicLns...) {
 			s.Interfaces.Listeners = append(s.Interfaces.Listeners, l.Stats())
 		}

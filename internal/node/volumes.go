@@ -748,6 +748,10 @@ type VolumeState struct {
 	// Copying counts the chunk copies a re-placement (a node removed) has
 	// still to make, on the node that makes them.
 	Copying int `json:"copying,omitempty"`
+	// Writer is whether this node holds the volume's claim: only the
+	// writer knows which chunks a stale mirror missed; other nodes count
+	// every chunk of it.
+	Writer bool `json:"writer,omitempty"`
 }
 
 // states reports the mirror state of the volumes this node has open.
@@ -755,9 +759,12 @@ func (vs *volumes) states() map[string]VolumeState {
 	vs.mu.Lock()
 	defer vs.mu.Unlock()
 	out := map[string]VolumeState{}
+	m := vs.meta.Map()
 	for name, ov := range vs.open {
 		sent, applied := ov.vol.Forwarded()
-		out[name] = VolumeState{Stale: ov.vol.StaleChunks(), Down: ov.vol.Down(), Forwarded: sent, Applied: applied, Copying: ov.vol.CopiesLeft()}
+		spec, _ := m.Volume(name)
+		out[name] = VolumeState{Stale: ov.vol.StaleChunks(), Down: ov.vol.Down(), Forwarded: sent, Applied: applied, Copying: ov.vol.CopiesLeft(),
+			Writer: spec.Writer == vs.self}
 	}
 	return out
 }
@@ -785,6 +792,16 @@ type VolumeInfo struct {
 	// Added lists, while a re-placement is in progress, the nodes a
 	// rebalance added to the set.
 	Added []string `json:"added,omitempty"`
+	// Down lists the nodes holding chunks of the volume that the cluster
+	// marks down.
+	Down []string `json:"down,omitempty"`
+	// Degraded counts the chunks with a copy on a node that is not up
+	// (down, or gone from the cluster); Unavailable those with
+	// none, whose reads and writes fail until a holder is back. While a
+	// re-placement's copies are being made, a chunk's copies are on the
+	// nodes it was placed on before.
+	Degraded    int64 `json:"degraded,omitempty"`
+	Unavailable int64 `json:"unavailable,omitempty"`
 }
 
 // VolumeCopies counts the chunk copies of one volume on one node.
@@ -839,12 +856,19 @@ func volumeInfo(m *cluster.Map, v cluster.VolumeSpec, nbdURLs map[string][]strin
 			info.Added = append(info.Added, id)
 		}
 	}
+	up := func(id string) bool { ni, ok := m.Node(id); return ok && ni.State == cluster.StateUp }
+	for _, id := range append(slices.Clone(nodes), v.Prev...) {
+		if ni, ok := m.Node(id); ok && ni.State == cluster.StateDown && !slices.Contains(info.Down, id) {
+			info.Down = append(info.Down, id)
+		}
+	}
 	for i := int64(0); i < info.Chunks; i++ {
 		name := volume.ChunkName(v.Name, i)
 		owners := placement.Owners(nodes, name, v.Copies)
 		for _, o := range owners {
 			info.ChunksPerNode[o]++
 		}
+		holders := owners
 		if v.Prev != nil && !v.Copied {
 			before := placement.Owners(v.Prev, name, v.Copies)
 			for _, o := range owners {
@@ -852,6 +876,14 @@ func volumeInfo(m *cluster.Map, v cluster.VolumeSpec, nbdURLs map[string][]strin
 					info.Copying++
 				}
 			}
+			holders = before
+		}
+		switch n := len(slices.DeleteFunc(slices.Clone(holders), func(id string) bool { return !up(id) })); {
+		case n == 0:
+			info.Unavailable++
+			info.Degraded++
+		case n < len(holders):
+			info.Degraded++
 		}
 		if i < int64(listChunks) {
 			info.Placement = append(info.Placement, owners)

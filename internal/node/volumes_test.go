@@ -575,6 +575,82 @@ func TestVolumeInfoNamesRemovedNodes(t *testing.T) {
 	}
 }
 
+// TestVolumeInfoHealth: volume info counts the chunks a copy short
+// (a holder down or gone) and those with no holder up, and names the
+// holders that are down; during a re-placement a chunk's holders are its
+// owners before it.
+func TestVolumeInfoHealth(t *testing.T) {
+	m := cluster.NewMap()
+	for _, id := range []string{"a", "b", "c", "d"} {
+		m.Nodes[id] = cluster.NodeInfo{ID: id, State: cluster.StateUp}
+	}
+	setState := func(st cluster.NodeState, ids ...string) {
+		for _, id := range ids {
+			ni := m.Nodes[id]
+			ni.State = st
+			m.Nodes[id] = ni
+		}
+	}
+	v2 := cluster.VolumeSpec{Name: "v", Size: 256 << 20, ChunkSize: 4 << 20, Copies: 2, ID: "01", Nodes: []string{"a", "b", "c"}}
+	healthy := volumeInfo(m, v2, nil, 0)
+	if healthy.Degraded != 0 || healthy.Unavailable != 0 || healthy.Down != nil {
+		t.Fatalf("all up: degraded %d, unavailable %d, down %v", healthy.Degraded, healthy.Unavailable, healthy.Down)
+	}
+	per := healthy.ChunksPerNode
+
+	setState(cluster.StateDown, "c")
+	info := volumeInfo(m, v2, nil, 0)
+	if !slices.Equal(info.Down, []string{"c"}) || info.Degraded != per["c"] || info.Unavailable != 0 {
+		t.Errorf("c down: down %v, degraded %d (c holds %d), unavailable %d", info.Down, info.Degraded, per["c"], info.Unavailable)
+	}
+	// b and c down: every chunk (2 of the 3 nodes) has a copy on one of
+	// them, and those not on a have both copies on them.
+	setState(cluster.StateDown, "b")
+	info = volumeInfo(m, v2, nil, 0)
+	if info.Degraded != info.Chunks || info.Unavailable != info.Chunks-per["a"] || !slices.Equal(info.Down, []string{"b", "c"}) {
+		t.Errorf("b, c down: degraded %d of %d, unavailable %d, want %d; down %v", info.Degraded, info.Chunks, info.Unavailable, info.Chunks-per["a"], info.Down)
+	}
+	// Gone from the cluster counts as not up.
+	setState(cluster.StateUp, "b", "c")
+	delete(m.Nodes, "b")
+	info = volumeInfo(m, v2, nil, 0)
+	if info.Degraded != per["b"] || info.Unavailable != 0 || info.Down != nil {
+		t.Errorf("b removed: degraded %d (b held %d), unavailable %d, down %v", info.Degraded, per["b"], info.Unavailable, info.Down)
+	}
+	m.Nodes["b"] = cluster.NodeInfo{ID: "b", State: cluster.StateUp}
+
+	// copies=1: a chunk on a node that is down has no holder up.
+	v1 := v2
+	v1.Copies = 1
+	per1 := volumeInfo(m, v1, nil, 0).ChunksPerNode
+	setState(cluster.StateDown, "a")
+	info = volumeInfo(m, v1, nil, 0)
+	if info.Unavailable != per1["a"] || info.Degraded != per1["a"] || per1["a"] == 0 {
+		t.Errorf("copies=1, a down: degraded %d, unavailable %d, a holds %d", info.Degraded, info.Unavailable, per1["a"])
+	}
+	setState(cluster.StateUp, "a")
+
+	// A rebalance onto d whose copies are not made: d being down does not
+	// make a chunk a copy short (the old owners hold it), b being down does.
+	moving := v2
+	moving.Prev, moving.Nodes = v2.Nodes, []string{"a", "b", "c", "d"}
+	setState(cluster.StateDown, "d")
+	info = volumeInfo(m, moving, nil, 0)
+	if info.Degraded != 0 || !slices.Equal(info.Down, []string{"d"}) {
+		t.Errorf("re-placing onto d, d down: degraded %d, down %v", info.Degraded, info.Down)
+	}
+	setState(cluster.StateUp, "d")
+	setState(cluster.StateDown, "b")
+	if info = volumeInfo(m, moving, nil, 0); info.Degraded != per["b"] {
+		t.Errorf("re-placing onto d, b down: degraded %d, want b's %d chunks before", info.Degraded, per["b"])
+	}
+	// Once copied, the chunks' holders are their owners over a, b, c, d.
+	moving.Copied = true
+	if info = volumeInfo(m, moving, nil, 0); info.Degraded != info.ChunksPerNode["b"] {
+		t.Errorf("re-placed onto d, b down: degraded %d, want b's %d chunks after", info.Degraded, info.ChunksPerNode["b"])
+	}
+}
+
 // TestVolumesOn: every chunk copy of every volume is counted on exactly
 // one node, and a node outside a volume's set holds none of it.
 func TestVolumesOn(t *testing.T) {

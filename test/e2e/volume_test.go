@@ -351,10 +351,27 @@ func TestVolumeStaleMarkCleared(t *testing.T) {
 	if m := clusterMap(t, c, 1).Volumes[name]; !slices.Contains(m.StaleBy["node1"], "node2") {
 		t.Fatalf("node2 did not mark node1 stale in the map: %+v", m.StaleBy)
 	}
+	// volume info and list say so: the chunks a copy short while node1
+	// is down, and the one chunk it missed, as the writer (node2) counts.
+	waitFor(t, 30*time.Second, "node1 to be marked down", func() bool {
+		ni, _ := clusterMap(t, c, 1).Node("node1")
+		return ni.State == cluster.StateDown
+	})
+	info := volumeCmd(t, c, 1, "info", name)
+	if !regexp.MustCompile(`(?m)^DEGRADED: \d+ chunks are a copy short while node1 is not up$`).MatchString(info) ||
+		!strings.Contains(info, "resynchronising: node1 missed writes to 1 chunk; the writer copies them to it once it is back\n") {
+		t.Errorf("volume info with node1 down:\n%s", info)
+	}
+	if list := volumeCmd(t, c, 1, "list"); !regexp.MustCompile(`(?m)^vol3 .* degraded `).MatchString(list) {
+		t.Errorf("volume list with node1 down:\n%s", list)
+	}
 	startAgain(t, c, 0)
 	waitFor(t, 60*time.Second, "node2 to resynchronise node1 and clear its mark", func() bool {
 		return len(clusterMap(t, c, 1).Volumes[name].Stale) == 0
 	})
+	if info := volumeCmd(t, c, 1, "info", name); !strings.Contains(info, "health: every chunk has its 2 copies on nodes that are up\n") {
+		t.Errorf("volume info once node1 is resynchronised:\n%s", info)
+	}
 	// Every node's open volume follows the map.
 	waitFor(t, 5*time.Second, "the nodes to drop the mark the map cleared", func() bool {
 		for id, vs := range volumeStates(t, c) {
