@@ -869,32 +869,6 @@ func timeoutFrom(ctx context.Context, def time.Duration) time.Duration {
 	return def
 }
 
-// newHCLogger adapts slog to the hclog interface raft wants.
-func newHCLogger(l *slog.Logger) hclog.Logger {
-	return hclog.New(&hclog.LoggerOptions{
-		Name:   "raft",
-		Level:  hclog.Info,
-		Output: slogWriter{l},
-	})
-}
-
-type slogWriter struct{ l *slog.Logger }
-
-func (w slogWriter) Write(p []byte) (int, error) {
-	line := strings.TrimSpace(string(p))
-	lvl := slog.LevelInfo
-	switch {
-	case strings.Contains(line, "[ERROR]"):
-		lvl = slog.LevelError
-	case strings.Contains(line, "[WARN]"):
-		lvl = slog.LevelWarn
-	case strings.Contains(line, "[DEBUG]"), strings.Contains(line, "[TRACE]"):
-		lvl = slog.LevelDebug
-	}
-	w.l.Log(context.Background(), lvl, line)
-	return len(p), nil
-}
-
 // newTransport starts the raft transport cfg asks for: TLS with the
 // secret's proof when cfg.RaftSecret is set, plain TCP otherwise.
 func newTransport(cfg Config, hlog hclog.Logger) (*raft.NetworkTransport, error) {

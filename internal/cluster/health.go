@@ -109,10 +109,10 @@ func (c *Cluster) healthRound(silent map[string]time.Time) {
 // an operator changed its state meanwhile, that change stands.
 func (c *Cluster) setState(ctx context.Context, id string, from, s NodeState) {
 	if err := c.applyLocal(ctx, command{Op: opNodeState, Name: id, From: from, State: s}); err != nil {
-		c.log.Warn("recording node state failed", "node", id, "state", s, "err", err)
+		c.log.Warn("recording node state failed", "peer", id, "state", s, "err", err)
 		return
 	}
-	c.log.Info("node state changed", "node", id, "state", s)
+	c.log.Info("node state changed", "peer", id, "state", s)
 }
 
 // probe reports whether the node answers GET HealthPath with 200 on any of
@@ -206,19 +206,19 @@ func (c *Cluster) syncVoters(ctx context.Context, alive, follows map[string]bool
 			break
 		}
 		if err := c.raft.AddVoter(s.ID, s.Address, 0, timeout).Error(); err != nil {
-			c.log.Warn("promoting non-voter failed", "node", s.ID, "err", err)
+			c.log.Warn("promoting non-voter failed", "peer", s.ID, "err", err)
 			return
 		}
-		c.log.Info("non-voter promoted", "node", s.ID)
+		c.log.Info("non-voter promoted", "peer", s.ID)
 		voters++
 		if voters > c.cfg.Voters && len(downVoters) > 0 {
 			d := downVoters[0]
 			downVoters = downVoters[1:]
 			if err := c.raft.DemoteVoter(d.ID, 0, timeout).Error(); err != nil {
-				c.log.Warn("demoting down voter failed", "node", d.ID, "err", err)
+				c.log.Warn("demoting down voter failed", "peer", d.ID, "err", err)
 				return
 			}
-			c.log.Info("down voter demoted", "node", d.ID)
+			c.log.Info("down voter demoted", "peer", d.ID)
 			voters--
 		}
 	}
@@ -234,7 +234,7 @@ func (c *Cluster) syncVoters(ctx context.Context, alive, follows map[string]bool
 		}
 		err := c.applyLocal(ctx, command{Op: opNodeVoter, Node: &NodeInfo{ID: n.ID, Voter: voter}})
 		if err != nil && !errors.Is(err, ErrNodeNotFound) { // removed meanwhile
-			c.log.Warn("recording suffrage failed", "node", s.ID, "err", err)
+			c.log.Warn("recording suffrage failed", "peer", s.ID, "err", err)
 		}
 	}
 }

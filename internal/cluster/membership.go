@@ -61,7 +61,7 @@ func (c *Cluster) admit(ctx context.Context, info NodeInfo) (*Map, error) {
 			if err := c.applyLocal(ctx, command{Op: opNodeRemove, Name: string(s.ID)}); err != nil {
 				return nil, err
 			}
-			c.log.Warn("stale member on a reused raft address removed", "node", s.ID, "addr", addr)
+			c.log.Warn("stale member on a reused raft address removed", "peer", s.ID, "addr", addr)
 		}
 	}
 	voter := false
@@ -197,9 +197,9 @@ func (c *Cluster) replaceVoter(ctx context.Context, id string, timeout time.Dura
 	if err := c.raft.AddVoter(s.ID, s.Address, 0, timeout).Error(); err != nil {
 		return err
 	}
-	c.log.Info("non-voter promoted in place of a leaving voter", "node", s.ID, "leaving", id)
+	c.log.Info("non-voter promoted in place of a leaving voter", "peer", s.ID, "leaving", id)
 	if err := c.applyLocal(ctx, command{Op: opNodeVoter, Node: &NodeInfo{ID: string(s.ID), Voter: true}}); err != nil {
-		c.log.Warn("recording suffrage failed", "node", s.ID, "err", err)
+		c.log.Warn("recording suffrage failed", "peer", s.ID, "err", err)
 	}
 	return nil
 }

@@ -199,7 +199,7 @@ func (g *gateway) DeleteBucket(ctx context.Context, name string) error {
 	m = waitMap(ctx, g.meta, func(m *cluster.Map) bool { return !hasBucket(name)(m) })
 	for _, id := range m.UpNodeIDs() {
 		if err := g.at(m, id).DeleteBucket(ctx, name); err != nil && !errors.Is(err, object.ErrBucketNotFound) {
-			g.log.Warn("removing local bucket directories", "node", id, "bucket", name, "err", err)
+			g.log.Warn("removing local bucket directories", "peer", id, "bucket", name, "err", err)
 		}
 	}
 	return nil
@@ -390,7 +390,7 @@ func (h *holderSearch) try(ctx context.Context, ids []string) (done bool, err er
 		switch {
 		case err == nil && !h.deleted.IsZero() && !info.ModTime.After(h.deleted):
 			h.drop()
-			h.g.log.Warn("a holder that missed a delete has the deleted version; not served", "node", id, "bucket", h.bucket, "key", h.key, "deleted", h.deleted)
+			h.g.log.Warn("a holder that missed a delete has the deleted version; not served", "peer", id, "bucket", h.bucket, "key", h.key, "deleted", h.deleted)
 			err = &peer.DeletedError{At: h.deleted}
 		case err == nil:
 			return true, nil
@@ -400,12 +400,12 @@ func (h *holderSearch) try(ctx context.Context, ids []string) (done bool, err er
 		case errors.Is(err, object.ErrNotFound):
 		case errors.Is(err, peer.ErrUnreachable):
 			r = 1
-			h.g.log.Debug("holder unreachable, trying the next", "node", id, "bucket", h.bucket, "key", h.key, "err", err)
+			h.g.log.Debug("holder unreachable, trying the next", "peer", id, "bucket", h.bucket, "key", h.key, "err", err)
 		case answersForObject(err):
 			return true, err
 		default:
 			r = 2
-			h.g.log.Warn("holder failed to read, trying the next", "node", id, "bucket", h.bucket, "key", h.key, "err", err)
+			h.g.log.Warn("holder failed to read, trying the next", "peer", id, "bucket", h.bucket, "key", h.key, "err", err)
 		}
 		if r >= h.rank {
 			h.last, h.rank = err, r
@@ -523,7 +523,7 @@ func (g *gateway) DeleteObject(ctx context.Context, bucket, key string) error {
 	}
 	for i, err := range errs[primary:] {
 		if err != nil {
-			g.log.Warn("a node outside the object's replicas missed its delete", "node", targets[primary+i], "bucket", bucket, "key", key, "err", err)
+			g.log.Warn("a node outside the object's replicas missed its delete", "peer", targets[primary+i], "bucket", bucket, "key", key, "err", err)
 		}
 	}
 	return firstError(errs[:primary])
@@ -558,7 +558,7 @@ func (g *gateway) tombstone(ctx context.Context, m *cluster.Map, targets []strin
 			continue
 		}
 		if err := g.at(m, id).Replica(ctx, op); err != nil {
-			g.log.Warn("a node could not record a delete that a holder missed", "node", id, "bucket", bucket, "key", key, "err", err)
+			g.log.Warn("a node could not record a delete that a holder missed", "peer", id, "bucket", bucket, "key", key, "err", err)
 		}
 	}
 }

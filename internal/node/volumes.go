@@ -101,7 +101,7 @@ func (vs *volumes) replica(m *cluster.Map, id string) volume.Replica {
 	}
 	c, err := volume.NewClientConfig(volume.ClientConfig{BaseURL: base, Header: hdr, Dial: vs.dial, Addrs: vs.addrsOf(id)})
 	if err != nil {
-		vs.log.Warn("volume replica client", "node", id, "err", err)
+		vs.log.Warn("volume replica client", "peer", id, "err", err)
 		c = volume.NewClient(base, nil)
 	}
 	vs.clients[id] = c
@@ -183,7 +183,7 @@ func (vs *volumes) lookup(name string) (nbd.Device, error) {
 	}
 	cfg := volume.Config{
 		Spec: toVolumeSpec(spec), Nodes: nodes, Prev: spec.Prev, Copied: spec.Copied, Self: vs.self, Replicas: reps,
-		StateDir: filepath.Join(vs.stateDir, spec.Key()), Logger: vs.log.With("volume", spec.Name),
+		StateDir: filepath.Join(vs.stateDir, spec.Key()), Logger: vs.log,
 		Stale: spec.StaleMarks(), Lost: spec.Lost,
 	}
 	if vs.marks != nil {

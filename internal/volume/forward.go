@@ -157,7 +157,7 @@ func (v *Volume) routeOnce(ctx context.Context, h *claimHolder, op Op) error {
 		case errors.Is(err, ErrFenced), errors.Is(err, ErrNoSpace), errors.Is(err, ErrOutOfRange):
 			return err
 		case !errors.Is(err, ErrNotWriter):
-			v.cfg.Logger.Warn("the node that writes the volume did not answer: this node claims it", "volume", v.spec.Name, "node", h.node, "err", err)
+			v.cfg.Logger.Warn("the node that writes the volume did not answer: this node claims it", "volume", v.spec.Name, "holder", h.node, "err", err)
 		}
 	}
 	// Claimed from the claim this decision was made on: if another node
@@ -330,7 +330,7 @@ func (v *Volume) flushForwarded(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			v.cfg.Logger.Warn("the node this node's writes went through did not flush them: syncing their chunks here", "volume", v.spec.Name, "node", node, "err", err)
+			v.cfg.Logger.Warn("the node this node's writes went through did not flush them: syncing their chunks here", "volume", v.spec.Name, "holder", node, "err", err)
 			synced = false
 		}
 	}

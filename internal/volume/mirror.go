@@ -338,7 +338,7 @@ func Open(ctx context.Context, cfg Config) (*Volume, error) {
 				return nil, err
 			}
 			cfg.Logger.Warn("this node lost its chunks of the volume (drive replaced or wiped): not read until resynchronised",
-				"volume", cfg.Spec.Name, "node", m.id)
+				"volume", cfg.Spec.Name, "mirror", m.id)
 		}
 	}
 	v.noteStale(cfg.Stale, true, 0)
@@ -608,7 +608,7 @@ func (v *Volume) fail(m *mirror, err error) {
 	m.quick.Store(quick)
 	m.slow.Store(errors.Is(err, ErrTimeout) || errors.Is(err, context.DeadlineExceeded))
 	if !m.down.Swap(true) {
-		v.cfg.Logger.Warn("volume mirror failed", "volume", v.spec.Name, "node", m.id, "err", err)
+		v.cfg.Logger.Warn("volume mirror failed", "volume", v.spec.Name, "mirror", m.id, "err", err)
 	}
 	if quick {
 		v.poke()
@@ -691,7 +691,7 @@ func (v *Volume) revive(ctx context.Context, m *mirror) bool {
 		v.cfg.Logger.Warn("saving the stale map", "volume", v.spec.Name, "err", err)
 		return false
 	}
-	v.cfg.Logger.Info("volume mirror is back", "volume", v.spec.Name, "node", m.id)
+	v.cfg.Logger.Info("volume mirror is back", "volume", v.spec.Name, "mirror", m.id)
 	m.down.Store(false)
 	return true
 }
@@ -1346,7 +1346,7 @@ func (v *Volume) record(ctx context.Context, m *mirror, write bool) {
 		cancel()
 		if err != nil {
 			m.markAt.Store(time.Now().UnixNano())
-			v.cfg.Logger.Warn("could not record a mirror's state in the cluster; will try again", "volume", v.spec.Name, "node", m.id, "stale", stale, "err", err)
+			v.cfg.Logger.Warn("could not record a mirror's state in the cluster; will try again", "volume", v.spec.Name, "mirror", m.id, "stale", stale, "err", err)
 			return
 		}
 		m.shared.Store(stale)
@@ -1359,7 +1359,7 @@ func (v *Volume) record(ctx context.Context, m *mirror, write bool) {
 			}
 		}
 		if !stale {
-			v.cfg.Logger.Info("volume mirror resynchronised", "volume", v.spec.Name, "node", m.id)
+			v.cfg.Logger.Info("volume mirror resynchronised", "volume", v.spec.Name, "mirror", m.id)
 			if m.lost.Load() {
 				v.repaired(m) // every chunk was copied back since Open
 			}
@@ -1391,7 +1391,7 @@ func (v *Volume) recordLost(ctx context.Context, m *mirror) {
 	cancel()
 	if err != nil {
 		m.markAt.Store(time.Now().UnixNano())
-		v.cfg.Logger.Warn("could not record in the cluster that this node lost its chunks; will try again", "volume", v.spec.Name, "node", m.id, "err", err)
+		v.cfg.Logger.Warn("could not record in the cluster that this node lost its chunks; will try again", "volume", v.spec.Name, "mirror", m.id, "err", err)
 		return
 	}
 	m.shared.Store(true)
@@ -1412,7 +1412,7 @@ func (v *Volume) repaired(m *mirror) {
 	}
 	m.lost.Store(false)
 	m.lostSeen.Store(false)
-	v.cfg.Logger.Info("this node's chunks of the volume are resynchronised", "volume", v.spec.Name, "node", m.id)
+	v.cfg.Logger.Info("this node's chunks of the volume are resynchronised", "volume", v.spec.Name, "mirror", m.id)
 }
 
 // NoteStale tells the volume which writers StaleMarks lists for each
@@ -1485,7 +1485,7 @@ func (v *Volume) noteStale(marks map[string][]string, atOpen bool, ver uint64) {
 			m.coverEpoch = v.epoch.Load()
 			v.marksNew.Store(true)
 			v.cfg.Logger.Warn("a mirror missed writes made through another node: not read until resynchronised",
-				"volume", v.spec.Name, "node", id, "writers", others)
+				"volume", v.spec.Name, "mirror", id, "writers", others)
 			v.poke()
 		case len(others) > 0:
 			m.others = others
@@ -1525,7 +1525,7 @@ func (v *Volume) clearCovered(ctx context.Context, m *mirror) {
 	if err := v.cfg.Marks.ClearCovered(cctx, m.id, m.others, m.coverEpoch); err != nil {
 		m.markAt.Store(time.Now().UnixNano())
 		v.cfg.Logger.Warn("could not clear other writers' marks of a resynchronised mirror; will try again",
-			"volume", v.spec.Name, "node", m.id, "writers", m.others, "err", err)
+			"volume", v.spec.Name, "mirror", m.id, "writers", m.others, "err", err)
 	}
 }
 
@@ -1776,7 +1776,7 @@ func (v *Volume) rescue(dst *mirror, c int64) *mirror {
 		return nil
 	}
 	v.cfg.Logger.Warn("volume chunk was stale on every mirror; taking one mirror's copy as current",
-		"volume", v.spec.Name, "chunk", c, "node", src.id)
+		"volume", v.spec.Name, "chunk", c, "mirror", src.id)
 	v.stale.clear(src.id, c)
 	return src
 }

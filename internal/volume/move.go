@@ -354,7 +354,7 @@ func (v *Volume) NotePlacement(nodes, prev []string, copied bool) {
 	}
 	for _, id := range nodes {
 		if v.mirrors()[id] == nil {
-			v.cfg.Logger.Warn("volume placed on a node it was not opened with; keeping its placement", "volume", v.spec.Name, "node", id)
+			v.cfg.Logger.Warn("volume placed on a node it was not opened with; keeping its placement", "volume", v.spec.Name, "mirror", id)
 			return
 		}
 	}

@@ -1,0 +1,169 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"maps"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// repeatWindow is how long raft's repeated warnings and errors (a
+// heartbeat to a peer that is down fails twice a second) are counted
+// instead of logged: one line per window says how many there were.
+const repeatWindow = 30 * time.Second
+
+// maxRepeats bounds the records remembered for repeatWindow.
+const maxRepeats = 1024
+
+// newHCLogger adapts slog to the hclog interface raft wants: raft's
+// records become slog records of the same level, message and attributes
+// (durations stay durations), and a warning or error repeated for the
+// same peer is logged once per repeatWindow with the number left out.
+func newHCLogger(l *slog.Logger) hclog.Logger {
+	return &raftLog{l: l, name: "raft", level: hclog.Info, r: &repeats{now: time.Now, seen: map[string]*repeat{}}}
+}
+
+// raftLog is an hclog.Logger over slog. Loggers made by With and Named
+// share their repeats.
+type raftLog struct {
+	l     *slog.Logger
+	name  string
+	args  []any
+	level hclog.Level
+	r     *repeats
+}
+
+// repeats counts the warnings and errors left out, by level, message and
+// peer.
+type repeats struct {
+	now  func() time.Time
+	mu   sync.Mutex
+	seen map[string]*repeat
+}
+
+type repeat struct {
+	logged  time.Time // when the record was last logged
+	skipped int       // records left out since
+}
+
+// skip reports whether a record under key was logged less than
+// repeatWindow ago (and counts it), or else how many were left out since.
+func (r *repeats) skip(key string) (bool, int) {
+	now := r.now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p := r.seen[key]
+	if p != nil && now.Sub(p.logged) < repeatWindow {
+		p.skipped++
+		return true, 0
+	}
+	if p == nil {
+		if len(r.seen) >= maxRepeats { // peers long gone: forget them
+			maps.DeleteFunc(r.seen, func(_ string, p *repeat) bool { return now.Sub(p.logged) >= repeatWindow })
+		}
+		p = &repeat{}
+		r.seen[key] = p
+	}
+	n := p.skipped
+	p.logged, p.skipped = now, 0
+	return false, n
+}
+
+func (w *raftLog) Log(level hclog.Level, msg string, args ...any) {
+	if level == hclog.Off || level < w.level {
+		return
+	}
+	lvl := slog.LevelInfo
+	switch {
+	case level >= hclog.Error:
+		lvl = slog.LevelError
+	case level == hclog.Warn:
+		lvl = slog.LevelWarn
+	case level <= hclog.Debug:
+		lvl = slog.LevelDebug
+	}
+	attrs := []any{"module", w.name}
+	var peer any
+	for _, kv := range [][]any{w.args, args} {
+		for i := 0; i+1 < len(kv); i += 2 {
+			k := strings.ReplaceAll(fmt.Sprint(kv[i]), " ", "_")
+			v := kv[i+1]
+			if err, ok := v.(error); ok {
+				v = err.Error()
+			}
+			if k == "peer" {
+				peer = v
+			}
+			attrs = append(attrs, k, v)
+		}
+	}
+	if lvl >= slog.LevelWarn {
+		skip, n := w.r.skip(fmt.Sprint(lvl, "\x00", msg, "\x00", peer))
+		if skip {
+			return
+		}
+		if n > 0 {
+			attrs = append(attrs, "repeated", n)
+		}
+	}
+	w.l.Log(context.Background(), lvl, msg, attrs...)
+}
+
+func (w *raftLog) Trace(msg string, args ...any) { w.Log(hclog.Trace, msg, args...) }
+func (w *raftLog) Debug(msg string, args ...any) { w.Log(hclog.Debug, msg, args...) }
+func (w *raftLog) Info(msg string, args ...any)  { w.Log(hclog.Info, msg, args...) }
+func (w *raftLog) Warn(msg string, args ...any)  { w.Log(hclog.Warn, msg, args...) }
+func (w *raftLog) Error(msg string, args ...any) { w.Log(hclog.Error, msg, args...) }
+
+func (w *raftLog) IsTrace() bool { return w.level <= hclog.Trace }
+func (w *raftLog) IsDebug() bool { return w.level <= hclog.Debug }
+func (w *raftLog) IsInfo() bool  { return w.level <= hclog.Info }
+func (w *raftLog) IsWarn() bool  { return w.level <= hclog.Warn }
+func (w *raftLog) IsError() bool { return w.level <= hclog.Error }
+
+func (w *raftLog) ImpliedArgs() []any { return w.args }
+
+func (w *raftLog) With(args ...any) hclog.Logger {
+	c := *w
+	c.args = append(append([]any{}, w.args...), args...)
+	return &c
+}
+
+func (w *raftLog) Name() string { return w.name }
+
+func (w *raftLog) Named(name string) hclog.Logger {
+	c := *w
+	c.name = w.name + "." + name
+	return &c
+}
+
+func (w *raftLog) ResetNamed(name string) hclog.Logger {
+	c := *w
+	c.name = name
+	return &c
+}
+
+func (w *raftLog) SetLevel(level hclog.Level) { w.level = level }
+func (w *raftLog) GetLevel() hclog.Level      { return w.level }
+
+func (w *raftLog) StandardLogger(opts *hclog.StandardLoggerOptions) *log.Logger {
+	return log.New(w.StandardWriter(opts), "", 0)
+}
+
+func (w *raftLog) StandardWriter(*hclog.StandardLoggerOptions) io.Writer {
+	return writerFunc(func(p []byte) (int, error) {
+		w.Info(strings.TrimSpace(string(p)))
+		return len(p), nil
+	})
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
