@@ -1,10 +1,12 @@
 package node
 
 import (
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/slipstream-io/slipstream/internal/cluster"
 	"github.com/slipstream-io/slipstream/internal/volume/nbd"
 )
 
@@ -72,7 +74,16 @@ func (m *nbdMetrics) observe(cmd uint16, length uint32, took time.Duration, errn
 type volumeCollector struct {
 	vs                                    *volumes
 	lost, replacing, stale, down, copying *prometheus.Desc
+	degraded, unavailable                 *prometheus.Desc
 	conns                                 *prometheus.Desc
+
+	// The chunks a copy short and those without a copy on a node that is
+	// up, per volume, for the map version at: placing every chunk takes
+	// time in proportion to the volumes' sizes, and only a new map
+	// changes them.
+	mu     sync.Mutex
+	at     uint64
+	health map[string][2]int64
 }
 
 func newVolumeCollector(vs *volumes) *volumeCollector {
@@ -88,22 +99,45 @@ func newVolumeCollector(vs *volumes) *volumeCollector {
 			"Mirrors this node cannot reach (volumes it has open).", []string{"volume"}, nil),
 		copying: prometheus.NewDesc("slipstream_volume_replacement_copies_left",
 			"Chunk copies a re-placement has still to make, on the node making them.", []string{"volume"}, nil),
+		degraded: prometheus.NewDesc("slipstream_volume_degraded_chunks",
+			"Chunks of the volume with a copy on a node that is not up (down, or gone from the cluster).", []string{"volume"}, nil),
+		unavailable: prometheus.NewDesc("slipstream_volume_unavailable_chunks",
+			"Chunks of the volume with no copy on a node that is up: their reads and writes fail.", []string{"volume"}, nil),
 		conns: prometheus.NewDesc("slipstream_nbd_connections", "NBD connections open.", nil, nil),
 	}
 }
 
+// volumeHealth returns, per volume, the chunks a copy short and those
+// with no copy on a node that is up, as of map m.
+func (c *volumeCollector) volumeHealth(m *cluster.Map) map[string][2]int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.health == nil || c.at != m.Version {
+		c.health, c.at = map[string][2]int64{}, m.Version
+		for _, name := range m.VolumeNames() {
+			v, _ := m.Volume(name)
+			info := volumeInfo(m, v, nil, 0)
+			c.health[name] = [2]int64{info.Degraded, info.Unavailable}
+		}
+	}
+	return c.health
+}
+
 func (c *volumeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.lost, c.replacing, c.stale, c.down, c.copying, c.conns} {
+	for _, d := range []*prometheus.Desc{c.lost, c.replacing, c.stale, c.down, c.copying, c.degraded, c.unavailable, c.conns} {
 		ch <- d
 	}
 }
 
 func (c *volumeCollector) Collect(ch chan<- prometheus.Metric) {
 	m := c.vs.meta.Map()
+	health := c.volumeHealth(m)
 	for _, name := range m.VolumeNames() {
 		v, _ := m.Volume(name)
 		ch <- prometheus.MustNewConstMetric(c.lost, prometheus.GaugeValue, float64(len(v.Lost)), name)
 		ch <- prometheus.MustNewConstMetric(c.replacing, prometheus.GaugeValue, b2f(v.Prev != nil), name)
+		ch <- prometheus.MustNewConstMetric(c.degraded, prometheus.GaugeValue, float64(health[name][0]), name)
+		ch <- prometheus.MustNewConstMetric(c.unavailable, prometheus.GaugeValue, float64(health[name][1]), name)
 	}
 	for name, st := range c.vs.states() {
 		for mirror, n := range st.Stale {

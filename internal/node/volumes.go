@@ -856,9 +856,11 @@ func volumeInfo(m *cluster.Map, v cluster.VolumeSpec, nbdURLs map[string][]strin
 			info.Added = append(info.Added, id)
 		}
 	}
-	up := func(id string) bool { ni, ok := m.Node(id); return ok && ni.State == cluster.StateUp }
+	up := map[string]bool{}
 	for _, id := range append(slices.Clone(nodes), v.Prev...) {
-		if ni, ok := m.Node(id); ok && ni.State == cluster.StateDown && !slices.Contains(info.Down, id) {
+		ni, ok := m.Node(id)
+		up[id] = ok && ni.State == cluster.StateUp
+		if ok && ni.State == cluster.StateDown && !slices.Contains(info.Down, id) {
 			info.Down = append(info.Down, id)
 		}
 	}
@@ -878,7 +880,13 @@ func volumeInfo(m *cluster.Map, v cluster.VolumeSpec, nbdURLs map[string][]strin
 			}
 			holders = before
 		}
-		switch n := len(slices.DeleteFunc(slices.Clone(holders), func(id string) bool { return !up(id) })); {
+		n := 0
+		for _, id := range holders {
+			if up[id] {
+				n++
+			}
+		}
+		switch {
 		case n == 0:
 			info.Unavailable++
 			info.Degraded++

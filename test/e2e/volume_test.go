@@ -365,12 +365,19 @@ func TestVolumeStaleMarkCleared(t *testing.T) {
 	if list := volumeCmd(t, c, 1, "list"); !regexp.MustCompile(`(?m)^vol3 .* degraded `).MatchString(list) {
 		t.Errorf("volume list with node1 down:\n%s", list)
 	}
+	degraded := `slipstream_volume_degraded_chunks{volume="vol3"}`
+	if n := metric(t, c, 2, degraded); n < 1 || n > 16 || metric(t, c, 2, `slipstream_volume_unavailable_chunks{volume="vol3"}`) != 0 {
+		t.Errorf("%s = %v with node1 down, want 1 to 16 and none unavailable", degraded, n)
+	}
 	startAgain(t, c, 0)
 	waitFor(t, 60*time.Second, "node2 to resynchronise node1 and clear its mark", func() bool {
 		return len(clusterMap(t, c, 1).Volumes[name].Stale) == 0
 	})
 	if info := volumeCmd(t, c, 1, "info", name); !strings.Contains(info, "health: every chunk has its 2 copies on nodes that are up\n") {
 		t.Errorf("volume info once node1 is resynchronised:\n%s", info)
+	}
+	if n := metric(t, c, 2, degraded); n != 0 {
+		t.Errorf("%s = %v with every node up", degraded, n)
 	}
 	// Every node's open volume follows the map.
 	waitFor(t, 5*time.Second, "the nodes to drop the mark the map cleared", func() bool {
