@@ -77,25 +77,9 @@ func attention(rows []statusRow, now time.Time) []string {
 			add(r.id, "the write-back journal was damaged: %s cut out at start, kept in %s", plural(x.Destage.JournalCutRegions, "region"), x.Destage.JournalCutFile)
 		}
 		for _, p := range x.Interfaces.Paths {
-			to, ok := owner[p.Remote]
-			if !ok {
-				to, ok = owner[hostOf(p.Remote)]
+			if msg := pathTrouble(p, owner, now); msg != "" {
+				add(r.id, "%s", msg)
 			}
-			if p.State == netx.StateUp || ok && to.ni.State != cluster.StateUp {
-				continue // a path to a node that is down is down too
-			}
-			what := p.Remote
-			if ok {
-				what = to.id + " (" + p.Remote + ")"
-			}
-			msg := fmt.Sprintf("intra-cluster path from %s to %s %s", localAddr(p.Local), what, p.State)
-			if !p.Since.IsZero() {
-				msg += fmt.Sprintf(" for %s", now.Sub(p.Since).Round(time.Second))
-			}
-			if p.LastError != "" {
-				msg += ": " + p.LastError
-			}
-			add(r.id, "%s", msg)
 		}
 		if l := x.Scrub.Last; l != nil && l.Unrepaired > 0 {
 			add(r.id, "the last scrub found %s it could not repair", plural(l.Unrepaired, "damaged copy", "damaged copies"))
@@ -110,6 +94,31 @@ func attention(rows []statusRow, now time.Time) []string {
 		}
 	}
 	return out
+}
+
+// pathTrouble describes an intra-cluster path that is down to a node that
+// is up ("" for one that is up, or leads to a node that is down: that one
+// is down too). owner finds the node of an address.
+func pathTrouble(p netx.PairStats, owner map[string]statusRow, now time.Time) string {
+	to, ok := owner[p.Remote]
+	if !ok {
+		to, ok = owner[hostOf(p.Remote)]
+	}
+	if p.State == netx.StateUp || ok && to.ni.State != cluster.StateUp {
+		return ""
+	}
+	what := p.Remote
+	if ok {
+		what = to.id + " (" + p.Remote + ")"
+	}
+	msg := fmt.Sprintf("intra-cluster path from %s to %s %s", localAddr(p.Local), what, p.State)
+	if !p.Since.IsZero() {
+		msg += fmt.Sprintf(" for %s", now.Sub(p.Since).Round(time.Second))
+	}
+	if p.LastError != "" {
+		msg += ": " + p.LastError
+	}
+	return msg
 }
 
 // volumeAttention lists the volumes with chunks that cannot be read:
