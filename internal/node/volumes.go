@@ -792,8 +792,8 @@ type VolumeInfo struct {
 	// Added lists, while a re-placement is in progress, the nodes a
 	// rebalance added to the set.
 	Added []string `json:"added,omitempty"`
-	// Down lists the nodes holding chunks of the volume that the cluster
-	// marks down.
+	// Down lists the members holding chunks of the volume that are not
+	// up (down, or in maintenance).
 	Down []string `json:"down,omitempty"`
 	// Degraded counts the chunks with a copy on a node that is not up
 	// (down, or gone from the cluster); Unavailable those with
@@ -860,7 +860,7 @@ func volumeInfo(m *cluster.Map, v cluster.VolumeSpec, nbdURLs map[string][]strin
 	for _, id := range append(slices.Clone(nodes), v.Prev...) {
 		ni, ok := m.Node(id)
 		up[id] = ok && ni.State == cluster.StateUp
-		if ok && ni.State == cluster.StateDown && !slices.Contains(info.Down, id) {
+		if ok && ni.State != cluster.StateUp && !slices.Contains(info.Down, id) {
 			info.Down = append(info.Down, id)
 		}
 	}
