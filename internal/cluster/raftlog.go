@@ -6,12 +6,12 @@ import (
 	"io"
 	"log"
 	"log/slog"
-	"maps"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/slipstream-io/slipstream/internal/logthrottle"
 )
 
 // repeatWindow is how long raft's repeated warnings and errors (a
@@ -19,61 +19,22 @@ import (
 // instead of logged: one line per window says how many there were.
 const repeatWindow = 30 * time.Second
 
-// maxRepeats bounds the records remembered for repeatWindow.
-const maxRepeats = 1024
-
 // newHCLogger adapts slog to the hclog interface raft wants: raft's
 // records become slog records of the same level, message and attributes
 // (durations stay durations), and a warning or error repeated for the
 // same peer is logged once per repeatWindow with the number left out.
 func newHCLogger(l *slog.Logger) hclog.Logger {
-	return &raftLog{l: l, name: "raft", level: hclog.Info, r: &repeats{now: time.Now, seen: map[string]*repeat{}}}
+	return &raftLog{l: l, name: "raft", level: hclog.Info, th: logthrottle.New(repeatWindow, nil)}
 }
 
 // raftLog is an hclog.Logger over slog. Loggers made by With and Named
-// share their repeats.
+// share their throttle.
 type raftLog struct {
 	l     *slog.Logger
 	name  string
 	args  []any
 	level hclog.Level
-	r     *repeats
-}
-
-// repeats counts the warnings and errors left out, by level, message and
-// peer.
-type repeats struct {
-	now  func() time.Time
-	mu   sync.Mutex
-	seen map[string]*repeat
-}
-
-type repeat struct {
-	logged  time.Time // when the record was last logged
-	skipped int       // records left out since
-}
-
-// skip reports whether a record under key was logged less than
-// repeatWindow ago (and counts it), or else how many were left out since.
-func (r *repeats) skip(key string) (bool, int) {
-	now := r.now()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	p := r.seen[key]
-	if p != nil && now.Sub(p.logged) < repeatWindow {
-		p.skipped++
-		return true, 0
-	}
-	if p == nil {
-		if len(r.seen) >= maxRepeats { // peers long gone: forget them
-			maps.DeleteFunc(r.seen, func(_ string, p *repeat) bool { return now.Sub(p.logged) >= repeatWindow })
-		}
-		p = &repeat{}
-		r.seen[key] = p
-	}
-	n := p.skipped
-	p.logged, p.skipped = now, 0
-	return false, n
+	th    *logthrottle.Throttle
 }
 
 func (w *raftLog) Log(level hclog.Level, msg string, args ...any) {
@@ -105,8 +66,8 @@ func (w *raftLog) Log(level hclog.Level, msg string, args ...any) {
 		}
 	}
 	if lvl >= slog.LevelWarn {
-		skip, n := w.r.skip(fmt.Sprint(lvl, "\x00", msg, "\x00", peer))
-		if skip {
+		ok, n := w.th.Allow(fmt.Sprint(lvl, "\x00", msg, "\x00", peer))
+		if !ok {
 			return
 		}
 		if n > 0 {

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/slipstream-io/slipstream/internal/logthrottle"
 )
 
 // records keeps the slog records it is given.
@@ -48,7 +50,7 @@ func TestRaftLog(t *testing.T) {
 	var got records
 	now := time.Unix(1000, 0)
 	rl := newHCLogger(slog.New(&got)).(*raftLog)
-	rl.r.now = func() time.Time { return now }
+	rl.th = logthrottle.New(repeatWindow, func() time.Time { return now })
 	hl := rl.Named("net").With("id", "node1")
 	refused := errors.New("dial tcp 127.0.1.3:9200: connect: connection refused")
 

@@ -725,7 +725,7 @@ func (d *destager) finish(k string, o *op, err error) {
 		delay := d.backoff(ks.attempts)
 		d.note.broadcast()
 		d.mu.Unlock()
-		d.t.log.Warn("tier: destage failed, will retry", "bucket", o.bucket, "key", o.key, "seq", o.seq, "err", err, "retry_in", delay)
+		d.t.warnThrottled(o.bucket, "tier: destage failed, will retry", "bucket", o.bucket, "key", o.key, "seq", o.seq, "err", err, "retry_in", delay)
 		time.AfterFunc(delay, func() { d.requeue(k) })
 		return
 	}

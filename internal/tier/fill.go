@@ -279,7 +279,7 @@ func (f *fill) fetchAndCommit() error {
 		if errors.Is(cerr, store.ErrChanged) {
 			f.t.log.Info("tier: the local copy changed during a refetch and is kept", "bucket", f.bucket, "key", f.key)
 		} else {
-			f.t.log.Warn("tier: fill could not keep a local copy", "bucket", f.bucket, "key", f.key, "err", cerr)
+			f.t.warnThrottled(f.bucket, "tier: fill could not keep a local copy", "bucket", f.bucket, "key", f.key, "err", cerr)
 		}
 		f.mu.Lock()
 		f.commitErr = cerr

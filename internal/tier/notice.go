@@ -65,7 +65,7 @@ func (d *destager) send(n notice) {
 	if err == nil {
 		return
 	}
-	d.t.log.Warn("tier: a replica holder missed a notice; it will be sent again", "holder", n.holder, "bucket", n.bucket, "key", n.key, "delete", n.deleted, "err", err)
+	d.t.warnThrottled(n.holder, "tier: a replica holder missed a notice; it will be sent again", "holder", n.holder, "bucket", n.bucket, "key", n.key, "delete", n.deleted, "err", err)
 	if err := d.j.append(false, func() { d.mu.Lock(); d.keep(n); d.mu.Unlock() }, n.record()); err != nil {
 		d.t.log.Error("tier: could not journal an undelivered notice", "holder", n.holder, "bucket", n.bucket, "key", n.key, "err", err)
 	}

@@ -105,7 +105,7 @@ func (t *Tier) putThrough(ctx context.Context, b Bucket, bucket, key string, r i
 	}
 	if errL != nil {
 		// The backend has the new version; a stale local copy must go.
-		t.log.Warn("tier: write-through kept no local copy", "bucket", bucket, "key", key, "err", errL)
+		t.warnThrottled(bucket, "tier: write-through kept no local copy", "bucket", bucket, "key", key, "err", errL)
 		if err := t.local.Delete(context.WithoutCancel(ctx), bucket, key); err != nil && !errors.Is(err, object.ErrNotFound) {
 			return object.Info{}, fmt.Errorf("tier: stale local copy of %s/%s could not be removed: %w", bucket, key, err)
 		}

@@ -28,6 +28,7 @@ import (
 
 	"github.com/slipstream-io/slipstream/internal/backend"
 	"github.com/slipstream-io/slipstream/internal/keylock"
+	"github.com/slipstream-io/slipstream/internal/logthrottle"
 	"github.com/slipstream-io/slipstream/internal/object"
 	"github.com/slipstream-io/slipstream/internal/store"
 )
@@ -233,6 +234,27 @@ type Tier struct {
 	keyLocks keylock.Set
 	d        *destager // nil without a journal
 	counters counters
+	// warns throttles the warnings that a backend or a disk that fails
+	// repeats for every object (see warnEvery).
+	warns *logthrottle.Throttle
+}
+
+// warnEvery is how often a warning repeated under one key is logged.
+const warnEvery = 30 * time.Second
+
+// warnThrottled logs a warning once per warnEvery under key (a bucket, a
+// holder), with the number of such warnings held back since; the others
+// go to the debug level. A remote that is down fails every object's
+// destage at each retry, which would otherwise be a line per object.
+func (t *Tier) warnThrottled(key, msg string, args ...any) {
+	if ok, held := t.warns.Allow(msg + "\x00" + key); ok {
+		if held > 0 {
+			args = append(args, "similar_not_logged", held)
+		}
+		t.log.Warn(msg, args...)
+		return
+	}
+	t.log.Debug(msg, args...)
 }
 
 // New builds a Tier over local. With cfg.JournalDir it opens and replays the
@@ -250,6 +272,7 @@ func New(ctx context.Context, cfg Config, local Local) (*Tier, error) {
 		buckets: make(map[string]Bucket),
 		fills:   make(map[string]*fill),
 		writing: make(map[string]int),
+		warns:   logthrottle.New(warnEvery, nil),
 	}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	if cfg.JournalDir != "" {
