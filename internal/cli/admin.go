@@ -221,8 +221,9 @@ func adminStatus(ctx context.Context, env Env, args []string) error {
 	fs := newFlagSet(env, "admin status", "[--json]")
 	client := newAdminClient(fs)
 	asJSON := fs.Bool("json", false, "print JSON")
+	timeout := fs.Duration("timeout", 10*time.Second, "give up on a node that has not answered after this long (the nodes are asked at once)")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: slipstream admin status [--json]\n\nOne row per node and mountpath. "+spaceNote+"\nNodes that cannot be reached are named on stderr; exits 1 when a node\nanswers with an error (such as a wrong secret) or none answers.\n\nflags:")
+		fmt.Fprintln(fs.Output(), "usage: slipstream admin status [--json] [--timeout D]\n\nOne row per node and mountpath. "+spaceNote+"\nNodes that cannot be reached are named on stderr; exits 1 when a node\nanswers with an error (such as a wrong secret) or none answers.\n\nflags:")
 		fs.PrintDefaults()
 	}
 	if err := parseFlags(fs, args); err != nil {
@@ -236,18 +237,10 @@ func adminStatus(ctx context.Context, env Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	var rows []statusRow
+	rows := nodeStatuses(ctx, a, m, *timeout)
 	var all []any
-	for _, id := range m.NodeIDs() {
-		ni, _ := m.Node(id)
-		r := statusRow{id: id, ni: ni}
-		if len(ni.IntraAddrs) > 0 {
-			r.err = a.callURL(ctx, http.MethodGet, cluster.BaseURL(ni.IntraAddrs[0])+node.AdminPrefix+"status", nil, &r.st)
-		} else {
-			r.err = errors.New("no intra-cluster address in the map")
-		}
-		rows = append(rows, r)
-		all = append(all, map[string]any{"node": ni, "status": r.st, "error": errString(r.err)})
+	for _, r := range rows {
+		all = append(all, map[string]any{"node": r.ni, "status": r.st, "error": errString(r.err)})
 	}
 	// failed says why nodes did not answer, once per reason. A node that
 	// cannot be reached (down, or cut off) is part of the status: the
@@ -264,9 +257,16 @@ func adminStatus(ctx context.Context, env Env, args []string) error {
 				continue
 			}
 			var ue *url.Error
-			refused = refused || !errors.As(r.err, &ue)
+			unreachable := errors.As(r.err, &ue)
+			refused = refused || !unreachable
 			ids = append(ids, r.id)
 			msg := stripURL(r.err.Error())
+			switch {
+			case errors.Is(r.err, context.DeadlineExceeded):
+				msg = fmt.Sprintf("no answer within %v (--timeout)", *timeout)
+			case unreachable:
+				msg = ue.Err.Error()
+			}
 			if _, ok := why[msg]; !ok {
 				order = append(order, msg)
 			}
@@ -359,6 +359,37 @@ func adminStatus(ctx context.Context, env Env, args []string) error {
 		}
 	}
 	return failed()
+}
+
+// statusParallel bounds the nodes asked for their status at once.
+const statusParallel = 32
+
+// nodeStatuses asks every node of the map for its status, many at once,
+// giving each timeout to answer, and returns them in the map's order.
+func nodeStatuses(ctx context.Context, a *adminClient, m *cluster.Map, timeout time.Duration) []statusRow {
+	ids := m.NodeIDs()
+	rows := make([]statusRow, len(ids))
+	sem := make(chan struct{}, statusParallel)
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		ni, _ := m.Node(id)
+		rows[i] = statusRow{id: id, ni: ni}
+		if len(ni.IntraAddrs) == 0 {
+			rows[i].err = errors.New("no intra-cluster address in the map")
+			continue
+		}
+		wg.Add(1)
+		go func(r *statusRow) {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			ctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			r.err = a.callURL(ctx, http.MethodGet, cluster.BaseURL(r.ni.IntraAddrs[0])+node.AdminPrefix+"status", nil, &r.st)
+		}(&rows[i])
+	}
+	wg.Wait()
+	return rows
 }
 
 // stripURL drops the "GET http://...: " that starts the error of a

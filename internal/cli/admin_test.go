@@ -33,13 +33,16 @@ type fakeCluster struct {
 	mps     map[string][]store.MountpathStats
 	extra   map[string]node.Sections // what each node reports besides its mountpaths
 	vols    map[string]node.VolumeInfo
+	hang    map[string]bool // nodes whose status does not answer until the request ends
+	asking  int             // status requests in flight, and the most at once
+	mostAsk int
 	jobs    []string      // job requests seen
 	removed []string      // nodes removed (admin node rm)
 	jobWait time.Duration // pause between a job's progress lines
 }
 
 func newFakeCluster(t *testing.T) *fakeCluster {
-	f := &fakeCluster{t: t, m: cluster.NewMap(), secret: "s3cret", mps: map[string][]store.MountpathStats{}, extra: map[string]node.Sections{}, vols: map[string]node.VolumeInfo{}}
+	f := &fakeCluster{t: t, m: cluster.NewMap(), secret: "s3cret", mps: map[string][]store.MountpathStats{}, extra: map[string]node.Sections{}, vols: map[string]node.VolumeInfo{}, hang: map[string]bool{}}
 	f.m.Version = 7
 	for i := 1; i <= 3; i++ {
 		id := fmt.Sprintf("node%d", i)
@@ -89,6 +92,16 @@ func (f *fakeCluster) handler(id string) http.Handler {
 		_ = json.NewEncoder(w).Encode(struct{}{})
 	})
 	admin.HandleFunc("GET /admin/v1/status", func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		f.asking++
+		f.mostAsk = max(f.mostAsk, f.asking)
+		hang := f.hang[id]
+		f.mu.Unlock()
+		defer func() { f.mu.Lock(); f.asking--; f.mu.Unlock() }()
+		if hang {
+			<-r.Context().Done()
+			return
+		}
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		_ = json.NewEncoder(w).Encode(node.Status{Node: id, Leader: "node1", MapVersion: f.m.Version, Mountpaths: f.mps[id], Extra: f.extra[id]})
@@ -449,6 +462,24 @@ func TestVolumeState(t *testing.T) {
 		if got := volumeState(tc.v); got != tc.want {
 			t.Errorf("%+v: %s, want %s", tc.v, got, tc.want)
 		}
+	}
+}
+
+// admin status asks the nodes at once and gives up on one that does not
+// answer within --timeout: the others are shown, the silent ones named.
+func TestAdminStatusHungNodes(t *testing.T) {
+	f := newFakeCluster(t)
+	f.mu.Lock()
+	f.hang["node2"], f.hang["node3"] = true, true
+	f.mu.Unlock()
+	code, out, errOut := run(f.args("admin", "status", "--timeout", "500ms")...)
+	if code != 0 || !strings.Contains(errOut, "2 of 3 nodes did not answer: node2, node3") || !strings.Contains(out, "node1 (leader), map version 7:") {
+		t.Errorf("exit %d\nstdout:\n%s\nstderr: %s", code, out, errOut)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.mostAsk < 2 {
+		t.Errorf("at most %d status requests in flight at once: the nodes were asked one after the other", f.mostAsk)
 	}
 }
 
