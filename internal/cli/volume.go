@@ -194,6 +194,8 @@ func writerStale(ctx context.Context, a *adminClient, v node.VolumeInfo) map[str
 	if !ok || len(ni.IntraAddrs) == 0 {
 		return nil
 	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second) // the counts are a detail: do not wait long for them
+	defer cancel()
 	var st node.Status
 	if err := a.callURL(ctx, http.MethodGet, cluster.BaseURL(ni.IntraAddrs[0])+node.AdminPrefix+"status", nil, &st); err != nil {
 		return nil
