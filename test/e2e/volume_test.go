@@ -384,6 +384,9 @@ func TestVolumeStaleMarkCleared(t *testing.T) {
 	if n := metric(t, c, 2, `slipstream_volume_unavailable_chunks{volume="vol3"}`); n != 0 {
 		t.Errorf("%v chunks of vol3 unavailable with only node1 down", n)
 	}
+	if up1, up2 := metric(t, c, 2, `slipstream_cluster_node_up{node="node1"}`), metric(t, c, 2, `slipstream_cluster_node_up{node="node2"}`); up1 != 0 || up2 != 1 {
+		t.Errorf("node3's slipstream_cluster_node_up: node1 %v, node2 %v; want 0 and 1", up1, up2)
+	}
 	startAgain(t, c, 0)
 	waitFor(t, 60*time.Second, "node2 to resynchronise node1 and clear its mark", func() bool {
 		return len(clusterMap(t, c, 1).Volumes[name].Stale) == 0
