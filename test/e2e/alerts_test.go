@@ -1,0 +1,76 @@
+package e2e
+
+import (
+	"bufio"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/slipstream-io/slipstream/internal/localcluster"
+	"github.com/slipstream-io/slipstream/internal/node"
+)
+
+// alertsDir holds the Prometheus alerting rules shipped for operators.
+const alertsDir = "../../deploy/prometheus"
+
+// TestAlertRules checks the shipped alerting rules with promtool (syntax,
+// and their unit tests: each alert fires on the series it is about, after
+// its delay, with its labels and text) and that every metric they name is
+// one a live node exports.
+func TestAlertRules(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		out, _ := exec.Command("go", "env", "GOPATH").Output()
+		promtool = filepath.Join(strings.TrimSpace(string(out)), "bin", "promtool")
+		if _, err := os.Stat(promtool); err != nil {
+			t.Fatalf("promtool not found (run scripts/setup.sh): %v", err)
+		}
+	}
+	for _, args := range [][]string{{"check", "rules", "slipstream-alerts.yml"}, {"test", "rules", "slipstream-alerts.test.yml"}} {
+		cmd := exec.Command(promtool, args...)
+		cmd.Dir = alertsDir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+
+	rules, err := os.ReadFile(filepath.Join(alertsDir, "slipstream-alerts.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var named []string
+	for _, m := range regexp.MustCompile(`slipstream_[a-z_]+`).FindAllString(string(rules), -1) {
+		if !slices.Contains(named, m) {
+			named = append(named, m)
+		}
+	}
+	// A cluster with a volume exports every family the rules name.
+	c := startCluster(t, localcluster.Spec{Nodes: 2})
+	volumeCmd(t, c, 0, "create", "alerted", "--size", "16MiB", "--copies", "2")
+	resp, err := http.Get(c.Endpoint(0) + node.PublicMetricsPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	exported := map[string]bool{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		if name, ok := strings.CutPrefix(sc.Text(), "# TYPE "); ok {
+			exported[strings.Fields(name)[0]] = true
+		}
+	}
+	if len(named) < 10 {
+		t.Fatalf("the rules name %d metrics: %v", len(named), named)
+	}
+	for _, m := range named {
+		if !exported[m] {
+			t.Errorf("the rules name %s, which a node does not export", m)
+		}
+	}
+}
