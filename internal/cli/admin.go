@@ -233,7 +233,7 @@ func adminStatus(ctx context.Context, env Env, args []string) error {
 		return usagef("admin status takes no arguments")
 	}
 	a := client()
-	m, err := a.clusterMap(ctx)
+	m, unconfirmed, err := statusMap(ctx, a)
 	if err != nil {
 		return err
 	}
@@ -294,6 +294,9 @@ func adminStatus(ctx context.Context, env Env, args []string) error {
 	}
 	out := env.Stdout
 	fmt.Fprintf(out, "map version %d, %s, %s, %s\n", m.Version, plural(len(m.Nodes), "node"), plural(len(m.Buckets), "bucket"), plural(len(m.Volumes), "volume"))
+	if unconfirmed {
+		fmt.Fprintln(out, "(the asked node's own copy of the map: no leader could confirm that it is the latest)")
+	}
 	if b := backlogTotal(rows); b.Objects > 0 {
 		fmt.Fprintf(out, "write-back: %s not in the backend yet (%s) across the nodes, the oldest %s old\n",
 			plural(b.Objects, "write"), humanBytes(b.Bytes), b.Oldest.Round(time.Millisecond))
@@ -359,6 +362,23 @@ func adminStatus(ctx context.Context, env Env, args []string) error {
 		}
 	}
 	return failed()
+}
+
+// statusMap returns the cluster map caught up with the leader's or, when
+// no leader answers in time (a quorum lost, which is when the status is
+// needed most), the asked node's own copy, saying so.
+func statusMap(ctx context.Context, a *adminClient) (m *cluster.Map, unconfirmed bool, err error) {
+	sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	m, err = a.clusterMap(sctx)
+	if err == nil || (httpStatus(err) != http.StatusServiceUnavailable && !errors.Is(err, context.DeadlineExceeded)) {
+		return m, false, err
+	}
+	var own cluster.Map
+	if oerr := a.call(ctx, http.MethodGet, cluster.PathMap, nil, &own); oerr != nil {
+		return nil, false, err
+	}
+	return &own, true, nil
 }
 
 // statusParallel bounds the nodes asked for their status at once.

@@ -34,6 +34,7 @@ type fakeCluster struct {
 	extra   map[string]node.Sections // what each node reports besides its mountpaths
 	vols    map[string]node.VolumeInfo
 	hang    map[string]bool // nodes whose status does not answer until the request ends
+	leader  string          // the leader the nodes report: "" node1, "-" none
 	asking  int             // status requests in flight, and the most at once
 	mostAsk int
 	jobs    []string      // job requests seen
@@ -76,6 +77,10 @@ func (f *fakeCluster) handler(id string) http.Handler {
 	mux.HandleFunc("GET /cluster/map", func(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
 		defer f.mu.Unlock()
+		if f.leader == "-" && r.URL.Query().Has("sync") {
+			fakeError(w, http.StatusServiceUnavailable, "cluster: no leader")
+			return
+		}
 		_ = json.NewEncoder(w).Encode(f.m)
 	})
 	mux.HandleFunc("POST "+cluster.PathLeave, func(w http.ResponseWriter, r *http.Request) {
@@ -104,7 +109,11 @@ func (f *fakeCluster) handler(id string) http.Handler {
 		}
 		f.mu.Lock()
 		defer f.mu.Unlock()
-		_ = json.NewEncoder(w).Encode(node.Status{Node: id, Leader: "node1", MapVersion: f.m.Version, Mountpaths: f.mps[id], Extra: f.extra[id]})
+		leader := "node1"
+		if f.leader == "-" {
+			leader = ""
+		}
+		_ = json.NewEncoder(w).Encode(node.Status{Node: id, Leader: leader, MapVersion: f.m.Version, Mountpaths: f.mps[id], Extra: f.extra[id]})
 	})
 	admin.HandleFunc("GET /admin/v1/buckets", func(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
@@ -462,6 +471,26 @@ func TestVolumeState(t *testing.T) {
 		if got := volumeState(tc.v); got != tc.want {
 			t.Errorf("%+v: %s, want %s", tc.v, got, tc.want)
 		}
+	}
+}
+
+// admin status says when no node that answered knows a raft leader, and
+// then shows the asked node's own map rather than failing.
+func TestAdminStatusNoLeader(t *testing.T) {
+	f := newFakeCluster(t)
+	f.mu.Lock()
+	f.leader = "-"
+	f.mu.Unlock()
+	code, out, errOut := run(f.args("admin", "status")...)
+	if code != 0 || !strings.Contains(out, "needs attention:\n  cluster: no node that answered knows a raft leader") ||
+		!strings.Contains(out, "map version 7, 3 nodes, 1 bucket, 0 volumes\n(the asked node's own copy of the map: no leader could confirm that it is the latest)\n") {
+		t.Errorf("no leader: exit %d\nstdout:\n%s\nstderr: %s", code, out, errOut)
+	}
+	f.mu.Lock()
+	f.leader = ""
+	f.mu.Unlock()
+	if _, out, _ := run(f.args("admin", "status")...); strings.Contains(out, "raft leader") || strings.Contains(out, "own copy") {
+		t.Errorf("a leader, and status says there is none:\n%s", out)
 	}
 }
 

@@ -51,6 +51,10 @@ func attention(rows []statusRow, now time.Time) []string {
 		}
 	}
 	add := func(id, format string, args ...any) { out = append(out, id+": "+fmt.Sprintf(format, args...)) }
+	if answered := slices.DeleteFunc(slices.Clone(rows), func(r statusRow) bool { return r.err != nil }); len(answered) > 0 &&
+		!slices.ContainsFunc(answered, func(r statusRow) bool { return r.st.Leader != "" }) {
+		out = append(out, "cluster: no node that answered knows a raft leader: the map cannot change (no node is marked down, no bucket or volume created or claimed) until more than half of the voters are up")
+	}
 	for _, r := range rows {
 		switch {
 		case r.ni.State == cluster.StateDown:

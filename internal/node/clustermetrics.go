@@ -13,19 +13,22 @@ import (
 // failed.
 type clusterCollector struct {
 	mapped     func() *cluster.Map
+	leader     func() string
 	mountpaths func() []store.MountpathStats
 
-	version, nodeUp, draining       *prometheus.Desc
-	used, capacity, objects, failed *prometheus.Desc
+	version, leaderKnown, nodeUp, draining *prometheus.Desc
+	used, capacity, objects, failed        *prometheus.Desc
 }
 
-func newClusterCollector(mapped func() *cluster.Map, mountpaths func() []store.MountpathStats) *clusterCollector {
+func newClusterCollector(mapped func() *cluster.Map, leader func() string, mountpaths func() []store.MountpathStats) *clusterCollector {
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc(name, help, labels, nil)
 	}
 	return &clusterCollector{
-		mapped: mapped, mountpaths: mountpaths,
-		version:  d("slipstream_cluster_map_version", "Version of the cluster map this node has applied."),
+		mapped: mapped, leader: leader, mountpaths: mountpaths,
+		version: d("slipstream_cluster_map_version", "Version of the cluster map this node has applied."),
+		leaderKnown: d("slipstream_cluster_leader_known",
+			"1 if this node knows a raft leader; 0 on every node means the map cannot change (fewer than half the voters up)."),
 		nodeUp:   d("slipstream_cluster_node_up", "1 if the map has the member up, 0 if down or in maintenance.", "node"),
 		draining: d("slipstream_cluster_node_draining", "1 while the member is drained (admin node drain).", "node"),
 		used:     d("slipstream_mountpath_used_bytes", "Bytes used on the file system of the mountpath (or held there, with space.max_bytes_per_mountpath).", "path"),
@@ -36,7 +39,7 @@ func newClusterCollector(mapped func() *cluster.Map, mountpaths func() []store.M
 }
 
 func (c *clusterCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.version, c.nodeUp, c.draining, c.used, c.capacity, c.objects, c.failed} {
+	for _, d := range []*prometheus.Desc{c.version, c.leaderKnown, c.nodeUp, c.draining, c.used, c.capacity, c.objects, c.failed} {
 		ch <- d
 	}
 }
@@ -44,6 +47,7 @@ func (c *clusterCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 	m := c.mapped()
 	ch <- prometheus.MustNewConstMetric(c.version, prometheus.GaugeValue, float64(m.Version))
+	ch <- prometheus.MustNewConstMetric(c.leaderKnown, prometheus.GaugeValue, b2f(c.leader() != ""))
 	for _, id := range m.NodeIDs() {
 		ni, _ := m.Node(id)
 		ch <- prometheus.MustNewConstMetric(c.nodeUp, prometheus.GaugeValue, b2f(ni.State == cluster.StateUp), id)

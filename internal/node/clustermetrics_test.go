@@ -22,8 +22,11 @@ func TestClusterCollector(t *testing.T) {
 		{Path: "/d/mp1", Used: 100, Capacity: 1000, Objects: 7},
 		{Path: "/d/mp2", Used: 5, Capacity: 1000, Failed: true},
 	}
-	c := newClusterCollector(func() *cluster.Map { return m }, func() []store.MountpathStats { return mps })
+	c := newClusterCollector(func() *cluster.Map { return m }, func() string { return "" }, func() []store.MountpathStats { return mps })
 	want := `
+# HELP slipstream_cluster_leader_known 1 if this node knows a raft leader; 0 on every node means the map cannot change (fewer than half the voters up).
+# TYPE slipstream_cluster_leader_known gauge
+slipstream_cluster_leader_known 0
 # HELP slipstream_cluster_map_version Version of the cluster map this node has applied.
 # TYPE slipstream_cluster_map_version gauge
 slipstream_cluster_map_version 42
@@ -47,7 +50,7 @@ slipstream_mountpath_objects{path="/d/mp1"} 7
 slipstream_mountpath_objects{path="/d/mp2"} 0
 `
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want),
-		"slipstream_cluster_map_version", "slipstream_cluster_node_up", "slipstream_cluster_node_draining",
+		"slipstream_cluster_map_version", "slipstream_cluster_leader_known", "slipstream_cluster_node_up", "slipstream_cluster_node_draining",
 		"slipstream_mountpath_failed", "slipstream_mountpath_objects"); err != nil {
 		t.Error(err)
 	}

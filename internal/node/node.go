@@ -278,7 +278,7 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 	metrics := promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{})
 	stats := sysstat.Handler(cfg.ID, cfg.Mountpaths, n.statsCounters)
 	live := sysstat.Page(StatsPath)
-	n.reg.MustRegister(newTierCollector(n.tier), newClusterCollector(n.cluster.Map, n.store.Mountpaths))
+	n.reg.MustRegister(newTierCollector(n.tier), newClusterCollector(n.cluster.Map, n.cluster.LeaderID, n.store.Mountpaths))
 	n.registerJobs()
 	vl, err := volume.NewLocal(volume.LocalConfig{Mountpaths: cfg.Mountpaths})
 	if err != nil {
