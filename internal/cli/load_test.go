@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/slipstream-io/slipstream/internal/loader"
+	"github.com/slipstream-io/slipstream/internal/testbin"
 )
 
 // loadTestS3 starts versitygw on a free loopback port for the load command
@@ -21,14 +22,7 @@ func loadTestS3(t *testing.T) string {
 	if testing.Short() {
 		t.Skip("starts an S3 server")
 	}
-	bin, err := exec.LookPath("versitygw")
-	if err != nil {
-		gopath, _ := exec.Command("go", "env", "GOPATH").Output()
-		bin = filepath.Join(strings.TrimSpace(string(gopath)), "bin", "versitygw")
-		if _, err := os.Stat(bin); err != nil {
-			t.Fatalf("versitygw not found (PATH, %s): run scripts/setup.sh", bin)
-		}
-	}
+	bin := testbin.Tool(t, "versitygw")
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -7,7 +7,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/slipstream-io/slipstream/internal/sysstat"
+	"github.com/slipstream-io/slipstream/internal/testbin"
 )
 
 const (
@@ -24,22 +24,6 @@ const (
 )
 
 // versitygw finds the versitygw binary that scripts/setup.sh installs.
-func versitygw(t *testing.T) string {
-	t.Helper()
-	if p, err := exec.LookPath("versitygw"); err == nil {
-		return p
-	}
-	gopath := os.Getenv("GOPATH")
-	if out, err := exec.Command("go", "env", "GOPATH").Output(); err == nil {
-		gopath = strings.TrimSpace(string(out))
-	}
-	p := filepath.Join(gopath, "bin", "versitygw")
-	if _, err := os.Stat(p); err != nil {
-		t.Fatalf("versitygw not found (looked in PATH and %s): run scripts/setup.sh", p)
-	}
-	return p
-}
-
 // startS3 starts a real S3 server (versitygw over a temp directory) on a
 // free loopback port and returns its endpoint; it is stopped by PID at the
 // end of the test.
@@ -48,7 +32,7 @@ func startS3(t *testing.T) string {
 	if testing.Short() {
 		t.Skip("starts an S3 server")
 	}
-	bin := versitygw(t)
+	bin := testbin.Tool(t, "versitygw")
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -7,10 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
-	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,6 +15,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/slipstream-io/slipstream/internal/testbin"
 )
 
 // startVersity starts a real S3 server (versitygw over a temp directory)
@@ -28,14 +27,7 @@ func startVersity(t *testing.T, access, secret string, hosts ...string) []string
 	if testing.Short() {
 		t.Skip("-short: starts an S3 server")
 	}
-	bin, err := exec.LookPath("versitygw")
-	if err != nil {
-		out, _ := exec.Command("go", "env", "GOPATH").Output()
-		bin = filepath.Join(strings.TrimSpace(string(out)), "bin", "versitygw")
-		if _, err := os.Stat(bin); err != nil {
-			t.Fatalf("versitygw not found (PATH, %s): run scripts/setup.sh", bin)
-		}
-	}
+	bin := testbin.Tool(t, "versitygw")
 	var addrs []string
 	for try := 0; ; try++ {
 		l, err := net.Listen("tcp", hosts[0]+":0")

@@ -1,5 +1,6 @@
 // Package testbin builds the slipstream binary for tests and benchmarks
-// that run real node processes, and starts local clusters of them.
+// that run real node processes, starts local clusters of them, and finds
+// the tools scripts/setup.sh installs.
 package testbin
 
 import (
@@ -9,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,6 +29,25 @@ func Build(dir string) (string, error) {
 		return "", fmt.Errorf("building slipstream: %v: %s", err, out)
 	}
 	return bin, nil
+}
+
+// Tool returns the path of a tool scripts/setup.sh installs (versitygw,
+// promtool): from PATH, else from $(go env GOPATH)/bin. It fails the test
+// when neither has it.
+func Tool(t testing.TB, name string) string {
+	t.Helper()
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	gopath := os.Getenv("GOPATH")
+	if out, err := exec.Command("go", "env", "GOPATH").Output(); err == nil {
+		gopath = strings.TrimSpace(string(out))
+	}
+	p := filepath.Join(gopath, "bin", name)
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("%s not found (PATH, %s): run scripts/setup.sh", name, p)
+	}
+	return p
 }
 
 // StartCluster starts spec as a local cluster of real node processes on a

@@ -13,6 +13,7 @@ import (
 
 	"github.com/slipstream-io/slipstream/internal/localcluster"
 	"github.com/slipstream-io/slipstream/internal/node"
+	"github.com/slipstream-io/slipstream/internal/testbin"
 )
 
 // alertsDir holds the Prometheus alerting rules shipped for operators.
@@ -23,14 +24,7 @@ const alertsDir = "../../deploy/prometheus"
 // its delay, with its labels and text) and that every metric they name is
 // one a live node exports.
 func TestAlertRules(t *testing.T) {
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		out, _ := exec.Command("go", "env", "GOPATH").Output()
-		promtool = filepath.Join(strings.TrimSpace(string(out)), "bin", "promtool")
-		if _, err := os.Stat(promtool); err != nil {
-			t.Fatalf("promtool not found (run scripts/setup.sh): %v", err)
-		}
-	}
+	promtool := testbin.Tool(t, "promtool")
 	for _, args := range [][]string{{"check", "rules", "slipstream-alerts.yml"}, {"test", "rules", "slipstream-alerts.test.yml"}} {
 		cmd := exec.Command(promtool, args...)
 		cmd.Dir = alertsDir
