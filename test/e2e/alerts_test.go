@@ -1,8 +1,6 @@
 package e2e
 
 import (
-	"bufio"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/slipstream-io/slipstream/internal/localcluster"
-	"github.com/slipstream-io/slipstream/internal/node"
 	"github.com/slipstream-io/slipstream/internal/testbin"
 )
 
@@ -46,16 +43,9 @@ func TestAlertRules(t *testing.T) {
 	// A cluster with a volume exports every family the rules name.
 	c := startCluster(t, localcluster.Spec{Nodes: 2})
 	volumeCmd(t, c, 0, "create", "alerted", "--size", "16MiB", "--copies", "2")
-	resp, err := http.Get(c.Endpoint(0) + node.PublicMetricsPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
 	exported := map[string]bool{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		if name, ok := strings.CutPrefix(sc.Text(), "# TYPE "); ok {
+	for _, line := range metricsLines(t, c, 0) {
+		if name, ok := strings.CutPrefix(line, "# TYPE "); ok {
 			exported[strings.Fields(name)[0]] = true
 		}
 	}

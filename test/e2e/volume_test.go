@@ -953,16 +953,7 @@ func TestVolumeLostChunks(t *testing.T) {
 // writes them) on node i's public metrics; 0 if it has none.
 func metric(t *testing.T, c *localcluster.Cluster, i int, series string) float64 {
 	t.Helper()
-	resp, err := http.Get(c.Endpoint(i) + node.PublicMetricsPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(body), "\n") {
+	for _, line := range metricsLines(t, c, i) {
 		if v, ok := strings.CutPrefix(line, series+" "); ok {
 			f, err := strconv.ParseFloat(v, 64)
 			if err != nil {
@@ -972,6 +963,21 @@ func metric(t *testing.T, c *localcluster.Cluster, i int, series string) float64
 		}
 	}
 	return 0
+}
+
+// metricsLines returns the lines of node i's public metrics.
+func metricsLines(t *testing.T, c *localcluster.Cluster, i int) []string {
+	t.Helper()
+	resp, err := http.Get(c.Endpoint(i) + node.PublicMetricsPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Split(string(body), "\n")
 }
 
 // TestVolumeDrained: draining node2 of a 4-node cluster copies its chunks
