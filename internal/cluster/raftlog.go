@@ -55,10 +55,7 @@ func (w *raftLog) Log(level hclog.Level, msg string, args ...any) {
 	for _, kv := range [][]any{w.args, args} {
 		for i := 0; i+1 < len(kv); i += 2 {
 			k := strings.ReplaceAll(fmt.Sprint(kv[i]), " ", "_")
-			v := kv[i+1]
-			if err, ok := v.(error); ok {
-				v = err.Error()
-			}
+			v := hclogValue(kv[i+1])
 			if k == "peer" {
 				peer = v
 			}
@@ -75,6 +72,29 @@ func (w *raftLog) Log(level hclog.Level, msg string, args ...any) {
 		}
 	}
 	w.l.Log(context.Background(), lvl, msg, attrs...)
+}
+
+// hclogValue renders the values hclog formats itself: an error by its
+// text, hclog.Fmt by its format, hclog.Hex and hclog.Octal in their
+// bases.
+func hclogValue(v any) any {
+	switch v := v.(type) {
+	case error:
+		return v.Error()
+	case hclog.Format:
+		if len(v) == 0 {
+			return ""
+		}
+		if f, ok := v[0].(string); ok {
+			return fmt.Sprintf(f, v[1:]...)
+		}
+		return fmt.Sprint(v...)
+	case hclog.Hex:
+		return fmt.Sprintf("0x%x", int(v))
+	case hclog.Octal:
+		return fmt.Sprintf("0%o", int(v))
+	}
+	return v
 }
 
 func (w *raftLog) Trace(msg string, args ...any) { w.Log(hclog.Trace, msg, args...) }

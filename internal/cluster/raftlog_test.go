@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/slipstream-io/slipstream/internal/logthrottle"
 )
 
@@ -67,6 +69,14 @@ func TestRaftLog(t *testing.T) {
 	if recs[1].Level != slog.LevelError || recs[1].Message != "failed to heartbeat to" || a["peer"] != "127.0.1.3:9200" ||
 		a["error"] != refused.Error() || a["module"] != "raft.net" || a["id"] != "node1" || a["backoff_time"] != "500ms" || strings.Contains(recs[1].Message, "[ERROR]") {
 		t.Errorf("error record: %v %q %v", recs[1].Level, recs[1].Message, a)
+	}
+
+	// Values hclog formats itself: raft logs its configuration with
+	// hclog.Fmt("%+v", ...).
+	hl.Info("initial configuration", "servers", hclog.Fmt("%+v", struct{ ID string }{"node1"}), "mode", hclog.Octal(0o750), "flags", hclog.Hex(255))
+	a = attrsOf(got.take()[0])
+	if a["servers"] != "{ID:node1}" || a["mode"] != "0750" || a["flags"] != "0xff" {
+		t.Errorf("formatted values: %v", a)
 	}
 
 	// Twice a second for 29 s: left out; another peer's is not.
