@@ -60,8 +60,10 @@ type Config struct {
 	// host:port addresses of nodes to fetch the cluster map from, or the
 	// URLs of nodes' public maps ("http://10.0.0.2:9000/_slipstream/map",
 	// cluster.PublicMapPath), which need no access to the intra network:
-	// a cluster with intra_tls answers only nodes there. Once the map is
-	// known, every node's public map and intra addresses are tried too.
+	// a cluster with intra_tls answers only nodes there. A node's S3
+	// address ("http://10.0.0.2:9000") is read at its public map. Once
+	// the map is known, every node's public map and intra addresses are
+	// tried too.
 	Seeds []string
 	// LocalAddrs are this host's own addresses to send from, one per
 	// interface; empty: one unbound interface.
@@ -150,8 +152,9 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if cfg.TLS != nil {
 		scheme = "https"
 	}
+	cfg.Seeds = slices.Clone(cfg.Seeds) // firstMap resolves S3 addresses to their public maps
 	c := &Client{cfg: cfg, log: cfg.Log, scheme: scheme, mapHC: mapHC, changes: make(chan struct{}), done: make(chan struct{})}
-	m, err := firstMap(ctx, mapHC, cfg.Seeds, firstMapWait)
+	m, err := firstMap(ctx, mapHC, c.cfg.Seeds, firstMapWait)
 	if err != nil {
 		return nil, err
 	}
@@ -190,13 +193,15 @@ const firstMapWait = 30 * time.Second
 // which can be empty: such a seed is asked again for a newer map, until one
 // is usable, ctx ends or wait passes. If no seed answers at all, firstMap
 // fails at once with ErrNoMap; if the seeds that answered never give a
-// usable map, with ErrNoNodes.
+// usable map, with ErrNoNodes. A seed that is a node's S3 address (which
+// answers the intra map path as S3 does) is asked at its public map
+// instead, and replaced in seeds by that URL.
 func firstMap(ctx context.Context, hc *http.Client, seeds []string, wait time.Duration) (*cluster.Map, error) {
 	deadline := time.Now().Add(wait)
 	seen := make(map[string]uint64, len(seeds)) // version of each answering seed's unusable map
 	for round := 0; ; round++ {
 		var errs []error
-		for _, s := range seeds {
+		for i, s := range seeds {
 			after, answered := seen[s]
 			if round > 0 && !answered {
 				continue
@@ -209,6 +214,15 @@ func firstMap(ctx context.Context, hc *http.Client, seeds []string, wait time.Du
 				m, err = cluster.FetchMap(ctx, hc, s, max(after, 1), time.Second)
 			} else {
 				m, err = cluster.FetchMap(ctx, hc, s, 0, 0)
+				if pub := cluster.BaseURL(s) + cluster.PublicMapPath; errors.Is(err, cluster.ErrNotMapEndpoint) && !strings.HasSuffix(s, cluster.PublicMapPath) {
+					pm, perr := cluster.FetchMap(ctx, hc, pub, 0, 0)
+					if perr == nil {
+						m, err, s = pm, nil, pub
+						seeds[i] = pub
+					} else {
+						err = fmt.Errorf("%w; nor at %s: %w", err, pub, perr)
+					}
+				}
 			}
 			if err == nil && usable(m) {
 				return m, nil

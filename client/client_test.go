@@ -280,8 +280,10 @@ func TestLoaderRouter(t *testing.T) {
 	}
 }
 
-// TestLoadCommandSmart: `slipstream load --smart SEEDS` fills and reads a
-// dataset with every request at its owner.
+// TestLoadCommandSmart: `slipstream load --smart SEED` fills and reads a
+// dataset with every request at its owner. The seed is a node's S3
+// address, the URL a user has at hand: the client reads the map at its
+// public map path.
 func TestLoadCommandSmart(t *testing.T) {
 	c := startCluster(t)
 	before := make([]map[string]float64, 3)
@@ -290,7 +292,7 @@ func TestLoadCommandSmart(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, binary, "load", "--smart", c.IntraURL(1), "--local-addrs", "127.0.0.1",
+	cmd := exec.CommandContext(ctx, binary, "load", "--smart", "http://"+c.Configs[1].Public[0], "--local-addrs", "127.0.0.1",
 		"--access-key", c.Spec.AccessKey, "--secret-key", c.Spec.SecretKey, "--bucket", "smartcli", "--create-bucket",
 		"--fill-count", "9", "--size", "128KiB", "--duration", "1s", "--workers", "4", "--no-json", "--quiet")
 	out, err := cmd.CombinedOutput()

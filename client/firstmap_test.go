@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -69,5 +70,47 @@ func TestFirstMapErrors(t *testing.T) {
 	}
 	if _, err := firstMap(ctx, http.DefaultClient, []string{"http://127.60.255.254:1"}, time.Minute); !errors.Is(err, ErrNoMap) {
 		t.Errorf("a dead seed: got %v, want ErrNoMap", err)
+	}
+}
+
+// s3Node answers the intra map path as a node's S3 address does (403 with
+// an S3 XML error) and serves the map at cluster.PublicMapPath when
+// withMap.
+func s3Node(t *testing.T, withMap bool) string {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if withMap && r.URL.Path == cluster.PublicMapPath {
+			m := cluster.NewMap()
+			m.Version = 3
+			m.Nodes["a"] = cluster.NodeInfo{ID: "a", State: cluster.StateUp, PublicAddrs: []string{"127.0.0.1:1"}}
+			_ = json.NewEncoder(w).Encode(m)
+			return
+		}
+		w.Header().Set("Content-Type", "application/xml")
+		w.WriteHeader(http.StatusForbidden)
+		_, _ = w.Write([]byte(`<Error><Code>AccessDenied</Code></Error>`))
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// A seed that is a node's S3 address is read at its public map path, and
+// the seed becomes that URL, so the client follows the map there.
+func TestFirstMapS3Address(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	url := s3Node(t, true)
+	seeds := []string{url + "/"}
+	m, err := firstMap(ctx, http.DefaultClient, seeds, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Version != 3 || seeds[0] != url+cluster.PublicMapPath {
+		t.Errorf("map version %d, seeds %v; want 3 and the public map URL", m.Version, seeds)
+	}
+	// Neither path serves a map: the error names both.
+	other := s3Node(t, false)
+	_, err = firstMap(ctx, http.DefaultClient, []string{other}, time.Second)
+	if !errors.Is(err, ErrNoMap) || !errors.Is(err, cluster.ErrNotMapEndpoint) || !strings.Contains(err.Error(), other+cluster.PublicMapPath) {
+		t.Errorf("no map at either path: got %v", err)
 	}
 }

@@ -44,7 +44,7 @@ func runLoad(ctx context.Context, env Env) error {
 		quiet      = fs.Bool("quiet", false, "no live progress line even on a terminal")
 		noJSON     = fs.Bool("no-json", false, "do not write a result file")
 		routerName = fs.String("router", "static", "request routing: static (every request to --endpoint)")
-		smart      = fs.String("smart", "", "send each request straight to its object's owner over all of the owner's addresses; the value lists where to read the cluster map: intra-cluster base URLs (e.g. http://10.77.1.11:9100) or, for a cluster with intra_tls, public map URLs (http://10.77.1.11:9000/_slipstream/map)")
+		smart      = fs.String("smart", "", "send each request straight to its object's owner over all of the owner's addresses; the value lists where to read the cluster map: nodes' S3 addresses (e.g. http://10.77.1.11:9000), intra-cluster base URLs (http://10.77.1.11:9100) or public map URLs (http://10.77.1.11:9000/_slipstream/map)")
 		localAddrs = fs.String("local-addrs", "", "with --smart: comma-separated addresses of this host to send from, one per NIC")
 	)
 	fs.StringVar(&cfg.Endpoint, "endpoint", loadEnv("AWS_ENDPOINT_URL", "http://127.0.0.1:9000"), "S3 endpoint URL")

@@ -50,7 +50,11 @@ var (
 	ErrPlacementBusy = errors.New("cluster: volume re-placement in progress")
 	ErrInvalid       = errors.New("cluster: invalid request")
 	ErrClosed        = errors.New("cluster: closed")
-	ErrForbidden     = errors.New("cluster: the cluster secret is required")
+	// ErrNotMapEndpoint is returned by FetchMap when the URL answers, but
+	// not as a node's map endpoint does: a node's public (S3) address, or
+	// another server.
+	ErrNotMapEndpoint = errors.New("cluster: not a map endpoint")
+	ErrForbidden      = errors.New("cluster: the cluster secret is required")
 	// ErrLostState refuses to bootstrap a node that was a member before.
 	ErrLostState = errors.New("cluster: no cluster state, but the node's drives hold data")
 )

@@ -359,7 +359,10 @@ func (c *Cluster) serveHealth(w http.ResponseWriter, r *http.Request) {
 // FetchMap gets the map from a node's intra base URL (e.g.
 // "http://127.0.0.2:9201", to which PathMap is added) or from the URL of a
 // node's public map (ending in PublicMapPath). With after > 0 it waits up to wait for a version
-// newer than after and returns the current map when the wait ends.
+// newer than after and returns the current map when the wait ends. A URL
+// that answers with an error that is not the cluster API's (a node's
+// public S3 address, whose map is at PublicMapPath) gives
+// ErrNotMapEndpoint.
 func FetchMap(ctx context.Context, hc *http.Client, baseURL string, after uint64, wait time.Duration) (*Map, error) {
 	if hc == nil {
 		hc = http.DefaultClient
@@ -381,6 +384,9 @@ func FetchMap(ctx context.Context, hc *http.Client, baseURL string, after uint64
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
+		if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+			return nil, fmt.Errorf("%w: %s answers HTTP %d with %q", ErrNotMapEndpoint, u, resp.StatusCode, ct)
+		}
 		var eb errorBody
 		_ = json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&eb)
 		return nil, errorFromBody(resp.StatusCode, eb)
