@@ -175,7 +175,7 @@ cluster with intra_tls, --intra-tls (or $SLIPSTREAM_INTRA_TLS set).`
 
 func adminCommands() []subcommand {
 	return []subcommand{
-		{name: "status", synopsis: "[--json]", summary: "nodes, mountpaths (used and capacity of the file system each is on), objects, job state", run: adminStatus},
+		{name: "status", synopsis: "[--detail] [NODE...]", summary: "what needs attention, one row per node; --detail: mountpaths, destage, paths, jobs, volumes", run: adminStatus},
 		{name: "map", summary: "the cluster map as JSON", run: adminMap},
 		{name: "bucket", synopsis: "ls|create|set|rm ...", summary: "list, create, change and remove buckets", run: adminBucket},
 		{name: "prefetch", synopsis: "BUCKET [--prefix P]", summary: "fetch a tiered bucket's objects from its backend", run: adminPrefetch},
@@ -218,29 +218,43 @@ func adminMap(ctx context.Context, env Env, args []string) error {
 const spaceNote = "USED and CAPACITY: the file system each mountpath is on (mountpaths on one file system show the same figures), or space.max_bytes_per_mountpath when set."
 
 func adminStatus(ctx context.Context, env Env, args []string) error {
-	fs := newFlagSet(env, "admin status", "[--json]")
+	fs := newFlagSet(env, "admin status", "[--detail] [--json] [NODE...]")
 	client := newAdminClient(fs)
 	asJSON := fs.Bool("json", false, "print JSON")
+	detail := fs.Bool("detail", false, "every node's drives, listeners, paths, jobs and volumes (as for nodes named)")
 	timeout := fs.Duration("timeout", 10*time.Second, "give up on a node that has not answered after this long (the nodes are asked at once)")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: slipstream admin status [--json] [--timeout D]\n\nOne row per node and mountpath. "+spaceNote+"\nNodes that cannot be reached are named on stderr; exits 1 when a node\nanswers with an error (such as a wrong secret) or none answers.\n\nflags:")
+		fmt.Fprintln(fs.Output(), "usage: slipstream admin status [--detail] [--json] [--timeout D] [NODE...]\n\n"+
+			"What needs attention across the cluster, then one row per node. With\n--detail, or for the nodes named, one row per mountpath and each node's\n"+
+			"destage backlog, listeners, intra-cluster paths, jobs and volumes.\n"+spaceNote+"\n"+
+			"Nodes that cannot be reached are named on stderr; exits 1 when a node\nanswers with an error (such as a wrong secret) or none answers.\n\nflags:")
 		fs.PrintDefaults()
 	}
-	if err := parseFlags(fs, args); err != nil {
+	ids, err := parseInterspersed(fs, args)
+	if err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return usagef("admin status takes no arguments")
 	}
 	a := client()
 	m, unconfirmed, err := statusMap(ctx, a)
 	if err != nil {
 		return err
 	}
+	named := map[string]bool{}
+	for _, id := range ids {
+		if _, ok := m.Nodes[id]; !ok {
+			return usagef("admin status: no node %q in the map (nodes: %s)", id, strings.Join(m.NodeIDs(), ", "))
+		}
+		named[id] = true
+	}
+	// shown reports whether a node's details are shown: every node's with
+	// --detail, else those named.
+	shown := func(id string) bool { return *detail || named[id] }
 	rows := nodeStatuses(ctx, a, m, *timeout)
 	var all []any
 	for _, r := range rows {
-		all = append(all, map[string]any{"node": r.ni, "status": r.st, "error": errString(r.err)})
+		if len(named) == 0 || named[r.id] {
+			all = append(all, map[string]any{"node": r.ni, "status": r.st, "error": errString(r.err)})
+		}
 	}
 	// failed says why nodes did not answer, once per reason. A node that
 	// cannot be reached (down, or cut off) is part of the status: the
@@ -319,48 +333,27 @@ func adminStatus(ctx context.Context, env Env, args []string) error {
 		fmt.Fprintln(out, "nothing needs attention")
 	}
 	fmt.Fprintln(out)
-	fmt.Fprintln(out, spaceNote)
-	fmt.Fprintln(out)
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tSTATE\tVOTER\tPUBLIC\tMOUNTPATH\tUSED\tCAPACITY\tOBJECTS")
-	for _, r := range rows {
-		state := string(r.ni.State)
-		if r.ni.Draining {
-			state += ",draining"
-		}
-		public := strings.Join(r.ni.PublicAddrs, ",")
-		if public == "" {
-			public = "-"
-		}
-		if r.err != nil || len(r.st.Mountpaths) == 0 {
-			mp := "-"
-			if r.err != nil {
-				mp = "(did not answer, see below)"
+	if *detail || len(named) > 0 {
+		var detailed []statusRow
+		for _, r := range rows {
+			if shown(r.id) {
+				detailed = append(detailed, r)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\t-\t-\t-\n", r.id, state, r.ni.Voter, public, mp)
-			continue
 		}
-		for i, mp := range r.st.Mountpaths {
-			path := mp.Path
-			if mp.Failed {
-				path += " (FAILED: no new writes)"
-			}
-			if i == 0 {
-				fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t", r.id, state, r.ni.Voter, public)
-			} else {
-				fmt.Fprint(tw, "\t\t\t\t")
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\n", path, humanBytes(mp.Used), humanBytes(mp.Capacity), mp.Objects)
+		if err := writeDrivesTable(out, detailed); err != nil {
+			return err
 		}
+		for _, r := range detailed {
+			if r.err == nil {
+				writeSections(out, r, now)
+			}
+		}
+		return failed()
 	}
-	if err := tw.Flush(); err != nil {
+	if err := writeNodesTable(out, rows); err != nil {
 		return err
 	}
-	for _, r := range rows {
-		if r.err == nil {
-			writeSections(out, r, now)
-		}
-	}
+	fmt.Fprintln(out, "\nFULLEST: the used share of the file system of the node's fullest mountpath.\nEach mountpath, the destage backlog, listeners, paths, jobs and volumes:\nslipstream admin status --detail, or admin status NODE... for some nodes.")
 	return failed()
 }
 

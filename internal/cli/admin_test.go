@@ -246,13 +246,16 @@ func TestAdminStatusFailsWhenNodesDoNotAnswer(t *testing.T) {
 			t.Errorf("stderr lacks %q:\n%s", want, errOut)
 		}
 	}
-	checkAligned(t, out)
+	checkAligned(t, out, "DRIVES", "FULLEST", "OBJECTS")
 }
 
-// checkAligned checks that the table's columns start at the same offset on
-// every row.
-func checkAligned(t *testing.T, out string) {
+// checkAligned checks that the table's columns named cols (by default
+// those of the table of mountpaths) start at the same offset on every row.
+func checkAligned(t *testing.T, out string, cols ...string) {
 	t.Helper()
+	if len(cols) == 0 {
+		cols = []string{"MOUNTPATH", "USED"}
+	}
 	var header string
 	var rows []string
 	for _, l := range strings.Split(out, "\n") {
@@ -269,26 +272,49 @@ func checkAligned(t *testing.T, out string) {
 	if header == "" || len(rows) == 0 {
 		t.Fatalf("no table in:\n%s", out)
 	}
-	col := strings.Index(header, "MOUNTPATH")
-	used := strings.Index(header, "USED")
-	for _, r := range rows {
-		if len(r) <= used || r[col-1] != ' ' || r[col] == ' ' || r[used-1] != ' ' || r[used] == ' ' {
-			t.Errorf("row not aligned with the header:\n%s\n%s", header, r)
+	for _, name := range cols {
+		col := strings.Index(header, name)
+		if col < 1 {
+			t.Fatalf("no column %s in %q", name, header)
+		}
+		for _, r := range rows {
+			if len(r) <= col || r[col-1] != ' ' || r[col] == ' ' {
+				t.Errorf("column %s of a row not aligned with the header:\n%s\n%s", name, header, r)
+			}
 		}
 	}
 }
 
-// The status table stays aligned whatever the nodes' extra status is, and
-// says what USED and CAPACITY are.
+// The status tables stay aligned whatever the nodes' extra status is: one
+// row per node, with the fullest drive's share and the failed drives, by
+// default; one per mountpath, saying what USED and CAPACITY are, with
+// --detail.
 func TestAdminStatusAligned(t *testing.T) {
 	f := newFakeCluster(t)
-	code, out, errOut := run(append([]string{"admin", "status"}, f.args()...)...)
+	f.mu.Lock()
+	f.mps["node2"][0].Used = 91 << 30
+	f.mps["node2"][1].Failed = true
+	f.mu.Unlock()
+	code, out, errOut := run(f.args("admin", "status")...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	checkAligned(t, out, "DRIVES", "FULLEST", "OBJECTS")
+	containsAll(t, "the table of nodes", out,
+		"127.0.1.1:9000  2            3%       11\n",
+		"127.0.2.1:9000  2, 1 FAILED  91%      12\n",
+		"admin status --detail",
+	)
+	if strings.Contains(out, "MOUNTPATH") || strings.Contains(out, "map version 7:") {
+		t.Errorf("status without --detail shows mountpaths or sections:\n%s", out)
+	}
+	code, out, errOut = run(f.args("admin", "status", "--detail")...)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
 	checkAligned(t, out)
 	if !strings.Contains(out, "USED and CAPACITY: the file system") {
-		t.Errorf("status does not say what USED and CAPACITY are:\n%s", out)
+		t.Errorf("status --detail does not say what USED and CAPACITY are:\n%s", out)
 	}
 	_, help, helpErr := run("admin", "status", "--help")
 	if !strings.Contains(help+helpErr, "file system") {
@@ -297,18 +323,48 @@ func TestAdminStatusAligned(t *testing.T) {
 	// A node that is down keeps the rows after it aligned; it is part of
 	// the status (named on stderr), not a failure of the command.
 	f.srvs[1].Close()
-	code, out, errOut = run(append([]string{"admin", "status"}, f.args()...)...)
-	if code != 0 || !strings.Contains(errOut, "1 of 3 nodes did not answer: node2") {
-		t.Errorf("exit %d, stderr %q; want 0 and node2 named", code, errOut)
+	for _, args := range [][]string{{"--detail"}, nil} {
+		code, out, errOut = run(f.args(append([]string{"admin", "status"}, args...)...)...)
+		if code != 0 || !strings.Contains(errOut, "1 of 3 nodes did not answer: node2") {
+			t.Errorf("%v: exit %d, stderr %q; want 0 and node2 named", args, code, errOut)
+		}
+		if args == nil {
+			checkAligned(t, out, "DRIVES", "FULLEST", "OBJECTS")
+		} else {
+			checkAligned(t, out)
+		}
 	}
-	checkAligned(t, out)
+}
+
+// admin status NODE... shows those nodes' mountpaths and sections only,
+// and refuses a node the map does not have.
+func TestAdminStatusNamedNodes(t *testing.T) {
+	f := newFakeCluster(t)
+	code, out, errOut := run(f.args("admin", "status", "node2")...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	containsAll(t, "status node2", out, "nothing needs attention", "/data/node2/mp1", "node2, map version 7:")
+	for _, not := range []string{"/data/node1/", "node1 (leader), map version", "node3, map version"} {
+		if strings.Contains(out, not) {
+			t.Errorf("status node2 shows %q:\n%s", not, out)
+		}
+	}
+	code, out, errOut = run(f.args("admin", "status", "--json", "node3")...)
+	if code != 0 || strings.Count(out, `"node":{`) != 1 || !strings.Contains(out, `"id":"node3"`) {
+		t.Errorf("status --json node3: exit %d, %s\n%s", code, errOut, out)
+	}
+	code, _, errOut = run(f.args("admin", "status", "node9")...)
+	if code != 2 || !strings.Contains(errOut, `no node "node9" in the map (nodes: node1, node2, node3)`) {
+		t.Errorf("status node9: exit %d, stderr %q", code, errOut)
+	}
 }
 
 // admin status says what needs attention across the nodes, then each
 // node's sections in words; --json keeps them as numbers.
 func TestAdminStatusSections(t *testing.T) {
 	f := newFakeCluster(t)
-	code, out, errOut := run(f.args("admin", "status")...)
+	code, out, errOut := run(f.args("admin", "status", "--detail")...)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
@@ -357,7 +413,7 @@ func TestAdminStatusSections(t *testing.T) {
 	f.mu.Unlock()
 	f.srvs[2].Close()
 
-	code, out, errOut = run(f.args("admin", "status")...)
+	code, out, errOut = run(f.args("admin", "status", "--detail")...)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
@@ -501,7 +557,7 @@ func TestAdminStatusHungNodes(t *testing.T) {
 	f.mu.Lock()
 	f.hang["node2"], f.hang["node3"] = true, true
 	f.mu.Unlock()
-	code, out, errOut := run(f.args("admin", "status", "--timeout", "500ms")...)
+	code, out, errOut := run(f.args("admin", "status", "--detail", "--timeout", "500ms")...)
 	if code != 0 || !strings.Contains(errOut, "2 of 3 nodes did not answer: node2, node3") || !strings.Contains(out, "node1 (leader), map version 7:") {
 		t.Errorf("exit %d\nstdout:\n%s\nstderr: %s", code, out, errOut)
 	}

@@ -125,6 +125,21 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	return reportedUsage{err}
 }
 
+// parseInterspersed parses args with fs, flags before, between and after
+// the positional arguments, which it returns.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := parseFlags(fs, args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			return pos, nil
+		}
+		pos, args = append(pos, fs.Arg(0)), fs.Args()[1:]
+	}
+}
+
 // newFlagSet returns a flag set for "slipstream NAME" whose usage shows
 // synopsis (the arguments) and then the flags.
 func newFlagSet(env Env, name, synopsis string) *flag.FlagSet {

@@ -6,7 +6,9 @@ import (
 	"maps"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/slipstream-io/slipstream/internal/cluster"
@@ -180,6 +182,90 @@ func volumeTrouble(v node.VolumeState) string {
 		parts = append(parts, "chunks to resynchronise: "+strings.Join(stale, ", "))
 	}
 	return strings.Join(parts, "; ")
+}
+
+// nodeCells returns a row's first columns: its ID, state, voter flag and
+// public addresses.
+func nodeCells(r statusRow) string {
+	state := string(r.ni.State)
+	if r.ni.Draining {
+		state += ",draining"
+	}
+	public := strings.Join(r.ni.PublicAddrs, ",")
+	if public == "" {
+		public = "-"
+	}
+	return fmt.Sprintf("%s\t%s\t%v\t%s", r.id, state, r.ni.Voter, public)
+}
+
+// writeNodesTable writes one row per node: its drives (and how many have
+// failed), the used share of its fullest drive's file system and its
+// objects.
+func writeNodesTable(w io.Writer, rows []statusRow) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tSTATE\tVOTER\tPUBLIC\tDRIVES\tFULLEST\tOBJECTS")
+	for _, r := range rows {
+		if r.err != nil || len(r.st.Mountpaths) == 0 {
+			drives := "-"
+			if r.err != nil {
+				drives = "(did not answer)"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t-\t-\n", nodeCells(r), drives)
+			continue
+		}
+		failed, objects, fullest := 0, int64(0), -1.0
+		for _, mp := range r.st.Mountpaths {
+			if mp.Failed {
+				failed++
+			}
+			objects += mp.Objects
+			if mp.Capacity > 0 {
+				fullest = max(fullest, float64(mp.Used)/float64(mp.Capacity))
+			}
+		}
+		drives := strconv.Itoa(len(r.st.Mountpaths))
+		if failed > 0 {
+			drives += fmt.Sprintf(", %d FAILED", failed)
+		}
+		full := "-"
+		if fullest >= 0 {
+			full = fmt.Sprintf("%.0f%%", 100*fullest)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\n", nodeCells(r), drives, full, objects)
+	}
+	return tw.Flush()
+}
+
+// writeDrivesTable writes one row per node and mountpath, with what
+// USED and CAPACITY are above it.
+func writeDrivesTable(w io.Writer, rows []statusRow) error {
+	fmt.Fprintln(w, spaceNote)
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tSTATE\tVOTER\tPUBLIC\tMOUNTPATH\tUSED\tCAPACITY\tOBJECTS")
+	for _, r := range rows {
+		if r.err != nil || len(r.st.Mountpaths) == 0 {
+			mp := "-"
+			if r.err != nil {
+				mp = "(did not answer, see below)"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\n", nodeCells(r), mp)
+			continue
+		}
+		for i, mp := range r.st.Mountpaths {
+			path := mp.Path
+			if mp.Failed {
+				path += " (FAILED: no new writes)"
+			}
+			if i == 0 {
+				fmt.Fprintf(tw, "%s\t", nodeCells(r))
+			} else {
+				fmt.Fprint(tw, "\t\t\t\t")
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\n", path, humanBytes(mp.Used), humanBytes(mp.Capacity), mp.Objects)
+		}
+	}
+	return tw.Flush()
 }
 
 // writeSections writes, under a node's heading, what it reports besides
