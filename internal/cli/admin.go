@@ -316,7 +316,7 @@ func adminStatus(ctx context.Context, env Env, args []string) error {
 			plural(b.Objects, "write"), humanBytes(b.Bytes), b.Oldest.Round(time.Millisecond))
 	}
 	now := time.Now()
-	notes := attention(rows, now)
+	notes := attention(rows, m, now)
 	if len(m.Volumes) > 0 {
 		var vols []node.VolumeInfo
 		if err := a.call(ctx, http.MethodGet, node.AdminPrefix+"volumes", nil, &vols); err != nil {

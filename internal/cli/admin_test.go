@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -393,6 +394,7 @@ func TestAdminStatusSections(t *testing.T) {
 				{Local: "127.0.2.1", Remote: "10.9.9.9:9100", State: netx.StateUp},
 			},
 		},
+		Down:      map[string]node.DownNode{"node3": {For: 4 * time.Minute, After: 10 * time.Minute}},
 		Scrub:     node.PassStatus[node.ScrubProgress]{Passes: 1, Last: &node.ScrubProgress{Checked: 9, Corrupt: 2, Unrepaired: 2}, LastDone: time.Now().Add(-90 * time.Second)},
 		Rebalance: node.PassStatus[node.RebalanceProgress]{Running: true},
 		Volumes: map[string]node.VolumeState{"v1": {Stale: map[string]int{"node3": 42, "node2": 0}, Down: []string{"node3"}, Copying: 5, Writer: true}, "v0": {},
@@ -427,7 +429,7 @@ func TestAdminStatusSections(t *testing.T) {
 		"  node2: drive /data/node2/mp2-longer-name FAILED: it takes no new writes; replace it\n",
 		"  node2: 3 writes not in the backend, the oldest 5m0s old; last upload error: backend: SlowDown\n",
 		"  node2: the write-back journal was damaged: 2 regions cut out at start, kept in /d/journal.cut-1\n",
-		"  node3: down\n  volume scratch: 9 chunks with no copy on a node that is up (volume info scratch)\n  volume scratch: 2 chunks LOST (volume info scratch)\n\n",
+		"  node3: down for 4m0s; the other nodes make new copies of its objects in 6m0s (rebalance.down_after), or at once after admin node rm node3; its volume chunks are re-placed only after admin node rm\n  volume scratch: 9 chunks with no copy on a node that is up (volume info scratch)\n  volume scratch: 2 chunks LOST (volume info scratch)\n\n",
 		"  destage     3 writes not in the backend yet (12.0 MiB), the oldest 5m0s old, 1 being uploaded\n",
 		"              0 destaged since start, 4 failed attempts, the last error: backend: SlowDown; journal 2.0 MiB\n",
 		"              journal cut at start: 300 B in 2 damaged regions, kept in /d/journal.cut-1\n",
@@ -806,5 +808,40 @@ func TestMessages(t *testing.T) {
 		if got := cleanMessage(in); got != want {
 			t.Errorf("cleanMessage(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// downNote says how long a node has been down and what the cluster does
+// about its copies, as the node that has seen it down the longest counts.
+func TestDownNote(t *testing.T) {
+	vm := cluster.NewMap()
+	vm.Volumes["v"] = cluster.VolumeSpec{Name: "v", Nodes: []string{"n1", "n2"}}
+	row := func(down map[string]node.DownNode, err error) statusRow {
+		return statusRow{st: node.Status{Extra: node.Sections{Down: down}}, err: err}
+	}
+	for _, tc := range []struct {
+		name string
+		rows []statusRow
+		m    *cluster.Map
+		want string
+	}{
+		{"no node says", []statusRow{row(nil, nil)}, cluster.NewMap(), "down"},
+		{"the longest view", []statusRow{
+			row(map[string]node.DownNode{"n2": {For: time.Minute, After: 10 * time.Minute}}, nil),
+			row(map[string]node.DownNode{"n2": {For: 3 * time.Minute, After: 10 * time.Minute}}, nil),
+			row(map[string]node.DownNode{"n2": {For: 9 * time.Minute, After: 10 * time.Minute}}, errors.New("no answer")),
+		}, cluster.NewMap(), "down for 3m0s; the other nodes make new copies of its objects in 7m0s (rebalance.down_after), or at once after admin node rm n2"},
+		{"past down_after, with a volume on it", []statusRow{row(map[string]node.DownNode{"n2": {For: 11 * time.Minute, After: 10 * time.Minute}}, nil)}, vm,
+			"down for 11m0s; the other nodes have made new copies of its objects (admin status --detail shows the rebalance); admin node rm n2 removes it for good; its volume chunks are re-placed only after admin node rm"},
+		{"down_after off", []statusRow{row(map[string]node.DownNode{"n2": {For: time.Hour}}, nil)}, cluster.NewMap(),
+			"down for 1h0m0s; its objects get no new copies elsewhere (rebalance.down_after is off)"},
+	} {
+		if got := downNote("n2", tc.rows, tc.m); got != tc.want {
+			t.Errorf("%s:\n got %q\nwant %q", tc.name, got, tc.want)
+		}
+	}
+	vm.Volumes["v"] = cluster.VolumeSpec{Name: "v", Nodes: []string{"n1", "n3"}}
+	if got := downNote("n2", []statusRow{row(map[string]node.DownNode{"n2": {For: time.Minute, After: time.Hour}}, nil)}, vm); strings.Contains(got, "volume") {
+		t.Errorf("a volume not on n2 is named: %q", got)
 	}
 }

@@ -35,7 +35,7 @@ const oldBacklog = time.Minute
 // drain, damaged journals, intra-cluster paths down to nodes that are up,
 // copies a job could not repair or place, and volume mirrors behind (as
 // the volume's writer counts them, if it answered).
-func attention(rows []statusRow, now time.Time) []string {
+func attention(rows []statusRow, m *cluster.Map, now time.Time) []string {
 	var out []string
 	// owner finds the node of an intra address; writers are the volumes
 	// whose writer answered (the others' counts of a stale mirror's chunks
@@ -60,7 +60,7 @@ func attention(rows []statusRow, now time.Time) []string {
 	for _, r := range rows {
 		switch {
 		case r.ni.State == cluster.StateDown:
-			add(r.id, "down")
+			add(r.id, "%s", downNote(r.id, rows, m))
 			continue
 		case r.err != nil:
 			add(r.id, "did not answer (see below)")
@@ -100,6 +100,38 @@ func attention(rows []statusRow, now time.Time) []string {
 		}
 	}
 	return out
+}
+
+// downNote says how long node id has been down and when the other nodes
+// make new copies of its objects, as the node that has seen it down the
+// longest counts (a node that restarted since counts from its start).
+func downNote(id string, rows []statusRow, m *cluster.Map) string {
+	var d node.DownNode
+	seen := false
+	for _, r := range rows {
+		if x, ok := r.st.Extra.Down[id]; ok && r.err == nil && x.For >= d.For {
+			d, seen = x, true
+		}
+	}
+	if !seen {
+		return "down"
+	}
+	msg := fmt.Sprintf("down for %s", d.For.Round(time.Second))
+	switch {
+	case d.After <= 0:
+		msg += "; its objects get no new copies elsewhere (rebalance.down_after is off)"
+	case d.For < d.After:
+		msg += fmt.Sprintf("; the other nodes make new copies of its objects in %s (rebalance.down_after), or at once after admin node rm %s", (d.After - d.For).Round(time.Second), id)
+	default:
+		msg += fmt.Sprintf("; the other nodes have made new copies of its objects (admin status --detail shows the rebalance); admin node rm %s removes it for good", id)
+	}
+	for _, name := range m.VolumeNames() {
+		if v, _ := m.Volume(name); len(v.Nodes) == 0 || slices.Contains(v.Nodes, id) {
+			msg += "; its volume chunks are re-placed only after admin node rm"
+			break
+		}
+	}
+	return msg
 }
 
 // pathTrouble describes an intra-cluster path that is down to a node that

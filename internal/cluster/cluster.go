@@ -846,6 +846,9 @@ func retryable(err error) bool {
 // applyLocal appends cmd to the log on this node, which must be the leader,
 // and returns the state machine's verdict.
 func (c *Cluster) applyLocal(ctx context.Context, cmd command) error {
+	if cmd.At.IsZero() {
+		cmd.At = time.Now().UTC()
+	}
 	data, err := encodeJSON(cmd)
 	if err != nil {
 		return err

@@ -77,6 +77,9 @@ type command struct {
 	// claimer decided on it, and another node may have claimed the volume
 	// since. Claims without it (older log entries) always apply.
 	IfEpoch *uint64 `json:"ifEpoch,omitempty"`
+	// At is when the leader proposed the command (by its clock): a
+	// node's StateSince. Zero in older log entries.
+	At time.Time `json:"at,omitzero"`
 }
 
 func decodeCommand(b []byte) (command, error) {
@@ -111,6 +114,10 @@ func applyCommand(m *Map, c command) (*Map, error) {
 			if !old.Joined.IsZero() {
 				nn.Joined = old.Joined
 			}
+			nn.StateSince = old.StateSince
+			if nn.State != old.State {
+				nn.StateSince = c.At
+			}
 			if nodeEqual(old, nn) {
 				return m, nil
 			}
@@ -118,6 +125,9 @@ func applyCommand(m *Map, c command) (*Map, error) {
 		removed, wasRemoved := m.RemovedDowns[c.Node.ID]
 		if !ok && wasRemoved {
 			nn.Downs = max(nn.Downs, removed) // and a removal
+		}
+		if !ok {
+			nn.StateSince = c.At
 		}
 		mut = func(n *Map) error {
 			n.Nodes[c.Node.ID] = nn
@@ -145,7 +155,7 @@ func applyCommand(m *Map, c command) (*Map, error) {
 			if c.State == StateDown || old.State == StateUp && c.State != StateUp {
 				old.Downs++
 			}
-			old.State = c.State
+			old.State, old.StateSince = c.State, c.At
 			n.Nodes[c.Name] = old
 			return nil
 		}
@@ -512,7 +522,8 @@ func mergeChunks(a, b []int64) []int64 {
 }
 
 func nodeEqual(a, b NodeInfo) bool {
-	return a.sameIdentity(b) && a.State == b.State && a.Voter == b.Voter && a.Joined.Equal(b.Joined) && a.Downs == b.Downs && a.Draining == b.Draining && a.Drains == b.Drains
+	return a.sameIdentity(b) && a.State == b.State && a.Voter == b.Voter && a.Joined.Equal(b.Joined) && a.Downs == b.Downs && a.Draining == b.Draining && a.Drains == b.Drains &&
+		a.StateSince.Equal(b.StateSince)
 }
 
 func bucketEqual(a, b BucketProps) bool {

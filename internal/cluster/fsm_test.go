@@ -189,6 +189,36 @@ func TestDownsCount(t *testing.T) {
 	}
 }
 
+// TestStateSince: a node's StateSince is the time of the command that gave
+// it its state; a command that leaves the state as it is (a repeated mark,
+// a re-announcement of an up node) keeps it.
+func TestStateSince(t *testing.T) {
+	m := NewMap()
+	n := NodeInfo{ID: "n1", RaftAddr: "127.0.0.1:1", IntraAddrs: []string{"127.0.0.1:2"}, State: StateUp, Joined: t0}
+	at := func(min int) time.Time { return t0.Add(time.Duration(min) * time.Minute) }
+	steps := []struct {
+		cmd   command
+		since time.Time
+	}{
+		{command{Op: opNodePut, Node: &n, At: at(1)}, at(1)},
+		{command{Op: opNodePut, Node: &n, At: at(2)}, at(1)}, // re-announced, still up
+		{command{Op: opNodeState, Name: "n1", State: StateDown, At: at(3)}, at(3)},
+		{command{Op: opNodeState, Name: "n1", State: StateDown, At: at(4)}, at(3)},
+		{command{Op: opNodePut, Node: &n, At: at(5)}, at(5)}, // back up after a restart
+		{command{Op: opNodeState, Name: "n1", State: StateDown, From: StateUp, At: at(6)}, at(6)},
+		{command{Op: opNodeState, Name: "n1", State: StateUp}, time.Time{}}, // an older log entry
+	}
+	for i, st := range steps {
+		var err error
+		if m, err = applyCommand(m, st.cmd); err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		if got := m.Nodes["n1"].StateSince; !got.Equal(st.since) {
+			t.Fatalf("step %d: StateSince %v, want %v", i, got, st.since)
+		}
+	}
+}
+
 // TestDrain: a drain takes the node out of placement while it stays up,
 // survives a re-announcement and a health mark, and is undone by undrain.
 func TestDrain(t *testing.T) {

@@ -36,8 +36,11 @@ type NodeInfo struct {
 	RaftAddr    string    `json:"raftAddr"`
 	Mountpaths  []string  `json:"mountpaths,omitempty"`
 	State       NodeState `json:"state"`
-	Voter       bool      `json:"voter"`
-	Joined      time.Time `json:"joined"`
+	// StateSince is when the cluster recorded State, by the leader's
+	// clock (zero if not known: recorded before this field was).
+	StateSince time.Time `json:"stateSince,omitzero"`
+	Voter      bool      `json:"voter"`
+	Joined     time.Time `json:"joined"`
 	// Downs counts the times the cluster marked the node down. A node
 	// compares it with the count it last checked its copies at: writes may
 	// have gone to other nodes while it was down.

@@ -39,10 +39,22 @@ type Sections struct {
 	Destage    tier.Backlog                  `json:"destage"`
 	Interfaces Interfaces                    `json:"interfaces"`
 	Rebalance  PassStatus[RebalanceProgress] `json:"rebalance"`
-	Scrub      PassStatus[ScrubProgress]     `json:"scrub"`
+	// Down are the nodes this node's rebalancer sees down, by ID.
+	Down  map[string]DownNode       `json:"down,omitempty"`
+	Scrub PassStatus[ScrubProgress] `json:"scrub"`
 	// Volumes are the volumes the node has open (it serves a client, or
 	// resynchronises).
 	Volumes map[string]VolumeState `json:"volumes"`
+}
+
+// DownNode is a node that is down, as a node's rebalancer sees it.
+type DownNode struct {
+	// For is how long the rebalancer has seen it down (since the node
+	// started, at most).
+	For time.Duration `json:"for"`
+	// After is rebalance.down_after: once the node has been down this
+	// long, the others make new copies of its objects (0: never).
+	After time.Duration `json:"after"`
 }
 
 // Interfaces are the byte counters of a node's listeners and the state of

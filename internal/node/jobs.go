@@ -123,7 +123,7 @@ func (n *Node) registerRebalance(rb *rebalancer) {
 		p := rb.run(r.Context(), r.URL.Query().Get("bucket"), func(p RebalanceProgress) { progress.send(p, false) })
 		progress.send(p, true)
 	})
-	n.statusFill = append(n.statusFill, func(s *Sections) { s.Rebalance = rb.passes.status() })
+	n.statusFill = append(n.statusFill, func(s *Sections) { s.Rebalance, s.Down = rb.passes.status(), rb.downNodes() })
 	n.reg.MustRegister(newRebalanceCollector(rb.passes.status))
 }
 

@@ -128,8 +128,43 @@ func (r *rebalancer) counts(m *cluster.Map, id string) bool {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	since, ok := r.downSince[id]
+	since, ok := r.downSinceLocked(ni)
 	return ok && r.now().Sub(since) < r.downAfter
+}
+
+// downSinceLocked returns since when node ni has been down: when the
+// cluster recorded it (the map's StateSince, the same for every node and
+// across restarts), or, when the map does not say or this node saw it
+// first, when this node first saw it down. It is false for a node observe
+// has not seen down.
+func (r *rebalancer) downSinceLocked(ni cluster.NodeInfo) (time.Time, bool) {
+	since, ok := r.downSince[ni.ID]
+	if ok && !ni.StateSince.IsZero() && ni.StateSince.Before(since) {
+		since = ni.StateSince
+	}
+	return since, ok
+}
+
+// downNodes returns the members that are down, with how long since they
+// went down (downSinceLocked).
+func (r *rebalancer) downNodes() map[string]DownNode {
+	m := r.meta.Map()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.now()
+	var out map[string]DownNode
+	for id := range r.downSince {
+		ni, ok := m.Node(id)
+		if !ok || ni.State == cluster.StateUp {
+			continue // removed, or up since the last look
+		}
+		since, _ := r.downSinceLocked(ni)
+		if out == nil {
+			out = map[string]DownNode{}
+		}
+		out[id] = DownNode{For: now.Sub(since), After: max(r.downAfter, 0)}
+	}
+	return out
 }
 
 // observe records when nodes went down in m and returns the set of nodes

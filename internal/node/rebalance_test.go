@@ -224,8 +224,13 @@ func TestRebalanceWaitsForDownNodes(t *testing.T) {
 			t.Fatalf("%s dropped from a while its holder b was down", k)
 		}
 	}
+	// admin status shows how long b has been down, and down_after.
+	r.now = r.now.Add(4 * time.Minute)
+	if d := rb.downNodes(); len(d) != 1 || d["b"] != (DownNode{For: 4 * time.Minute, After: 10 * time.Minute}) {
+		t.Errorf("downNodes = %+v, want b down for 4m of 10m", d)
+	}
 	// Down for longer: b no longer counts, a and c are the holders.
-	r.now = r.now.Add(11 * time.Minute)
+	r.now = r.now.Add(7 * time.Minute)
 	if after := rb.observe(r.m); after == before {
 		t.Fatalf("the node set did not change after downAfter: %q", after)
 	}
@@ -236,6 +241,20 @@ func TestRebalanceWaitsForDownNodes(t *testing.T) {
 		if r.holds("a", "two", k) != k || r.holds("c", "two", k) != k {
 			t.Fatalf("%s: not on both a and c after b counted as gone", k)
 		}
+	}
+	// A node that starts while b is down counts from when the cluster
+	// marked b down, not from its own start: it agrees with the others.
+	b.StateSince = r.now.Add(-11 * time.Minute)
+	r.m.Nodes["b"] = b
+	fresh := r.rebalancer("c", 10*time.Minute)
+	fresh.observe(r.m)
+	if fresh.counts(r.m, "b") || fresh.downNodes()["b"].For != 11*time.Minute {
+		t.Errorf("a node that started now counts b, down for 11m in the map, as a holder (down for %v)", fresh.downNodes()["b"].For)
+	}
+	// A node that is removed, or up again, is not shown down.
+	delete(r.m.Nodes, "b")
+	if d := rb.downNodes(); len(d) != 0 {
+		t.Errorf("downNodes = %+v after b was removed", d)
 	}
 }
 
