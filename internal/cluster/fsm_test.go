@@ -2,10 +2,12 @@ package cluster
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
 	"maps"
+	"net"
 	"reflect"
 	"slices"
 	"testing"
@@ -559,5 +561,35 @@ func TestVolumeStaleMarks(t *testing.T) {
 	bigger.Size, bigger.Stale = 2<<20, nil
 	if m, err = applyCommand(m, command{Op: opVolumePut, Volume: &bigger}); err != nil || !slices.Equal(m.Volumes["v"].Stale, []string{"b"}) {
 		t.Fatalf("resize: %v, stale %v", err, m.Volumes["v"].Stale)
+	}
+}
+
+// refusesAll holds only when every address refuses connections.
+func TestRefusesAll(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := closed.Addr().String()
+	closed.Close()
+	ctx := context.Background()
+	for _, tc := range []struct {
+		addrs []string
+		want  bool
+	}{
+		{[]string{gone}, true},
+		{[]string{"http://" + gone}, true},
+		{[]string{gone, ln.Addr().String()}, false},
+		{[]string{ln.Addr().String()}, false},
+		{nil, false},
+	} {
+		if got := refusesAll(ctx, tc.addrs); got != tc.want {
+			t.Errorf("refusesAll(%v) = %v, want %v", tc.addrs, got, tc.want)
+		}
 	}
 }

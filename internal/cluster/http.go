@@ -164,11 +164,15 @@ type Health struct {
 //	                      ?sync, a leader answers with a version that holds
 //	                      every acknowledged change (what Sync waits for)
 //	GET  /cluster/status  Status: raft term, indexes and membership
+//	POST /cluster/refused a member that refused a node's connections: the
+//	                      leader marks it down if it refuses the leader's
+//	                      too (ConfirmRefused)
 func (c *Cluster) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+PathJoin, c.serveJoin)
 	mux.HandleFunc("POST "+PathApply, c.serveApply)
 	mux.HandleFunc("POST "+PathLeave, c.serveLeave)
+	mux.HandleFunc("POST "+PathRefused, c.serveRefused)
 	mux.HandleFunc("GET "+PathMap, c.serveMap)
 	mux.HandleFunc("GET "+PathHealth, c.serveHealth)
 	mux.HandleFunc("GET "+PathStatus, func(w http.ResponseWriter, r *http.Request) {

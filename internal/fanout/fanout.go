@@ -32,12 +32,37 @@ var ErrConsumerDone = errors.New("fanout: a consumer stopped reading")
 // what the consumers read next. Chunks are pooled: one goes back to the
 // pool when every consumer has read it.
 func Copy(ctx context.Context, r io.Reader, consumers ...func(io.Reader) error) []error {
+	return CopySpare(ctx, r, nil, consumers...)
+}
+
+// Spare returns a consumer to take the place of consumer i, which failed
+// with err before it read a byte of the stream, or nil if there is none.
+type Spare func(i int, err error) func(io.Reader) error
+
+// CopySpare is Copy, except that a consumer that fails before it has
+// read a byte is replaced by the one spare gives (if any), which reads
+// the stream from its start: the consumer's queue still holds every chunk
+// read so far, since the copy waits for a consumer whose queue is full.
+// spare runs in the failed consumer's goroutine and may block; the copy
+// waits meanwhile, once that consumer's queue is full.
+func CopySpare(ctx context.Context, r io.Reader, spare Spare, consumers ...func(io.Reader) error) []error {
 	streams := make([]*stream, len(consumers))
 	results := make([]chan error, len(consumers))
 	for i, consume := range consumers {
 		s := &stream{ch: make(chan *chunk, Depth), done: make(chan struct{})}
 		streams[i], results[i] = s, make(chan error, 1)
-		go func() { err := consume(s); close(s.done); results[i] <- err }()
+		go func() {
+			err := consume(s)
+			for err != nil && spare != nil && !s.taken.Load() {
+				next := spare(i, err)
+				if next == nil {
+					break
+				}
+				err = next(s)
+			}
+			close(s.done)
+			results[i] <- err
+		}()
 	}
 	end := copyChunks(ctx, r, streams)
 	for _, s := range streams {
@@ -112,10 +137,13 @@ func (c *chunk) release() {
 type stream struct {
 	ch   chan *chunk
 	done chan struct{} // closed when the consumer has returned
-	mu   sync.Mutex
-	err  error // why the stream ended (io.EOF when complete)
-	cur  *chunk
-	off  int
+	// taken is set once a chunk has been read: the stream cannot be
+	// given to a spare consumer any more.
+	taken atomic.Bool
+	mu    sync.Mutex
+	err   error // why the stream ended (io.EOF when complete)
+	cur   *chunk
+	off   int
 }
 
 func (s *stream) finish(err error) {
@@ -138,6 +166,7 @@ func (s *stream) Read(p []byte) (int, error) {
 			return 0, s.err
 		}
 		s.cur, s.off = c, 0
+		s.taken.Store(true)
 	}
 	n := copy(p, s.cur.buf[s.off:])
 	s.off += n

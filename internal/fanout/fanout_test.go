@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"testing"
 	"testing/iotest"
+	"time"
 )
 
 func TestCopy(t *testing.T) {
@@ -92,5 +93,51 @@ func TestCopySourceUnexpectedEOF(t *testing.T) {
 				t.Fatalf("source cut after %d bytes: consumer %d: %v, want io.ErrUnexpectedEOF", size, i, err)
 			}
 		}
+	}
+}
+
+// A consumer that fails before reading is replaced by its spare, which
+// reads the whole stream even when it is longer than the queue and the
+// spare takes a while to come; one that fails after reading is not.
+func TestCopySpare(t *testing.T) {
+	body := bytes.Repeat([]byte("0123456789abcdef"), (Depth+3)*ChunkSize/16+7)
+	refused := errors.New("connection refused")
+	var got, other []byte
+	var asked []int
+	spare := func(i int, err error) func(io.Reader) error {
+		asked = append(asked, i)
+		if !errors.Is(err, refused) {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond) // the map has to say the node is down
+		return func(rd io.Reader) error {
+			var err error
+			got, err = io.ReadAll(rd)
+			return err
+		}
+	}
+	errs := CopySpare(context.Background(), bytes.NewReader(body), spare,
+		func(rd io.Reader) error { var err error; other, err = io.ReadAll(rd); return err },
+		func(io.Reader) error { return refused })
+	if errs[0] != nil || errs[1] != nil || !bytes.Equal(got, body) || !bytes.Equal(other, body) || len(asked) != 1 || asked[0] != 1 {
+		t.Fatalf("errs %v, spare asked for %v, spare got %d bytes, the other %d of %d", errs, asked, len(got), len(other), len(body))
+	}
+
+	// Failed after reading: no spare, the copy stops.
+	asked = nil
+	cut := errors.New("connection reset")
+	errs = CopySpare(context.Background(), bytes.NewReader(body), spare,
+		func(rd io.Reader) error { _, err := io.ReadAll(rd); return err },
+		func(rd io.Reader) error { _, _ = io.ReadFull(rd, make([]byte, 10)); return cut })
+	if !errors.Is(errs[0], ErrConsumerDone) || !errors.Is(errs[1], cut) || len(asked) != 0 {
+		t.Fatalf("a consumer failed after reading: errs %v, spare asked for %v", errs, asked)
+	}
+
+	// No spare to give: the copy stops as without one.
+	errs = CopySpare(context.Background(), bytes.NewReader(body), func(int, error) func(io.Reader) error { return nil },
+		func(rd io.Reader) error { _, err := io.ReadAll(rd); return err },
+		func(io.Reader) error { return refused })
+	if !errors.Is(errs[0], ErrConsumerDone) || !errors.Is(errs[1], refused) {
+		t.Fatalf("no spare: errs %v", errs)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/slipstream-io/slipstream/internal/cluster"
@@ -42,6 +43,10 @@ type gateway struct {
 	now           func() time.Time
 	// sync catches this node's map up with the leader's (nil: no-op).
 	sync func(ctx context.Context) error
+	// confirmDown asks the leader whether a node this one could not
+	// reach is gone, and reports whether this node's map has it down
+	// (cluster.ConfirmRefused; nil: never).
+	confirmDown func(ctx context.Context, id string) (bool, error)
 	// listBackend lists a tiered bucket's backend (with this node's
 	// objects not yet destaged).
 	listBackend func(ctx context.Context, bucket string, opts object.ListOptions) (object.ListResult, error)
@@ -220,10 +225,13 @@ func (g *gateway) PutObject(ctx context.Context, bucket, key string, body io.Rea
 		return object.Info{}, err
 	}
 	popts := peer.PutOptions{PutOptions: opts, ModTime: g.now().UTC()}
-	return g.fanOut(ctx, m, targets, bucket, key, body, func(i int) peer.PutOptions {
+	owner := targets[0]
+	// Only replicas are replaced when their node is gone: the owner of a
+	// cache bucket's object writes it through to the backend.
+	return g.fanOut(ctx, m, targets, 1, bucket, key, body, func(i int) peer.PutOptions {
 		o := popts
 		if i > 0 { // the first target owns the object; the others hold replicas
-			o.Replica, o.Owner = true, targets[0]
+			o.Replica, o.Owner = true, owner
 		}
 		return o
 	})
@@ -231,9 +239,28 @@ func (g *gateway) PutObject(ctx context.Context, bucket, key string, body io.Rea
 
 // fanOut writes body to every target in parallel through pipes, with the
 // options optsFor gives each target, and the body's digest computed once.
-func (g *gateway) fanOut(ctx context.Context, m *cluster.Map, targets []string, bucket, key string, body io.Reader, optsFor func(i int) peer.PutOptions) (object.Info, error) {
+// A target from index spareFrom on that cannot be reached before it has
+// read a byte is replaced, in targets, by the next node in HRW order that
+// is up and not a target, if the leader confirms that the node is gone
+// (substitute): the write then lands where the map places it from now on,
+// instead of failing until the map says so.
+func (g *gateway) fanOut(ctx context.Context, m *cluster.Map, targets []string, spareFrom int, bucket, key string, body io.Reader, optsFor func(i int) peer.PutOptions) (object.Info, error) {
 	if len(targets) == 1 {
-		return g.at(m, targets[0]).Put(ctx, bucket, key, body, optsFor(0))
+		if spareFrom > 0 {
+			return g.at(m, targets[0]).Put(ctx, bucket, key, body, optsFor(0))
+		}
+		tr := &readTracker{r: body}
+		info, err := g.at(m, targets[0]).Put(ctx, bucket, key, tr, optsFor(0))
+		for err != nil && errors.Is(err, peer.ErrUnreachable) && !tr.read.Load() {
+			m, id, ok := g.substitute(ctx, targets, 0, bucket, key)
+			if !ok {
+				break
+			}
+			g.log.Info("a copy's node is gone: writing the copy to the next node", "bucket", bucket, "key", key, "peer", targets[0], "instead", id)
+			targets[0] = id
+			info, err = g.at(m, id).Put(ctx, bucket, key, tr, optsFor(0))
+		}
+		return info, err
 	}
 	if optsFor(0).Digest == nil {
 		// Hash MD5 once here; each target checks the bytes it got against
@@ -248,18 +275,36 @@ func (g *gateway) fanOut(ctx context.Context, m *cluster.Map, targets []string, 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	infos := make([]object.Info, len(targets))
-	puts := make([]func(io.Reader) error, len(targets))
-	for i, id := range targets {
+	put := func(i int, m *cluster.Map, id string) func(io.Reader) error {
 		o := optsFor(i)
-		puts[i] = func(r io.Reader) error {
+		return func(r io.Reader) error {
 			var err error
-			if infos[i], err = g.at(m, id).Put(ctx, bucket, key, r, o); err != nil {
+			if infos[i], err = g.at(m, id).Put(ctx, bucket, key, r, o); err != nil && !errors.Is(err, peer.ErrUnreachable) {
 				cancel() // one failed copy fails the PUT: stop the others early
 			}
 			return err
 		}
 	}
-	errs := fanout.Copy(ctx, body, puts...)
+	puts := make([]func(io.Reader) error, len(targets))
+	for i, id := range targets {
+		puts[i] = put(i, m, id)
+	}
+	var mu sync.Mutex // guards targets against substitutes chosen at once
+	spare := func(i int, err error) func(io.Reader) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if i < spareFrom || !errors.Is(err, peer.ErrUnreachable) {
+			return nil
+		}
+		m, id, ok := g.substitute(ctx, targets, i, bucket, key)
+		if !ok {
+			return nil
+		}
+		g.log.Info("a copy's node is gone: writing the copy to the next node", "bucket", bucket, "key", key, "peer", targets[i], "instead", id)
+		targets[i] = id
+		return put(i, m, id)
+	}
+	errs := fanout.CopySpare(ctx, body, spare, puts...)
 	if err := firstError(errs); err != nil {
 		return object.Info{}, err
 	}
@@ -270,6 +315,48 @@ func (g *gateway) fanOut(ctx context.Context, m *cluster.Map, targets []string, 
 		}
 	}
 	return infos[0], nil
+}
+
+// readTracker records whether a byte of r has been read.
+type readTracker struct {
+	r    io.Reader
+	read atomic.Bool
+}
+
+func (t *readTracker) Read(p []byte) (int, error) {
+	n, err := t.r.Read(p)
+	if n > 0 || err == nil {
+		t.read.Store(true)
+	}
+	return n, err
+}
+
+// substituteWait bounds how long a write waits for the leader to confirm
+// that a target's node is gone.
+const substituteWait = 5 * time.Second
+
+// substitute asks the leader whether targets[i], which could not be
+// reached, is gone (cluster.ConfirmRefused) and, if it is, returns the
+// map that says so and the first node in HRW order that is up there and
+// not one of targets.
+func (g *gateway) substitute(ctx context.Context, targets []string, i int, bucket, key string) (*cluster.Map, string, bool) {
+	if g.confirmDown == nil {
+		return nil, "", false
+	}
+	cctx, cancel := context.WithTimeout(ctx, substituteWait)
+	defer cancel()
+	if down, err := g.confirmDown(cctx, targets[i]); !down {
+		g.log.Debug("a copy's node could not be reached, and is not gone", "peer", targets[i], "err", err)
+		return nil, "", false
+	}
+	m := g.meta.Map()
+	up, _ := placementOf(m, bucket, key)
+	for _, id := range up {
+		if !slices.Contains(targets, id) {
+			return m, id, true
+		}
+	}
+	return nil, "", false
 }
 
 // firstError prefers an error a target answered with (the client's fault,

@@ -187,7 +187,7 @@ func TestFanOutHashesOnce(t *testing.T) {
 	g := &gateway{self: "n1", local: local, peers: &peer.Client{Doer: &peer.HTTPDoer{Client: srv.Client()}}}
 	data := bytes.Repeat([]byte("fan out "), 100_000)
 	for _, targets := range [][]string{{"n1", "n2"}, {"n2", "n1"}} {
-		info, err := g.fanOut(context.Background(), m, targets, "b", "k", bytes.NewReader(data), func(int) peer.PutOptions {
+		info, err := g.fanOut(context.Background(), m, targets, 1, "b", "k", bytes.NewReader(data), func(int) peer.PutOptions {
 			return peer.PutOptions{PutOptions: object.PutOptions{Size: int64(len(data))}}
 		})
 		sum := md5.Sum(data)

@@ -211,6 +211,7 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 		log:           log,
 		now:           time.Now,
 		sync:          leaderSync(cl),
+		confirmDown:   cl.ConfirmRefused,
 		listBackend:   local.ListBackend,
 	}
 	rep.g, peers.g = n.gw, n.gw

@@ -169,7 +169,9 @@ func (r *replicator) Replicate(ctx context.Context, req tier.ReplicaPut) ([]stri
 		return nil, err
 	}
 	opts := peer.PutOptions{PutOptions: req.Opts, ModTime: req.ModTime, Replica: true, Owner: req.Owner, Seq: req.Seq, Dirty: true}
-	if _, err := r.g.fanOut(ctx, m, peers, req.Bucket, req.Key, req.Body, func(int) peer.PutOptions { return opts }); err != nil {
+	// Every target is a replica: one whose node is gone is replaced, in
+	// peers, by the next node.
+	if _, err := r.g.fanOut(ctx, m, peers, 0, req.Bucket, req.Key, req.Body, func(int) peer.PutOptions { return opts }); err != nil {
 		// Some peers may have stored their copy before another failed:
 		// they are holders all the same, to be told when the write is
 		// destaged, or their dirty replicas would stay for ever.

@@ -1,0 +1,78 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/slipstream-io/slipstream/internal/cluster"
+	"github.com/slipstream-io/slipstream/internal/localcluster"
+	"github.com/slipstream-io/slipstream/internal/placement"
+)
+
+// TestWritesGoOnWhenAReplicaDies: right after a node is SIGKILLed, before
+// the health checks would mark it down, PUTs whose copies it was to hold
+// succeed at the first attempt, in a local bucket and in a writeback one
+// (copies=2 both): the owner finds the node refusing connections, the
+// leader confirms it and marks it down, and the copy goes to the next
+// node. Those copies are real: with the owner killed as well, the third
+// node serves every object.
+func TestWritesGoOnWhenAReplicaDies(t *testing.T) {
+	c := startCluster(t, localcluster.Spec{})
+	ctx := context.Background()
+	admin(t, c, 0, "bucket", "create", "two", "--copies", "2")
+	remote := filepath.Join(t.TempDir(), "remote")
+	if err := os.MkdirAll(remote, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	admin(t, c, 0, "bucket", "create", "staged", "--copies", "2", "--mode", "writeback", "--backend", "fs", "--path", remote)
+
+	// Keys owned by node1 whose second node is node3.
+	ids := clusterMap(t, c, 0).NodeIDs()
+	var keys []string
+	for i := 0; len(keys) < 6; i++ {
+		k := fmt.Sprintf("k%03d", i)
+		order := placement.Order(ids, placement.ObjectName("two", k))
+		wbOrder := placement.Order(ids, placement.ObjectName("staged", k))
+		if order[0] == "node1" && order[1] == "node3" && wbOrder[0] == "node1" && wbOrder[1] == "node3" {
+			keys = append(keys, k)
+		}
+	}
+	noRetry := s3.New(s3.Options{
+		BaseEndpoint: aws.String(c.Endpoint(0)), Region: "us-east-1", UsePathStyle: true,
+		Credentials: s3Client(c, c.Endpoint(0)).Options().Credentials,
+		Retryer:     aws.NopRetryer{},
+	})
+
+	c.Kill(2)
+	start := time.Now()
+	for _, bucket := range []string{"two", "staged"} {
+		for i, k := range keys {
+			if err := putObject(ctx, noRetry, bucket, k, randomBytes(int64(i), 300<<10)); err != nil {
+				t.Fatalf("PUT %s/%s %v after node3 was killed, at the first attempt: %v", bucket, k, time.Since(start), err)
+			}
+		}
+	}
+	t.Logf("%d PUTs with node3 just killed took %v", 2*len(keys), time.Since(start))
+	if st := clusterMap(t, c, 0).Nodes["node3"].State; st != cluster.StateDown {
+		t.Errorf("node3 is %s in the map after writes found it gone", st)
+	}
+
+	c.Kill(0)
+	r := s3Client(c, c.Endpoint(1))
+	for _, bucket := range []string{"two", "staged"} {
+		for i, k := range keys {
+			got, err := getObject(ctx, r, bucket, k)
+			if err != nil || !bytes.Equal(got, randomBytes(int64(i), 300<<10)) {
+				t.Fatalf("GET %s/%s from node2 with node1 and node3 dead: %d bytes, %v", bucket, k, len(got), err)
+			}
+		}
+	}
+}
