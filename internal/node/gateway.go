@@ -226,9 +226,14 @@ func (g *gateway) PutObject(ctx context.Context, bucket, key string, body io.Rea
 	}
 	popts := peer.PutOptions{PutOptions: opts, ModTime: g.now().UTC()}
 	owner := targets[0]
-	// Only replicas are replaced when their node is gone: the owner of a
-	// cache bucket's object writes it through to the backend.
-	return g.fanOut(ctx, m, targets, 1, bucket, key, body, func(i int) peer.PutOptions {
+	// A target whose node is gone is replaced by the next node; in a cache
+	// bucket only a replica is, since the owner writes the object through
+	// to the backend and its replicas do not.
+	spareFrom := 0
+	if b.Mode != cluster.ModeLocal {
+		spareFrom = 1
+	}
+	return g.fanOut(ctx, m, targets, spareFrom, bucket, key, body, func(i int) peer.PutOptions {
 		o := popts
 		if i > 0 { // the first target owns the object; the others hold replicas
 			o.Replica, o.Owner = true, owner

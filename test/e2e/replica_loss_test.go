@@ -19,10 +19,10 @@ import (
 
 // TestWritesGoOnWhenAReplicaDies: right after a node is SIGKILLed, before
 // the health checks would mark it down, PUTs whose copies it was to hold
-// succeed at the first attempt, in a local bucket and in a writeback one
-// (copies=2 both): the owner finds the node refusing connections, the
-// leader confirms it and marks it down, and the copy goes to the next
-// node. Those copies are real: with the owner killed as well, the third
+// succeed at the first attempt, in a local bucket (node3 a replica or the
+// owner) and in a writeback one (copies=2 both): the node writing the
+// copies finds node3 refusing connections, the leader confirms it and
+// marks it down, and the copy goes to the next node. Those copies are real: with the owner killed as well, the third
 // node serves every object.
 func TestWritesGoOnWhenAReplicaDies(t *testing.T) {
 	c := startCluster(t, localcluster.Spec{})
@@ -45,6 +45,14 @@ func TestWritesGoOnWhenAReplicaDies(t *testing.T) {
 			keys = append(keys, k)
 		}
 	}
+	// And keys of the local bucket that node3 owns, with node1 second.
+	var owned []string
+	for i := 0; len(owned) < 4; i++ {
+		k := fmt.Sprintf("o%03d", i)
+		if order := placement.Order(ids, placement.ObjectName("two", k)); order[0] == "node3" && order[1] == "node1" {
+			owned = append(owned, k)
+		}
+	}
 	noRetry := s3.New(s3.Options{
 		BaseEndpoint: aws.String(c.Endpoint(0)), Region: "us-east-1", UsePathStyle: true,
 		Credentials: s3Client(c, c.Endpoint(0)).Options().Credentials,
@@ -53,6 +61,11 @@ func TestWritesGoOnWhenAReplicaDies(t *testing.T) {
 
 	c.Kill(2)
 	start := time.Now()
+	for i, k := range owned {
+		if err := putObject(ctx, noRetry, "two", k, randomBytes(int64(100+i), 300<<10)); err != nil {
+			t.Fatalf("PUT two/%s (owned by node3) %v after node3 was killed, at the first attempt: %v", k, time.Since(start), err)
+		}
+	}
 	for _, bucket := range []string{"two", "staged"} {
 		for i, k := range keys {
 			if err := putObject(ctx, noRetry, bucket, k, randomBytes(int64(i), 300<<10)); err != nil {
@@ -60,13 +73,18 @@ func TestWritesGoOnWhenAReplicaDies(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d PUTs with node3 just killed took %v", 2*len(keys), time.Since(start))
+	t.Logf("%d PUTs with node3 just killed took %v", 2*len(keys)+len(owned), time.Since(start))
 	if st := clusterMap(t, c, 0).Nodes["node3"].State; st != cluster.StateDown {
 		t.Errorf("node3 is %s in the map after writes found it gone", st)
 	}
 
 	c.Kill(0)
 	r := s3Client(c, c.Endpoint(1))
+	for i, k := range owned {
+		if got, err := getObject(ctx, r, "two", k); err != nil || !bytes.Equal(got, randomBytes(int64(100+i), 300<<10)) {
+			t.Fatalf("GET two/%s from node2 with node1 and node3 dead: %d bytes, %v", k, len(got), err)
+		}
+	}
 	for _, bucket := range []string{"two", "staged"} {
 		for i, k := range keys {
 			got, err := getObject(ctx, r, bucket, k)
