@@ -226,11 +226,12 @@ func (g *gateway) PutObject(ctx context.Context, bucket, key string, body io.Rea
 	}
 	popts := peer.PutOptions{PutOptions: opts, ModTime: g.now().UTC()}
 	owner := targets[0]
-	// A target whose node is gone is replaced by the next node; in a cache
-	// bucket only a replica is, since the owner writes the object through
-	// to the backend and its replicas do not.
+	// A target whose node is gone is replaced by the next node. The owner
+	// is only when that node owns the object under the map that says so:
+	// in a cache bucket with replicas, the first replica would, and it
+	// does not write the object through to the backend.
 	spareFrom := 0
-	if b.Mode != cluster.ModeLocal {
+	if b.Mode == cluster.ModeCache && len(targets) > 1 {
 		spareFrom = 1
 	}
 	return g.fanOut(ctx, m, targets, spareFrom, bucket, key, body, func(i int) peer.PutOptions {

@@ -19,8 +19,8 @@ import (
 
 // TestWritesGoOnWhenAReplicaDies: right after a node is SIGKILLed, before
 // the health checks would mark it down, PUTs whose copies it was to hold
-// succeed at the first attempt, in a local bucket (node3 a replica or the
-// owner) and in a writeback one (copies=2 both): the node writing the
+// succeed at the first attempt, in a local bucket and in a writeback one
+// (copies=2 both), node3 the owner or a replica: the node writing the
 // copies finds node3 refusing connections, the leader confirms it and
 // marks it down, and the copy goes to the next node. Those copies are real: with the owner killed as well, the third
 // node serves every object.
@@ -45,11 +45,13 @@ func TestWritesGoOnWhenAReplicaDies(t *testing.T) {
 			keys = append(keys, k)
 		}
 	}
-	// And keys of the local bucket that node3 owns, with node1 second.
+	// And keys that node3 owns, with node1 second, in both buckets.
 	var owned []string
 	for i := 0; len(owned) < 4; i++ {
 		k := fmt.Sprintf("o%03d", i)
-		if order := placement.Order(ids, placement.ObjectName("two", k)); order[0] == "node3" && order[1] == "node1" {
+		order := placement.Order(ids, placement.ObjectName("two", k))
+		wbOrder := placement.Order(ids, placement.ObjectName("staged", k))
+		if order[0] == "node3" && order[1] == "node1" && wbOrder[0] == "node3" && wbOrder[1] == "node1" {
 			owned = append(owned, k)
 		}
 	}
@@ -61,9 +63,11 @@ func TestWritesGoOnWhenAReplicaDies(t *testing.T) {
 
 	c.Kill(2)
 	start := time.Now()
-	for i, k := range owned {
-		if err := putObject(ctx, noRetry, "two", k, randomBytes(int64(100+i), 300<<10)); err != nil {
-			t.Fatalf("PUT two/%s (owned by node3) %v after node3 was killed, at the first attempt: %v", k, time.Since(start), err)
+	for _, bucket := range []string{"two", "staged"} {
+		for i, k := range owned {
+			if err := putObject(ctx, noRetry, bucket, k, randomBytes(int64(100+i), 300<<10)); err != nil {
+				t.Fatalf("PUT %s/%s (owned by node3) %v after node3 was killed, at the first attempt: %v", bucket, k, time.Since(start), err)
+			}
 		}
 	}
 	for _, bucket := range []string{"two", "staged"} {
@@ -73,16 +77,18 @@ func TestWritesGoOnWhenAReplicaDies(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d PUTs with node3 just killed took %v", 2*len(keys)+len(owned), time.Since(start))
+	t.Logf("%d PUTs with node3 just killed took %v", 2*(len(keys)+len(owned)), time.Since(start))
 	if st := clusterMap(t, c, 0).Nodes["node3"].State; st != cluster.StateDown {
 		t.Errorf("node3 is %s in the map after writes found it gone", st)
 	}
 
 	c.Kill(0)
 	r := s3Client(c, c.Endpoint(1))
-	for i, k := range owned {
-		if got, err := getObject(ctx, r, "two", k); err != nil || !bytes.Equal(got, randomBytes(int64(100+i), 300<<10)) {
-			t.Fatalf("GET two/%s from node2 with node1 and node3 dead: %d bytes, %v", k, len(got), err)
+	for _, bucket := range []string{"two", "staged"} {
+		for i, k := range owned {
+			if got, err := getObject(ctx, r, bucket, k); err != nil || !bytes.Equal(got, randomBytes(int64(100+i), 300<<10)) {
+				t.Fatalf("GET %s/%s from node2 with node1 and node3 dead: %d bytes, %v", bucket, k, len(got), err)
+			}
 		}
 	}
 	for _, bucket := range []string{"two", "staged"} {
