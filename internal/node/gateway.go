@@ -619,7 +619,37 @@ func (g *gateway) DeleteObject(ctx context.Context, bucket, key string) error {
 			g.log.Warn("a node outside the object's replicas missed its delete", "peer", targets[primary+i], "bucket", bucket, "key", key, "err", err)
 		}
 	}
-	return firstError(errs[:primary])
+	err = firstError(errs[:primary])
+	if errors.Is(err, peer.ErrUnreachable) && g.goneAll(ctx, targets[:primary], errs[:primary]) {
+		// The nodes that could not be reached are gone and marked down:
+		// delete again under the map that says so, which records the
+		// delete for them (a tombstone, or the next owner's journal).
+		return g.DeleteObject(ctx, bucket, key)
+	}
+	return err
+}
+
+// goneAll reports whether every target whose answer was ErrUnreachable is
+// gone and marked down now (cluster.ConfirmRefused), and errs holds no
+// other error.
+func (g *gateway) goneAll(ctx context.Context, targets []string, errs []error) bool {
+	if g.confirmDown == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, substituteWait)
+	defer cancel()
+	for i, err := range errs {
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, peer.ErrUnreachable) {
+			return false
+		}
+		if down, _ := g.confirmDown(ctx, targets[i]); !down {
+			return false
+		}
+	}
+	return true
 }
 
 // missedHolder reports whether a node that may hold a copy of a local

@@ -17,14 +17,15 @@ import (
 	"github.com/slipstream-io/slipstream/internal/placement"
 )
 
-// TestWritesGoOnWhenAReplicaDies: right after a node is SIGKILLed, before
+// TestWritesGoOnWhenANodeDies: right after a node is SIGKILLed, before
 // the health checks would mark it down, PUTs whose copies it was to hold
 // succeed at the first attempt, in a local bucket and in a writeback one
 // (copies=2 both), node3 the owner or a replica: the node writing the
 // copies finds node3 refusing connections, the leader confirms it and
-// marks it down, and the copy goes to the next node. Those copies are real: with the owner killed as well, the third
-// node serves every object.
-func TestWritesGoOnWhenAReplicaDies(t *testing.T) {
+// marks it down, and the copy goes to the next node. Those copies are
+// real: with the owner killed as well, the third node serves every
+// object. DELETEs go on the same way, and stay done once node3 is back.
+func TestWritesGoOnWhenANodeDies(t *testing.T) {
 	c := startCluster(t, localcluster.Spec{})
 	ctx := context.Background()
 	admin(t, c, 0, "bucket", "create", "two", "--copies", "2")
@@ -96,6 +97,54 @@ func TestWritesGoOnWhenAReplicaDies(t *testing.T) {
 			got, err := getObject(ctx, r, bucket, k)
 			if err != nil || !bytes.Equal(got, randomBytes(int64(i), 300<<10)) {
 				t.Fatalf("GET %s/%s from node2 with node1 and node3 dead: %d bytes, %v", bucket, k, len(got), err)
+			}
+		}
+	}
+
+	// Deletes too: with node1 and node3 back, and node3 killed again, a
+	// DELETE of keys node3 holds or owns succeeds at the first attempt,
+	// and stays done once node3 is back.
+	for _, i := range []int{0, 2} {
+		if err := c.StartNode(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := c.WaitReady(rctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the map to show every node up", func() bool {
+		for _, n := range clusterMap(t, c, 0).Nodes {
+			if n.State != cluster.StateUp {
+				return false
+			}
+		}
+		return true
+	})
+	c.Kill(2)
+	gone := map[string][]string{"two": {owned[0], keys[0]}, "staged": {owned[0], keys[0]}}
+	for bucket, ks := range gone {
+		for _, k := range ks {
+			if _, err := noRetry.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(bucket), Key: aws.String(k)}); err != nil {
+				t.Fatalf("DELETE %s/%s just after node3 was killed, at the first attempt: %v", bucket, k, err)
+			}
+		}
+	}
+	if err := c.StartNode(2); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitReady(rctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "node3 to be up in the map", func() bool { return clusterMap(t, c, 0).Nodes["node3"].State == cluster.StateUp })
+	for _, ep := range []int{2, 0} {
+		r := s3Client(c, c.Endpoint(ep))
+		for bucket, ks := range gone {
+			for _, k := range ks {
+				if _, err := getObject(ctx, r, bucket, k); apiCode(err) != "NoSuchKey" {
+					t.Fatalf("GET %s/%s through %s after its delete and node3's return: %v, want NoSuchKey", bucket, k, c.Configs[ep].ID, err)
+				}
 			}
 		}
 	}
