@@ -24,21 +24,25 @@ type refusedResponse struct {
 	// Down: the member is down in the map of Version (or a later one).
 	Down    bool   `json:"down"`
 	Version uint64 `json:"version"`
+	// Answers: the member answered the leader's health probe.
+	Answers bool `json:"answers,omitempty"`
 }
 
 // refusedDialTimeout bounds the leader's own connection attempts to a
 // reported member.
 const refusedDialTimeout = time.Second
 
-// ConfirmRefused asks the leader whether member id is gone: a node that
-// could not reach id calls it before it puts a copy elsewhere. The leader
-// tries to connect to every intra address of id itself, and marks it down
-// at once if each one refuses the connection: no process listens there,
-// so the node is not running, where waiting DownAfter would only fail
-// writes meanwhile. A member that the leader reaches, or whose addresses
-// do not answer at all (a host that is off, or a network cut, which the
-// health checks judge after DownAfter), is left as it is. It reports
-// whether id is down in this node's map on return.
+// ConfirmRefused asks the leader whether member id, which this node could
+// not reach, is gone: a node calls it before it puts a copy elsewhere.
+// The leader tries to connect to every intra address of id itself, and
+// marks it down at once if each one refuses the connection: no process
+// listens there, so the node is not running, where waiting DownAfter would
+// only fail writes meanwhile. If id answers the leader's health probe, it
+// is not gone (the trouble is between this node and it). Otherwise (a
+// host that is off or hung, a cut link) the health checks decide, after
+// DownAfter, and ConfirmRefused waits for their verdict until ctx ends:
+// the leader cannot tell a dead host from a partition on one report. It
+// reports whether id is down in this node's map on return.
 func (c *Cluster) ConfirmRefused(ctx context.Context, id string) (bool, error) {
 	if n, ok := c.Map().Node(id); ok && n.State == StateDown {
 		return true, nil
@@ -50,14 +54,37 @@ func (c *Cluster) ConfirmRefused(ctx context.Context, id string) (bool, error) {
 	} else {
 		err = c.postLeader(ctx, PathRefused, refusedRequest{ID: id}, &resp)
 	}
-	if err != nil || !resp.Down {
+	switch {
+	case err != nil:
 		return false, err
-	}
-	if !c.waitVersion(ctx, resp.Version) {
+	case resp.Answers:
+		return false, nil
+	case resp.Down && !c.waitVersion(ctx, resp.Version):
 		return false, ctx.Err()
 	}
-	n, ok := c.Map().Node(id)
-	return ok && n.State == StateDown, nil
+	return c.waitDown(ctx, id)
+}
+
+// waitDown waits until member id is down in this node's map, and reports
+// whether it is (false when ctx ends first, or id is no member).
+func (c *Cluster) waitDown(ctx context.Context, id string) (bool, error) {
+	for {
+		m, changed := c.pub.snapshot()
+		n, ok := m.Node(id)
+		switch {
+		case !ok:
+			return false, nil
+		case n.State == StateDown:
+			return true, nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-c.ctx.Done():
+			return false, ErrClosed
+		}
+	}
 }
 
 func (c *Cluster) serveRefused(w http.ResponseWriter, r *http.Request) {
@@ -74,7 +101,8 @@ func (c *Cluster) serveRefused(w http.ResponseWriter, r *http.Request) {
 }
 
 // markRefused marks member id down if it is up and every one of its
-// intra addresses refuses a connection from here.
+// intra addresses refuses a connection from here; otherwise it says
+// whether id answers the health probe.
 func (c *Cluster) markRefused(ctx context.Context, id string) (refusedResponse, error) {
 	n, ok := c.Map().Node(id)
 	switch {
@@ -82,8 +110,13 @@ func (c *Cluster) markRefused(ctx context.Context, id string) (refusedResponse, 
 		return refusedResponse{}, fmt.Errorf("%w: %q", ErrNodeNotFound, id)
 	case n.State == StateDown:
 		return refusedResponse{Down: true, Version: c.Map().Version}, nil
-	case n.State != StateUp || !refusesAll(ctx, n.IntraAddrs):
-		return refusedResponse{Version: c.Map().Version}, nil
+	case n.State != StateUp:
+		return refusedResponse{Version: c.Map().Version, Answers: true}, nil // maintenance: an operator's
+	case !refusesAll(ctx, n.IntraAddrs):
+		pctx, cancel := context.WithTimeout(ctx, min(max(c.cfg.HeartbeatInterval, 100*time.Millisecond), c.cfg.DownAfter))
+		defer cancel()
+		alive, _ := c.probe(pctx, n)
+		return refusedResponse{Version: c.Map().Version, Answers: alive}, nil
 	}
 	if err := c.applyLocal(ctx, command{Op: opNodeState, Name: id, From: StateUp, State: StateDown}); err != nil {
 		return refusedResponse{}, err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -145,6 +146,65 @@ func TestWritesGoOnWhenANodeDies(t *testing.T) {
 				if _, err := getObject(ctx, r, bucket, k); apiCode(err) != "NoSuchKey" {
 					t.Fatalf("GET %s/%s through %s after its delete and node3's return: %v, want NoSuchKey", bucket, k, c.Configs[ep].ID, err)
 				}
+			}
+		}
+	}
+}
+
+// TestDeleteGoesOnWhenANodeHangs: a node that hangs (SIGSTOP: its
+// connections are accepted, nothing answers) is not marked down on a
+// report, since the leader cannot tell it from a partition; a DELETE that
+// finds it waits for the health checks to mark it down and is then done,
+// at the first attempt, and stays done once the node wakes up.
+func TestDeleteGoesOnWhenANodeHangs(t *testing.T) {
+	c := startCluster(t, localcluster.Spec{})
+	ctx := context.Background()
+	admin(t, c, 0, "bucket", "create", "two", "--copies", "2")
+	ids := clusterMap(t, c, 0).NodeIDs()
+	var keys []string
+	for i := 0; len(keys) < 3; i++ {
+		k := fmt.Sprintf("h%03d", i)
+		if order := placement.Order(ids, placement.ObjectName("two", k)); order[0] == "node3" || order[1] == "node3" {
+			keys = append(keys, k)
+		}
+	}
+	w := s3Client(c, c.Endpoint(0))
+	for i, k := range keys {
+		if err := putObject(ctx, w, "two", k, randomBytes(int64(i), 64<<10)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	noRetry := s3.New(s3.Options{
+		BaseEndpoint: aws.String(c.Endpoint(0)), Region: "us-east-1", UsePathStyle: true,
+		Credentials: w.Options().Credentials,
+		Retryer:     aws.NopRetryer{},
+	})
+	pid := c.PID(2)
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	woken := false
+	wake := func() {
+		if !woken {
+			woken = true
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	}
+	t.Cleanup(wake)
+	start := time.Now()
+	for _, k := range keys {
+		if _, err := noRetry.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String("two"), Key: aws.String(k)}); err != nil {
+			t.Fatalf("DELETE two/%s %v after node3 hung, at the first attempt: %v", k, time.Since(start), err)
+		}
+	}
+	t.Logf("%d DELETEs with node3 hung took %v", len(keys), time.Since(start))
+	wake()
+	waitFor(t, 30*time.Second, "node3 to be up in the map again", func() bool { return clusterMap(t, c, 0).Nodes["node3"].State == cluster.StateUp })
+	for _, ep := range []int{2, 1} {
+		r := s3Client(c, c.Endpoint(ep))
+		for _, k := range keys {
+			if _, err := getObject(ctx, r, "two", k); apiCode(err) != "NoSuchKey" {
+				t.Fatalf("GET two/%s through %s after its delete and node3's return: %v, want NoSuchKey", k, c.Configs[ep].ID, err)
 			}
 		}
 	}
