@@ -257,14 +257,12 @@ func (g *gateway) fanOut(ctx context.Context, m *cluster.Map, targets []string, 
 		}
 		tr := &readTracker{r: body}
 		info, err := g.at(m, targets[0]).Put(ctx, bucket, key, tr, optsFor(0))
-		for err != nil && errors.Is(err, peer.ErrUnreachable) && !tr.read.Load() {
-			m, id, ok := g.substitute(ctx, targets, 0, bucket, key)
+		for errors.Is(err, peer.ErrUnreachable) && !tr.read.Load() {
+			m, ok := g.substitute(ctx, targets, 0, bucket, key)
 			if !ok {
 				break
 			}
-			g.log.Info("a copy's node is gone: writing the copy to the next node", "bucket", bucket, "key", key, "peer", targets[0], "instead", id)
-			targets[0] = id
-			info, err = g.at(m, id).Put(ctx, bucket, key, tr, optsFor(0))
+			info, err = g.at(m, targets[0]).Put(ctx, bucket, key, tr, optsFor(0))
 		}
 		return info, err
 	}
@@ -302,13 +300,11 @@ func (g *gateway) fanOut(ctx context.Context, m *cluster.Map, targets []string, 
 		if i < spareFrom || !errors.Is(err, peer.ErrUnreachable) {
 			return nil
 		}
-		m, id, ok := g.substitute(ctx, targets, i, bucket, key)
+		m, ok := g.substitute(ctx, targets, i, bucket, key)
 		if !ok {
 			return nil
 		}
-		g.log.Info("a copy's node is gone: writing the copy to the next node", "bucket", bucket, "key", key, "peer", targets[i], "instead", id)
-		targets[i] = id
-		return put(i, m, id)
+		return put(i, m, targets[i])
 	}
 	errs := fanout.CopySpare(ctx, body, spare, puts...)
 	if err := firstError(errs); err != nil {
@@ -342,27 +338,29 @@ func (t *readTracker) Read(p []byte) (int, error) {
 const substituteWait = 5 * time.Second
 
 // substitute asks the leader whether targets[i], which could not be
-// reached, is gone (cluster.ConfirmRefused) and, if it is, returns the
-// map that says so and the first node in HRW order that is up there and
-// not one of targets.
-func (g *gateway) substitute(ctx context.Context, targets []string, i int, bucket, key string) (*cluster.Map, string, bool) {
+// reached, is gone (cluster.ConfirmRefused) and, if it is, replaces it in
+// targets by the first node in HRW order that is up and not a target in
+// the map that says so, and returns that map.
+func (g *gateway) substitute(ctx context.Context, targets []string, i int, bucket, key string) (*cluster.Map, bool) {
 	if g.confirmDown == nil {
-		return nil, "", false
+		return nil, false
 	}
 	cctx, cancel := context.WithTimeout(ctx, substituteWait)
 	defer cancel()
 	if down, err := g.confirmDown(cctx, targets[i]); !down {
 		g.log.Debug("a copy's node could not be reached, and is not gone", "peer", targets[i], "err", err)
-		return nil, "", false
+		return nil, false
 	}
 	m := g.meta.Map()
 	up, _ := placementOf(m, bucket, key)
 	for _, id := range up {
 		if !slices.Contains(targets, id) {
-			return m, id, true
+			g.log.Info("a copy's node is gone: writing the copy to the next node", "bucket", bucket, "key", key, "peer", targets[i], "instead", id)
+			targets[i] = id
+			return m, true
 		}
 	}
-	return nil, "", false
+	return nil, false
 }
 
 // firstError prefers an error a target answered with (the client's fault,
