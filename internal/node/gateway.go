@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/slipstream-io/slipstream/internal/cluster"
 	"github.com/slipstream-io/slipstream/internal/fanout"
 	"github.com/slipstream-io/slipstream/internal/object"
@@ -47,6 +49,9 @@ type gateway struct {
 	// reach is gone, and reports whether this node's map has it down
 	// (cluster.ConfirmRefused; nil: never).
 	confirmDown func(ctx context.Context, id string) (bool, error)
+	// redirected counts the copies written to the next node because
+	// their node was gone (nil: not counted).
+	redirected prometheus.Counter
 	// listBackend lists a tiered bucket's backend (with this node's
 	// objects not yet destaged).
 	listBackend func(ctx context.Context, bucket string, opts object.ListOptions) (object.ListResult, error)
@@ -356,6 +361,9 @@ func (g *gateway) substitute(ctx context.Context, targets []string, i int, bucke
 	for _, id := range up {
 		if !slices.Contains(targets, id) {
 			g.log.Info("a copy's node is gone: writing the copy to the next node", "bucket", bucket, "key", key, "peer", targets[i], "instead", id)
+			if g.redirected != nil {
+				g.redirected.Inc()
+			}
 			targets[i] = id
 			return m, true
 		}

@@ -276,6 +276,11 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 		}
 	})
 	n.httpm = newHTTPMetrics(n.reg)
+	n.gw.redirected = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "slipstream_copies_redirected_total",
+		Help: "Copies of PUTs written to the next node in HRW order because their node was gone (its connections refused, or the health checks marked it down).",
+	})
+	n.reg.MustRegister(n.gw.redirected)
 	metrics := promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{})
 	stats := sysstat.Handler(cfg.ID, cfg.Mountpaths, n.statsCounters)
 	live := sysstat.Page(StatsPath)

@@ -83,6 +83,10 @@ func TestWritesGoOnWhenANodeDies(t *testing.T) {
 	if st := clusterMap(t, c, 0).Nodes["node3"].State; st != cluster.StateDown {
 		t.Errorf("node3 is %s in the map after writes found it gone", st)
 	}
+	// The first PUT found node3 gone; the later ones were placed without it.
+	if n := metric(t, c, 0, "slipstream_copies_redirected_total"); n < 1 {
+		t.Errorf("node1 counts %v copies redirected, want at least 1", n)
+	}
 
 	c.Kill(0)
 	r := s3Client(c, c.Endpoint(1))
