@@ -231,15 +231,11 @@ func (g *gateway) PutObject(ctx context.Context, bucket, key string, body io.Rea
 	}
 	popts := peer.PutOptions{PutOptions: opts, ModTime: g.now().UTC()}
 	owner := targets[0]
-	// A target whose node is gone is replaced by the next node. The owner
-	// is only when that node owns the object under the map that says so:
-	// in a cache bucket with replicas, the first replica would, and it
-	// does not write the object through to the backend.
-	spareFrom := 0
-	if b.Mode == cluster.ModeCache && len(targets) > 1 {
-		spareFrom = 1
-	}
-	return g.fanOut(ctx, m, targets, spareFrom, bucket, key, body, func(i int) peer.PutOptions {
+	// A target whose node is gone is replaced by the next node, with the
+	// same options: a substitute for the owner of a cache bucket's object
+	// writes it through to the backend, and the first replica, which owns
+	// the object under the map that says the owner is gone, holds a copy.
+	return g.fanOut(ctx, m, targets, nil, bucket, key, body, func(i int) peer.PutOptions {
 		o := popts
 		if i > 0 { // the first target owns the object; the others hold replicas
 			o.Replica, o.Owner = true, owner
@@ -250,20 +246,18 @@ func (g *gateway) PutObject(ctx context.Context, bucket, key string, body io.Rea
 
 // fanOut writes body to every target in parallel through pipes, with the
 // options optsFor gives each target, and the body's digest computed once.
-// A target from index spareFrom on that cannot be reached before it has
-// read a byte is replaced, in targets, by the next node in HRW order that
-// is up and not a target, if the leader confirms that the node is gone
+// A target that cannot be reached before it has read a byte is replaced,
+// in targets, by the next node in HRW order that is up and neither a
+// target nor one of others (nodes with a copy of their own, such as the
+// owner that replicates), if the leader confirms that the node is gone
 // (substitute): the write then lands where the map places it from now on,
 // instead of failing until the map says so.
-func (g *gateway) fanOut(ctx context.Context, m *cluster.Map, targets []string, spareFrom int, bucket, key string, body io.Reader, optsFor func(i int) peer.PutOptions) (object.Info, error) {
+func (g *gateway) fanOut(ctx context.Context, m *cluster.Map, targets, others []string, bucket, key string, body io.Reader, optsFor func(i int) peer.PutOptions) (object.Info, error) {
 	if len(targets) == 1 {
-		if spareFrom > 0 {
-			return g.at(m, targets[0]).Put(ctx, bucket, key, body, optsFor(0))
-		}
 		tr := &readTracker{r: body}
 		info, err := g.at(m, targets[0]).Put(ctx, bucket, key, tr, optsFor(0))
 		for errors.Is(err, peer.ErrUnreachable) && !tr.read.Load() {
-			m, ok := g.substitute(ctx, targets, 0, bucket, key)
+			m, ok := g.substitute(ctx, targets, others, 0, bucket, key)
 			if !ok {
 				break
 			}
@@ -302,10 +296,10 @@ func (g *gateway) fanOut(ctx context.Context, m *cluster.Map, targets []string, 
 	spare := func(i int, err error) func(io.Reader) error {
 		mu.Lock()
 		defer mu.Unlock()
-		if i < spareFrom || !errors.Is(err, peer.ErrUnreachable) {
+		if !errors.Is(err, peer.ErrUnreachable) {
 			return nil
 		}
-		m, ok := g.substitute(ctx, targets, i, bucket, key)
+		m, ok := g.substitute(ctx, targets, others, i, bucket, key)
 		if !ok {
 			return nil
 		}
@@ -344,9 +338,9 @@ const substituteWait = 5 * time.Second
 
 // substitute asks the leader whether targets[i], which could not be
 // reached, is gone (cluster.ConfirmRefused) and, if it is, replaces it in
-// targets by the first node in HRW order that is up and not a target in
-// the map that says so, and returns that map.
-func (g *gateway) substitute(ctx context.Context, targets []string, i int, bucket, key string) (*cluster.Map, bool) {
+// targets by the first node in HRW order that is up and neither a target
+// nor one of others in the map that says so, and returns that map.
+func (g *gateway) substitute(ctx context.Context, targets, others []string, i int, bucket, key string) (*cluster.Map, bool) {
 	if g.confirmDown == nil {
 		return nil, false
 	}
@@ -359,7 +353,7 @@ func (g *gateway) substitute(ctx context.Context, targets []string, i int, bucke
 	m := g.meta.Map()
 	up, _ := placementOf(m, bucket, key)
 	for _, id := range up {
-		if !slices.Contains(targets, id) {
+		if !slices.Contains(targets, id) && !slices.Contains(others, id) {
 			g.log.Info("a copy's node is gone: writing the copy to the next node", "bucket", bucket, "key", key, "peer", targets[i], "instead", id)
 			if g.redirected != nil {
 				g.redirected.Inc()

@@ -10,6 +10,7 @@ import (
 	"hash/crc32"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -25,6 +26,7 @@ import (
 	"github.com/slipstream-io/slipstream/internal/object"
 	"github.com/slipstream-io/slipstream/internal/peer"
 	"github.com/slipstream-io/slipstream/internal/placement"
+	"github.com/slipstream-io/slipstream/internal/tier"
 )
 
 func keys(r object.ListResult) (objs, prefixes []string) {
@@ -146,10 +148,14 @@ type putRecorder struct {
 	peer.Local
 	mu      sync.Mutex
 	got     []byte
+	opts    peer.PutOptions // of the last Put
 	digests int
 }
 
 func (p *putRecorder) Put(ctx context.Context, bucket, key string, r io.Reader, opts peer.PutOptions) (object.Info, error) {
+	p.mu.Lock()
+	p.opts = opts
+	p.mu.Unlock()
 	b, err := io.ReadAll(r)
 	if err != nil {
 		return object.Info{}, err
@@ -187,7 +193,7 @@ func TestFanOutHashesOnce(t *testing.T) {
 	g := &gateway{self: "n1", local: local, peers: &peer.Client{Doer: &peer.HTTPDoer{Client: srv.Client()}}}
 	data := bytes.Repeat([]byte("fan out "), 100_000)
 	for _, targets := range [][]string{{"n1", "n2"}, {"n2", "n1"}} {
-		info, err := g.fanOut(context.Background(), m, targets, 1, "b", "k", bytes.NewReader(data), func(int) peer.PutOptions {
+		info, err := g.fanOut(context.Background(), m, targets, nil, "b", "k", bytes.NewReader(data), func(int) peer.PutOptions {
 			return peer.PutOptions{PutOptions: object.PutOptions{Size: int64(len(data))}}
 		})
 		sum := md5.Sum(data)
@@ -199,6 +205,119 @@ func TestFanOutHashesOnce(t *testing.T) {
 		if !bytes.Equal(r.got, data) || r.digests != 2 {
 			t.Errorf("%s target: %d of %d bytes, %d of 2 writes with the gateway's digest", name, len(r.got), len(data), r.digests)
 		}
+	}
+}
+
+// TestWriteToNextNodeWhenOneIsGone: a copy whose node refuses
+// connections, once the leader confirms it is gone, goes to the next node
+// in HRW order that is up and holds no copy, with the options the gone
+// node would have had: the owner's (a substitute owner writes a cache
+// bucket's object through) or a replica's. A write-back owner's replicas
+// never land on the owner itself, and a node the leader does not confirm
+// gone fails the write (503) instead.
+func TestWriteToNextNodeWhenOneIsGone(t *testing.T) {
+	ids := []string{"n1", "n2", "n3", "n4", "n5"}
+	order := placement.Order(ids, placement.ObjectName("b", "k"))
+	dead := httptest.NewServer(nil)
+	deadAddr := dead.URL
+	dead.Close() // its port now refuses connections
+	tests := []struct {
+		name     string
+		mode     string
+		self     string // the node receiving the PUT
+		gone     string
+		confirm  bool   // the leader confirms it gone
+		want     string // the node that gets the gone node's copy
+		wantRepl bool   // and whether as a replica
+	}{
+		{"replica of a local bucket", cluster.ModeLocal, order[0], order[1], true, order[2], true},
+		{"owner of a local bucket", cluster.ModeLocal, order[1], order[0], true, order[2], false},
+		{"owner of a cache bucket writes through", cluster.ModeCache, order[1], order[0], true, order[2], false},
+		{"gateway is the next node", cluster.ModeLocal, order[2], order[0], true, order[2], false},
+		{"write-back replica is not the owner", cluster.ModeWriteback, order[0], order[1], true, order[2], true},
+		{"not confirmed gone", cluster.ModeLocal, order[0], order[1], false, "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := cluster.NewMap()
+			m.Buckets["b"] = cluster.BucketProps{Name: "b", Copies: 2, Mode: tt.mode}
+			recs := map[string]*putRecorder{}
+			for _, id := range ids {
+				recs[id] = &putRecorder{}
+				addr := deadAddr
+				if id != tt.gone {
+					srv := httptest.NewServer(peer.NewHandler(recs[id]))
+					t.Cleanup(srv.Close)
+					addr = srv.URL
+				}
+				m.Nodes[id] = cluster.NodeInfo{ID: id, State: cluster.StateUp, IntraAddrs: []string{addr}}
+			}
+			asked := 0
+			g := &gateway{self: tt.self, meta: fixedMeta{fixedMap{m}}, local: recs[tt.self], log: slog.New(slog.DiscardHandler), now: time.Now,
+				peers: &peer.Client{Doer: &peer.HTTPDoer{Client: &http.Client{}}},
+				confirmDown: func(_ context.Context, id string) (bool, error) {
+					asked++
+					if id != tt.gone || !tt.confirm {
+						return false, nil
+					}
+					n := m.Nodes[id]
+					n.State = cluster.StateDown
+					m.Nodes[id] = n
+					return true, nil
+				}}
+			data := bytes.Repeat([]byte("next node "), 50_000)
+			var err error
+			if tt.mode == cluster.ModeWriteback {
+				// The owner's replicas (the owner's own copy is the tier's).
+				r := &replicator{g: g}
+				var holders []string
+				holders, err = r.Replicate(context.Background(), tier.ReplicaPut{Owner: tt.self, Seq: 1, Bucket: "b", Key: "k",
+					Opts: object.PutOptions{Size: int64(len(data))}, Copies: 1, Body: bytes.NewReader(data)})
+				if err == nil && !slices.Equal(holders, []string{tt.want}) {
+					t.Errorf("replica holders %v, want %v", holders, []string{tt.want})
+				}
+			} else {
+				_, err = g.PutObject(context.Background(), "b", "k", bytes.NewReader(data), object.PutOptions{Size: int64(len(data))})
+			}
+			if asked != 1 {
+				t.Errorf("the leader was asked %d times, want once", asked)
+			}
+			if tt.want == "" {
+				if !errors.Is(err, peer.ErrUnreachable) {
+					t.Fatalf("PUT with %s unreachable and not gone: %v, want unreachable", tt.gone, err)
+				}
+				for id, r := range recs {
+					if id != order[0] && r.got != nil {
+						t.Errorf("%s got a copy", id)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("PUT with %s gone: %v", tt.gone, err)
+			}
+			r := recs[tt.want]
+			if !bytes.Equal(r.got, data) || r.opts.Replica != tt.wantRepl {
+				t.Fatalf("%s: %d of %d bytes, replica %v, want a whole copy with replica %v", tt.want, len(r.got), len(data), r.opts.Replica, tt.wantRepl)
+			}
+			copies := 0
+			for _, r := range recs {
+				if bytes.Equal(r.got, data) {
+					copies++
+				}
+			}
+			if want := 2; tt.mode == cluster.ModeWriteback {
+				want = 1 // the owner's own copy is not written here
+				if copies != want {
+					t.Errorf("%d copies written, want %d", copies, want)
+				}
+			} else if copies != want {
+				t.Errorf("%d copies written, want %d", copies, want)
+			}
+			if recs[tt.self].got != nil && recs[tt.self].opts.Replica && tt.mode == cluster.ModeWriteback {
+				t.Errorf("the write-back owner %s got one of its own replicas", tt.self)
+			}
+		})
 	}
 }
 

@@ -170,8 +170,8 @@ func (r *replicator) Replicate(ctx context.Context, req tier.ReplicaPut) ([]stri
 	}
 	opts := peer.PutOptions{PutOptions: req.Opts, ModTime: req.ModTime, Replica: true, Owner: req.Owner, Seq: req.Seq, Dirty: true}
 	// Every target is a replica: one whose node is gone is replaced, in
-	// peers, by the next node.
-	if _, err := r.g.fanOut(ctx, m, peers, 0, req.Bucket, req.Key, req.Body, func(int) peer.PutOptions { return opts }); err != nil {
+	// peers, by the next node other than this one (the owner).
+	if _, err := r.g.fanOut(ctx, m, peers, []string{r.g.self}, req.Bucket, req.Key, req.Body, func(int) peer.PutOptions { return opts }); err != nil {
 		// Some peers may have stored their copy before another failed:
 		// they are holders all the same, to be told when the write is
 		// destaged, or their dirty replicas would stay for ever.
