@@ -707,10 +707,10 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // Do sends req to peer over its least-loaded usable pair and retries it on
-// another pair when it fails and is Replayable. When the connection under a
-// GET response's body fails part-way and the response names its version
-// (ETag or Last-Modified), the rest is fetched from another pair with a
-// Range request, and the body reads on unbroken. req.URL carries only the
+// another pair that is not down when it fails and is Replayable. When the
+// connection under a GET response's body fails part-way and the response
+// names its version (ETag or Last-Modified), the rest is fetched from
+// another pair with a Range request, and the body reads on unbroken. req.URL carries only the
 // path and query; Do fills in the scheme and the chosen address. The
 // response body must be closed.
 func (t *Transport) Do(ctx context.Context, peer Peer, req *http.Request) (*http.Response, error) {
@@ -733,7 +733,10 @@ func (t *Transport) do(ctx context.Context, peer Peer, req *http.Request, scheme
 	var lastErr error
 	for i := 0; i < attempts; i++ {
 		p := t.pick(ps, tried)
-		if p == nil {
+		if p == nil || (i > 0 && p.down.Load()) {
+			// Every pair left is down too: the peer itself is gone or
+			// hangs, and a caller with another node to ask should not
+			// wait for a stall on each of its pairs in turn.
 			break
 		}
 		tried[p] = true

@@ -70,6 +70,13 @@ func (s *testServer) serve(w http.ResponseWriter, r *http.Request) {
 	if s.delay > 0 {
 		time.Sleep(s.delay)
 	}
+	if r.URL.Path == "/hang" { // a process that took the request and stopped
+		select {
+		case <-r.Context().Done():
+		case <-time.After(20 * time.Second):
+		}
+		return
+	}
 	if r.URL.Path == "/stall" {
 		w.Header().Set("Content-Length", "2000000")
 		w.Write(make([]byte, 1000))
@@ -408,6 +415,49 @@ func TestStallAborts(t *testing.T) {
 				t.Errorf("pair %+v", p)
 			}
 		})
+	}
+}
+
+// TestHungPeerNotRetriedOnDownPairs: a peer that hangs (its probes time
+// out on every address) gets a request once: when that stalls, it fails,
+// and is not sent again over each of the peer's other pairs, which are
+// down too (the caller may have another node to ask).
+func TestHungPeerNotRetriedOnDownPairs(t *testing.T) {
+	s1, s2 := startServer(t, "127.0.0.2:0", 0), startServer(t, "127.0.0.3:0", 0)
+	peer := Peer{ID: "n1", Addrs: []string{s1.addr, s2.addr}}
+	tr := newTestTransport(t, Config{
+		LocalAddrs: []string{"127.0.0.5"}, ProbePath: "/healthz",
+		ProbeInterval: 100 * time.Millisecond, FailAfter: 300 * time.Millisecond,
+	})
+	if _, err := get(context.Background(), tr, peer, "/obj"); err != nil {
+		t.Fatal(err)
+	}
+	s1.sick.Store(true)
+	s2.sick.Store(true)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		down := 0
+		for _, p := range tr.Pairs() {
+			if p.State == StateDown {
+				down++
+			}
+		}
+		if down == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pairs of the hung peer not down: %+v", tr.Pairs())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	hits := s1.hits.Load() + s2.hits.Load()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := get(ctx, tr, peer, "/hang"); !errors.Is(err, ErrUnreachable) || ctx.Err() != nil {
+		t.Fatalf("GET from a hung peer: %v (context: %v), want ErrUnreachable", err, ctx.Err())
+	}
+	if n := s1.hits.Load() + s2.hits.Load() - hits; n != 1 {
+		t.Errorf("the hung peer got the request %d times, want once", n)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -25,7 +26,10 @@ import (
 // copies finds node3 refusing connections, the leader confirms it and
 // marks it down, and the copy goes to the next node. Those copies are
 // real: with the owner killed as well, the third node serves every
-// object. DELETEs go on the same way, and stay done once node3 is back.
+// object. A write-back owner's replica goes to the third node, not to the
+// owner itself. DELETEs go on the same way, and stay done once node3 is
+// back; so does a PUT to a cache bucket whose owner, node3, was just
+// killed: the node that takes its place writes it through to the backend.
 func TestWritesGoOnWhenANodeDies(t *testing.T) {
 	c := startCluster(t, localcluster.Spec{})
 	ctx := context.Background()
@@ -35,6 +39,11 @@ func TestWritesGoOnWhenANodeDies(t *testing.T) {
 		t.Fatal(err)
 	}
 	admin(t, c, 0, "bucket", "create", "staged", "--copies", "2", "--mode", "writeback", "--backend", "fs", "--path", remote)
+	cacheRemote := filepath.Join(t.TempDir(), "cache-remote")
+	if err := os.MkdirAll(cacheRemote, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	admin(t, c, 0, "bucket", "create", "cached", "--copies", "2", "--mode", "cache", "--backend", "fs", "--path", cacheRemote)
 
 	// Keys owned by node1 whose second node is node3.
 	ids := clusterMap(t, c, 0).NodeIDs()
@@ -57,25 +66,35 @@ func TestWritesGoOnWhenANodeDies(t *testing.T) {
 			owned = append(owned, k)
 		}
 	}
+	// And keys of the cache bucket that node3 owns, with node1 second.
+	var cachedKeys []string
+	for i := 0; len(cachedKeys) < 2; i++ {
+		k := fmt.Sprintf("c%03d", i)
+		if order := placement.Order(ids, placement.ObjectName("cached", k)); order[0] == "node3" && order[1] == "node1" {
+			cachedKeys = append(cachedKeys, k)
+		}
+	}
 	noRetry := s3.New(s3.Options{
 		BaseEndpoint: aws.String(c.Endpoint(0)), Region: "us-east-1", UsePathStyle: true,
 		Credentials: s3Client(c, c.Endpoint(0)).Options().Credentials,
 		Retryer:     aws.NopRetryer{},
 	})
 
+	// The first PUT after the kill finds node3 gone: a write-back owner's
+	// replica, which must go to node2 and not to node1 itself.
 	c.Kill(2)
 	start := time.Now()
-	for _, bucket := range []string{"two", "staged"} {
-		for i, k := range owned {
-			if err := putObject(ctx, noRetry, bucket, k, randomBytes(int64(100+i), 300<<10)); err != nil {
-				t.Fatalf("PUT %s/%s (owned by node3) %v after node3 was killed, at the first attempt: %v", bucket, k, time.Since(start), err)
+	for _, bucket := range []string{"staged", "two"} {
+		for i, k := range keys {
+			if err := putObject(ctx, noRetry, bucket, k, randomBytes(int64(i), 300<<10)); err != nil {
+				t.Fatalf("PUT %s/%s %v after node3 was killed, at the first attempt: %v", bucket, k, time.Since(start), err)
 			}
 		}
 	}
 	for _, bucket := range []string{"two", "staged"} {
-		for i, k := range keys {
-			if err := putObject(ctx, noRetry, bucket, k, randomBytes(int64(i), 300<<10)); err != nil {
-				t.Fatalf("PUT %s/%s %v after node3 was killed, at the first attempt: %v", bucket, k, time.Since(start), err)
+		for i, k := range owned {
+			if err := putObject(ctx, noRetry, bucket, k, randomBytes(int64(100+i), 300<<10)); err != nil {
+				t.Fatalf("PUT %s/%s (owned by node3) %v after node3 was killed, at the first attempt: %v", bucket, k, time.Since(start), err)
 			}
 		}
 	}
@@ -153,27 +172,47 @@ func TestWritesGoOnWhenANodeDies(t *testing.T) {
 			}
 		}
 	}
+
+	// A cache bucket's owner killed: the node that takes its place writes
+	// the object through to the backend, at the first attempt.
+	c.Kill(2)
+	for i, k := range cachedKeys {
+		data := randomBytes(int64(200+i), 200<<10)
+		if err := putObject(ctx, noRetry, "cached", k, data); err != nil {
+			t.Fatalf("PUT cached/%s (owned by node3) just after node3 was killed, at the first attempt: %v", k, err)
+		}
+		if got, err := os.ReadFile(filepath.Join(cacheRemote, k)); err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("the backend has %d bytes of cached/%s after its PUT was acknowledged (%v), want %d", len(got), k, err, len(data))
+		}
+		if got, err := getObject(ctx, s3Client(c, c.Endpoint(1)), "cached", k); err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("GET cached/%s from node2 with node3 dead: %d bytes, %v", k, len(got), err)
+		}
+	}
 }
 
 // TestDeleteGoesOnWhenANodeHangs: a node that hangs (SIGSTOP: its
-// connections are accepted, nothing answers) is not marked down on a
-// report, since the leader cannot tell it from a partition; a DELETE that
-// finds it waits for the health checks to mark it down and is then done,
-// at the first attempt, and stays done once the node wakes up.
+// connections are accepted, nothing answers) is passed over by reads. It
+// is not marked down on a report, since the leader cannot tell it from a
+// partition; a DELETE that finds it waits for the health checks to mark
+// it down and is then done, at the first attempt, and stays done once the
+// node wakes up.
 func TestDeleteGoesOnWhenANodeHangs(t *testing.T) {
 	c := startCluster(t, localcluster.Spec{})
 	ctx := context.Background()
 	admin(t, c, 0, "bucket", "create", "two", "--copies", "2")
 	ids := clusterMap(t, c, 0).NodeIDs()
-	var keys []string
-	for i := 0; len(keys) < 3; i++ {
+	var keys, first []string // first: keys whose first holder is node3
+	for i := 0; len(keys) < 3 || len(first) < 3; i++ {
 		k := fmt.Sprintf("h%03d", i)
-		if order := placement.Order(ids, placement.ObjectName("two", k)); order[0] == "node3" || order[1] == "node3" {
+		switch order := placement.Order(ids, placement.ObjectName("two", k)); {
+		case order[0] == "node3" && len(first) < 3:
+			first = append(first, k)
+		case (order[0] == "node3" || order[1] == "node3") && len(keys) < 3:
 			keys = append(keys, k)
 		}
 	}
 	w := s3Client(c, c.Endpoint(0))
-	for i, k := range keys {
+	for i, k := range append(slices.Clone(keys), first...) {
 		if err := putObject(ctx, w, "two", k, randomBytes(int64(i), 64<<10)); err != nil {
 			t.Fatal(err)
 		}
@@ -212,4 +251,22 @@ func TestDeleteGoesOnWhenANodeHangs(t *testing.T) {
 			}
 		}
 	}
+
+	// Reads: a first holder that hangs is passed over for the next.
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	woken = false
+	start = time.Now()
+	gctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for i, k := range first {
+		want := randomBytes(int64(len(keys)+i), 64<<10)
+		t0 := time.Now()
+		if got, err := getObject(gctx, noRetry, "two", k); err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("GET two/%s %v after node3 hung, at the first attempt: %d bytes, %v", k, time.Since(start), len(got), err)
+		}
+		t.Logf("GET %s took %v", k, time.Since(t0))
+	}
+	t.Logf("%d GETs with node3 hung took %v", len(first), time.Since(start))
 }
