@@ -235,13 +235,37 @@ func (g *gateway) PutObject(ctx context.Context, bucket, key string, body io.Rea
 	// same options: a substitute for the owner of a cache bucket's object
 	// writes it through to the backend, and the first replica, which owns
 	// the object under the map that says the owner is gone, holds a copy.
-	return g.fanOut(ctx, m, targets, nil, bucket, key, body, func(i int) peer.PutOptions {
+	info, err := g.fanOut(ctx, m, targets, nil, bucket, key, body, func(i int) peer.PutOptions {
 		o := popts
 		if i > 0 { // the first target owns the object; the others hold replicas
 			o.Replica, o.Owner = true, owner
 		}
 		return o
 	})
+	if err == nil && b.Mode == cluster.ModeCache {
+		g.writtenThrough(ctx, m, targets[1:], bucket, key, info)
+	}
+	return info, err
+}
+
+// writtenThrough tells the holders of a cache bucket's plain copies the
+// backend version the owner wrote info through as, so that they validate
+// their copy against the backend as the owner does (the bucket's validate
+// policy), which matters once one of them serves it: while the owner is
+// down, and for good once it is removed. A holder that misses it keeps a
+// copy it serves without validation, as every copy was before; the write
+// itself has succeeded, so that is logged, not answered.
+func (g *gateway) writtenThrough(ctx context.Context, m *cluster.Map, holders []string, bucket, key string, info object.Info) {
+	if info.BackendETag == "" {
+		return
+	}
+	op := peer.ReplicaOp{Op: peer.ReplicaWrittenThrough, Bucket: bucket, Key: key, Time: g.now().UTC(),
+		ETag: info.ETag, BackendETag: info.BackendETag, BackendVersion: info.BackendVersion}
+	for _, id := range holders {
+		if err := g.at(m, id).Replica(ctx, op); err != nil {
+			g.log.Warn("a copy's holder was not told its backend version: it serves the copy without validation", "peer", id, "bucket", bucket, "key", key, "err", err)
+		}
+	}
 }
 
 // fanOut writes body to every target in parallel through pipes, with the

@@ -356,9 +356,34 @@ func (l *localService) Replica(ctx context.Context, op peer.ReplicaOp) error {
 			return err
 		}
 		return l.tombs.add(op.Bucket, op.Key, op.Time)
+	case peer.ReplicaWrittenThrough:
+		return l.writtenThrough(ctx, op)
 	}
 	return fmt.Errorf("%w: replica operation %q", object.ErrInvalidArgument, op.Op)
 }
+
+// writtenThrough records on this node's plain copy of a cache bucket's
+// object the backend version its owner wrote it through as, if the copy
+// is still that version (op.ETag) and records none yet.
+func (l *localService) writtenThrough(ctx context.Context, op peer.ReplicaOp) error {
+	if op.BackendETag == "" {
+		return fmt.Errorf("%w: %s without a backend ETag", object.ErrInvalidArgument, op.Op)
+	}
+	_, err := l.store.UpdateMeta(ctx, op.Bucket, op.Key, func(i *object.Info) error {
+		if i.ETag != op.ETag || i.BackendETag != "" || i.Dirty {
+			return errNotThatCopy
+		}
+		i.BackendETag, i.BackendVersion, i.ValidatedAt = op.BackendETag, op.BackendVersion, op.Time
+		return nil
+	})
+	if errors.Is(err, errNotThatCopy) || errors.Is(err, object.ErrNotFound) {
+		return nil // overwritten or deleted since: nothing to record
+	}
+	return err
+}
+
+// errNotThatCopy stops an UpdateMeta of a copy that is not the one meant.
+var errNotThatCopy = errors.New("not that copy")
 
 func (l *localService) Fill(ctx context.Context, bucket, key string) (object.Info, bool, error) {
 	b, err := l.bucket(ctx, bucket)

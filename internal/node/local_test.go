@@ -257,3 +257,62 @@ func TestRetriedCompletionAfterReplicasFailed(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestReplicaWrittenThrough: a cache bucket's plain copy records the
+// backend version its owner wrote it through as, but only the version
+// meant (same ETag), and never over one it already records; a key gone
+// since is no error.
+func TestReplicaWrittenThrough(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, store.Config{Mountpaths: []string{filepath.Join(t.TempDir(), "mp")}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	m := cluster.NewMap()
+	m.Buckets["cached"] = cluster.BucketProps{Name: "cached", Copies: 2, Mode: cluster.ModeCache}
+	l := &localService{meta: fixedMap{m}, store: st}
+	body := []byte("a replica of a written-through object")
+	info, err := l.Put(ctx, "cached", "k", bytes.NewReader(body), peer.PutOptions{PutOptions: object.PutOptions{Size: int64(len(body))}, Replica: true, Owner: "n1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now().UTC().Truncate(time.Millisecond)
+	op := peer.ReplicaOp{Op: peer.ReplicaWrittenThrough, Bucket: "cached", Key: "k", Time: at, BackendETag: "be-1", BackendVersion: "v1"}
+	tests := []struct {
+		name        string
+		etag        string
+		backendETag string
+		want        string // the copy's BackendETag after
+	}{
+		{"another version of the key", "0123", "be-1", ""},
+		{"the version meant", info.ETag, "be-1", "be-1"},
+		{"one already recorded stays", info.ETag, "be-2", "be-1"},
+	}
+	for _, tt := range tests {
+		o := op
+		o.ETag, o.BackendETag = tt.etag, tt.backendETag
+		if err := l.Replica(ctx, o); err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		got, err := st.Stat(ctx, "cached", "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.BackendETag != tt.want {
+			t.Errorf("%s: backend ETag %q, want %q", tt.name, got.BackendETag, tt.want)
+		}
+		if tt.want != "" && (got.BackendVersion != "v1" || !got.ValidatedAt.Equal(at)) {
+			t.Errorf("%s: backend version %q validated at %v, want v1 at %v", tt.name, got.BackendVersion, got.ValidatedAt, at)
+		}
+	}
+	o := op
+	o.Key = "gone"
+	if err := l.Replica(ctx, o); err != nil {
+		t.Errorf("a key this node no longer has: %v", err)
+	}
+	o.BackendETag = ""
+	if err := l.Replica(ctx, o); !errors.Is(err, object.ErrInvalidArgument) {
+		t.Errorf("no backend ETag: %v, want invalid argument", err)
+	}
+}

@@ -69,6 +69,12 @@ const (
 	// delete (Time): a holder of a copy was down or unreachable and missed
 	// it, and will ask when it comes back.
 	ReplicaTombstone = "tombstone"
+	// ReplicaWrittenThrough tells the holder of a plain copy of a cache
+	// bucket's object that the owner wrote that version (ETag) through to
+	// the backend as BackendETag and BackendVersion: the copy is then
+	// validated against the backend as the owner's is, also once it is
+	// the only one left.
+	ReplicaWrittenThrough = "written-through"
 )
 
 // ReplicaOp is one replica operation.
@@ -79,6 +85,10 @@ type ReplicaOp struct {
 	Bucket string    `json:"bucket"`
 	Key    string    `json:"key"`
 	Time   time.Time `json:"time,omitzero"`
+	// ETag, BackendETag and BackendVersion of ReplicaWrittenThrough.
+	ETag           string `json:"etag,omitempty"`
+	BackendETag    string `json:"backendETag,omitempty"`
+	BackendVersion string `json:"backendVersion,omitempty"`
 }
 
 // DeletedError is a "not found" answer from a node that remembers deleting

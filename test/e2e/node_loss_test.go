@@ -43,37 +43,14 @@ func TestWritesGoOnWhenANodeDies(t *testing.T) {
 	if err := os.MkdirAll(cacheRemote, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	admin(t, c, 0, "bucket", "create", "cached", "--copies", "2", "--mode", "cache", "--backend", "fs", "--path", cacheRemote)
+	admin(t, c, 0, "bucket", "create", "cached", "--copies", "2", "--mode", "cache", "--validate", "always", "--backend", "fs", "--path", cacheRemote)
 
-	// Keys owned by node1 whose second node is node3.
 	ids := clusterMap(t, c, 0).NodeIDs()
-	var keys []string
-	for i := 0; len(keys) < 6; i++ {
-		k := fmt.Sprintf("k%03d", i)
-		order := placement.Order(ids, placement.ObjectName("two", k))
-		wbOrder := placement.Order(ids, placement.ObjectName("staged", k))
-		if order[0] == "node1" && order[1] == "node3" && wbOrder[0] == "node1" && wbOrder[1] == "node3" {
-			keys = append(keys, k)
-		}
-	}
-	// And keys that node3 owns, with node1 second, in both buckets.
-	var owned []string
-	for i := 0; len(owned) < 4; i++ {
-		k := fmt.Sprintf("o%03d", i)
-		order := placement.Order(ids, placement.ObjectName("two", k))
-		wbOrder := placement.Order(ids, placement.ObjectName("staged", k))
-		if order[0] == "node3" && order[1] == "node1" && wbOrder[0] == "node3" && wbOrder[1] == "node1" {
-			owned = append(owned, k)
-		}
-	}
-	// And keys of the cache bucket that node3 owns, with node1 second.
-	var cachedKeys []string
-	for i := 0; len(cachedKeys) < 2; i++ {
-		k := fmt.Sprintf("c%03d", i)
-		if order := placement.Order(ids, placement.ObjectName("cached", k)); order[0] == "node3" && order[1] == "node1" {
-			cachedKeys = append(cachedKeys, k)
-		}
-	}
+	// Keys owned by node1 whose second node is node3, in both buckets;
+	// keys node3 owns with node1 second; and such keys of the cache bucket.
+	keys := placedKeys(ids, "k", 6, "node1", "node3", "two", "staged")
+	owned := placedKeys(ids, "o", 4, "node3", "node1", "two", "staged")
+	cachedKeys := placedKeys(ids, "c", 2, "node3", "node1", "cached")
 	noRetry := s3.New(s3.Options{
 		BaseEndpoint: aws.String(c.Endpoint(0)), Region: "us-east-1", UsePathStyle: true,
 		Credentials: s3Client(c, c.Endpoint(0)).Options().Credentials,
@@ -188,6 +165,17 @@ func TestWritesGoOnWhenANodeDies(t *testing.T) {
 			t.Fatalf("GET cached/%s from node2 with node3 dead: %d bytes, %v", k, len(got), err)
 		}
 	}
+	// node1's copy is a replica, and the first under the map with node3
+	// down: it was told the backend version, so it is validated (the
+	// bucket's validate=always) and a change in the backend is served.
+	k := cachedKeys[0]
+	changed := randomBytes(300, 100<<10)
+	if err := os.WriteFile(filepath.Join(cacheRemote, k), changed, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := getObject(ctx, s3Client(c, c.Endpoint(1)), "cached", k); err != nil || !bytes.Equal(got, changed) {
+		t.Fatalf("GET cached/%s after it changed in the backend, its owner dead: %d bytes (%d written to the backend), %v", k, len(got), len(changed), err)
+	}
 }
 
 // TestDeleteGoesOnWhenANodeHangs: a node that hangs (SIGSTOP: its
@@ -269,4 +257,20 @@ func TestDeleteGoesOnWhenANodeHangs(t *testing.T) {
 		t.Logf("GET %s took %v", k, time.Since(t0))
 	}
 	t.Logf("%d GETs with node3 hung took %v", len(first), time.Since(start))
+}
+
+// placedKeys returns n keys, named prefix and a number, whose HRW order
+// over ids starts with first and then second in every one of buckets.
+func placedKeys(ids []string, prefix string, n int, first, second string, buckets ...string) []string {
+	var keys []string
+	for i := 0; len(keys) < n; i++ {
+		k := fmt.Sprintf("%s%03d", prefix, i)
+		if !slices.ContainsFunc(buckets, func(b string) bool {
+			order := placement.Order(ids, placement.ObjectName(b, k))
+			return order[0] != first || order[1] != second
+		}) {
+			keys = append(keys, k)
+		}
+	}
+	return keys
 }
