@@ -710,9 +710,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // another pair that is not down when it fails and is Replayable. When the
 // connection under a GET response's body fails part-way and the response
 // names its version (ETag or Last-Modified), the rest is fetched from
-// another pair with a Range request, and the body reads on unbroken. req.URL carries only the
-// path and query; Do fills in the scheme and the chosen address. The
-// response body must be closed.
+// another pair with a Range request, and the body reads on unbroken.
+// req.URL carries only the path and query; Do fills in the scheme and the
+// chosen address. The response body must be closed.
 func (t *Transport) Do(ctx context.Context, peer Peer, req *http.Request) (*http.Response, error) {
 	return t.do(ctx, peer, req, t.cfg.Scheme, "")
 }
