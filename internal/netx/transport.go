@@ -586,6 +586,21 @@ func (t *Transport) pairsFor(addrs []string) ([]*pair, error) {
 	return ps, nil
 }
 
+// Down reports whether every pair this transport keeps to addrs (a peer's
+// addresses, as given to Do) is down: as far as it can tell, the peer is
+// gone or hangs. It is false when it keeps none yet.
+func (t *Transport) Down(addrs []string) bool {
+	t.mu.Lock()
+	ps := t.lists[strings.Join(addrs, ",")]
+	t.mu.Unlock()
+	for _, p := range ps {
+		if !p.down.Load() {
+			return false
+		}
+	}
+	return len(ps) > 0
+}
+
 // markWanted records that a request has ps among its candidates: they are in
 // use (see Config.PairTTL) even if the picker passes them over.
 func markWanted(ps []*pair) {

@@ -432,6 +432,9 @@ func TestHungPeerNotRetriedOnDownPairs(t *testing.T) {
 	if _, err := get(context.Background(), tr, peer, "/obj"); err != nil {
 		t.Fatal(err)
 	}
+	if tr.Down(peer.Addrs) {
+		t.Fatal("a peer that answers is down")
+	}
 	s1.sick.Store(true)
 	s2.sick.Store(true)
 	deadline := time.Now().Add(5 * time.Second)
@@ -449,6 +452,9 @@ func TestHungPeerNotRetriedOnDownPairs(t *testing.T) {
 			t.Fatalf("pairs of the hung peer not down: %+v", tr.Pairs())
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+	if !tr.Down(peer.Addrs) {
+		t.Error("a peer whose every pair is down is not down")
 	}
 	hits := s1.hits.Load() + s2.hits.Load()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -52,6 +52,10 @@ type gateway struct {
 	// redirected counts the copies written to the next node because
 	// their node was gone (nil: not counted).
 	redirected prometheus.Counter
+	// unreachable reports whether every connection path to a node is
+	// down (netx.Transport.Down; nil: never): reads try it after the
+	// object's other holders.
+	unreachable func(addrs []string) bool
 	// listBackend lists a tiered bucket's backend (with this node's
 	// objects not yet destaged).
 	listBackend func(ctx context.Context, bucket string, opts object.ListOptions) (object.ListResult, error)
@@ -469,7 +473,7 @@ func (g *gateway) eachHolder(ctx context.Context, bucket, key string, f func(con
 	if len(up)+len(down) == 0 {
 		return fmt.Errorf("%w: no node is up", object.ErrUnavailable)
 	}
-	first := up[:min(len(up), b.Copies+readFallback)]
+	first := g.reachableFirst(m, up[:min(len(up), b.Copies+readFallback)])
 	h := holderSearch{g: g, m: m, bucket: bucket, key: key, f: f, drop: drop,
 		last: fmt.Errorf("%w: %s/%s", object.ErrNotFound, bucket, key)}
 	if done, err := h.try(ctx, first); done {
@@ -484,6 +488,27 @@ func (g *gateway) eachHolder(ctx context.Context, bucket, key string, f func(con
 		return err
 	}
 	return h.last
+}
+
+// reachableFirst returns ids with the nodes every connection path to which
+// is down moved to the end: a node that hangs is tried after the others
+// that may hold the object, before the map marks it down.
+func (g *gateway) reachableFirst(m *cluster.Map, ids []string) []string {
+	if g.unreachable == nil {
+		return ids
+	}
+	var ok, gone []string
+	for _, id := range ids {
+		if n, _ := m.Node(id); id != g.self && g.unreachable(hostPorts(n.IntraAddrs)) {
+			gone = append(gone, id)
+		} else {
+			ok = append(ok, id)
+		}
+	}
+	if len(gone) == 0 {
+		return ids
+	}
+	return append(ok, gone...)
 }
 
 // holderSearch is the state of one eachHolder.

@@ -17,6 +17,7 @@ import (
 	"reflect"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -407,6 +408,53 @@ func TestReadFallsOverFailedHolder(t *testing.T) {
 			if !errors.Is(err, object.ErrNotFound) {
 				t.Errorf("%s: %v, want not found", key, err)
 			}
+		}
+	}
+}
+
+// countingStat is a statLocal that counts the Stats it answers.
+type countingStat struct {
+	statLocal
+	n *atomic.Int32
+}
+
+func (c countingStat) Stat(ctx context.Context, bucket, key string) (object.Info, error) {
+	c.n.Add(1)
+	return c.statLocal.Stat(ctx, bucket, key)
+}
+
+// TestReadTriesUnreachableHolderLast: a holder every connection path to
+// which is down (a node that hangs, before the map marks it down) is
+// asked after the object's other holders, not first.
+func TestReadTriesUnreachableHolderLast(t *testing.T) {
+	order := placement.Order([]string{"n1", "n2", "n3"}, placement.ObjectName("b", "k"))
+	m := cluster.NewMap()
+	m.Buckets["b"] = cluster.BucketProps{Name: "b", Copies: 2, Mode: cluster.ModeLocal}
+	asked := map[string]*atomic.Int32{}
+	for _, id := range order[:2] {
+		asked[id] = &atomic.Int32{}
+		srv := httptest.NewServer(peer.NewHandler(countingStat{statLocal{infos: map[string]object.Info{"k": {Key: "k", ETag: id}}}, asked[id]}))
+		t.Cleanup(srv.Close)
+		m.Nodes[id] = cluster.NodeInfo{ID: id, State: cluster.StateUp, IntraAddrs: []string{srv.URL}}
+	}
+	m.Nodes[order[2]] = cluster.NodeInfo{ID: order[2], State: cluster.StateUp}
+	for _, hung := range []bool{false, true} {
+		g := &gateway{self: order[2], meta: fixedMeta{fixedMap{m}}, local: statLocal{}, log: slog.New(slog.DiscardHandler),
+			peers: &peer.Client{Doer: &peer.HTTPDoer{Client: &http.Client{}}},
+			unreachable: func(addrs []string) bool {
+				return hung && slices.Equal(addrs, hostPorts(m.Nodes[order[0]].IntraAddrs))
+			}}
+		before := asked[order[0]].Load()
+		info, err := g.HeadObject(context.Background(), "b", "k")
+		want := order[0]
+		if hung {
+			want = order[1]
+		}
+		if err != nil || info.ETag != want {
+			t.Errorf("hung=%v: served %q (%v), want %s's copy", hung, info.ETag, err, want)
+		}
+		if n := asked[order[0]].Load() - before; hung && n != 0 {
+			t.Errorf("the unreachable first holder was asked %d times", n)
 		}
 	}
 }

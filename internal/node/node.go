@@ -212,6 +212,7 @@ func New(ctx context.Context, cfg config.Node, opts Options) (*Node, error) {
 		now:           time.Now,
 		sync:          leaderSync(cl),
 		confirmDown:   cl.ConfirmRefused,
+		unreachable:   tr.Down,
 		listBackend:   local.ListBackend,
 	}
 	rep.g, peers.g = n.gw, n.gw

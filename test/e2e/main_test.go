@@ -146,7 +146,12 @@ type statusEntry struct {
 		Bytes   int64
 		Objects int
 	}
-	Extra struct{ Destage struct{ Objects int } }
+	Extra struct {
+		Destage    struct{ Objects int }
+		Interfaces struct {
+			Paths []struct{ Remote, State string } // intra-cluster paths to other nodes
+		}
+	}
 }
 
 // objects is the number of objects the node's store holds.

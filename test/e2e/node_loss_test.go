@@ -240,7 +240,20 @@ func TestDeleteGoesOnWhenANodeHangs(t *testing.T) {
 		}
 	}
 
-	// Reads: a first holder that hangs is passed over for the next.
+	// Reads: a first holder that hangs is passed over for the next, also
+	// while node1's paths to it still count as up.
+	waitFor(t, 30*time.Second, "node1's paths to node3 up", func() bool {
+		n := 0
+		for _, p := range nodeStatus(t, c, 0).Extra.Interfaces.Paths {
+			if slices.Contains(c.Configs[2].Intra, p.Remote) {
+				if p.State != "up" {
+					return false
+				}
+				n++
+			}
+		}
+		return n > 0
+	})
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
