@@ -281,6 +281,16 @@ func (g *gateway) writtenThrough(ctx context.Context, m *cluster.Map, holders []
 // (substitute): the write then lands where the map places it from now on,
 // instead of failing until the map says so.
 func (g *gateway) fanOut(ctx context.Context, m *cluster.Map, targets, others []string, bucket, key string, body io.Reader, optsFor func(i int) peer.PutOptions) (object.Info, error) {
+	// A target every path to which is down already (a node that hangs
+	// takes the body into its socket and stalls, and a body taken cannot
+	// go to another node) is asked about before the body flows.
+	for i, id := range targets {
+		if g.pathsDown(m, id) {
+			if nm, ok := g.substitute(ctx, targets, others, i, bucket, key); ok {
+				m = nm
+			}
+		}
+	}
 	if len(targets) == 1 {
 		tr := &readTracker{r: body}
 		info, err := g.at(m, targets[0]).Put(ctx, bucket, key, tr, optsFor(0))
@@ -490,6 +500,15 @@ func (g *gateway) eachHolder(ctx context.Context, bucket, key string, f func(con
 	return h.last
 }
 
+// pathsDown reports whether every connection path to node id is down.
+func (g *gateway) pathsDown(m *cluster.Map, id string) bool {
+	if g.unreachable == nil || id == g.self {
+		return false
+	}
+	n, _ := m.Node(id)
+	return g.unreachable(hostPorts(n.IntraAddrs))
+}
+
 // reachableFirst returns ids with the nodes every connection path to which
 // is down moved to the end: a node that hangs is tried after the others
 // that may hold the object, before the map marks it down.
@@ -499,7 +518,7 @@ func (g *gateway) reachableFirst(m *cluster.Map, ids []string) []string {
 	}
 	var ok, gone []string
 	for _, id := range ids {
-		if n, _ := m.Node(id); id != g.self && g.unreachable(hostPorts(n.IntraAddrs)) {
+		if g.pathsDown(m, id) {
 			gone = append(gone, id)
 		} else {
 			ok = append(ok, id)

@@ -230,13 +230,16 @@ func TestWriteToNextNodeWhenOneIsGone(t *testing.T) {
 		confirm  bool   // the leader confirms it gone
 		want     string // the node that gets the gone node's copy
 		wantRepl bool   // and whether as a replica
+		hangs    bool   // the gone node takes connections and never answers; its paths are down
 	}{
-		{"replica of a local bucket", cluster.ModeLocal, order[0], order[1], true, order[2], true},
-		{"owner of a local bucket", cluster.ModeLocal, order[1], order[0], true, order[2], false},
-		{"owner of a cache bucket writes through", cluster.ModeCache, order[1], order[0], true, order[2], false},
-		{"gateway is the next node", cluster.ModeLocal, order[2], order[0], true, order[2], false},
-		{"write-back replica is not the owner", cluster.ModeWriteback, order[0], order[1], true, order[2], true},
-		{"not confirmed gone", cluster.ModeLocal, order[0], order[1], false, "", false},
+		{"replica of a local bucket", cluster.ModeLocal, order[0], order[1], true, order[2], true, false},
+		{"owner of a local bucket", cluster.ModeLocal, order[1], order[0], true, order[2], false, false},
+		{"owner of a cache bucket writes through", cluster.ModeCache, order[1], order[0], true, order[2], false, false},
+		{"gateway is the next node", cluster.ModeLocal, order[2], order[0], true, order[2], false, false},
+		{"write-back replica is not the owner", cluster.ModeWriteback, order[0], order[1], true, order[2], true, false},
+		{"not confirmed gone", cluster.ModeLocal, order[0], order[1], false, "", false, false},
+		{"a hung replica is asked about before the body flows", cluster.ModeLocal, order[0], order[1], true, order[2], true, true},
+		{"a hung owner too", cluster.ModeLocal, order[1], order[0], true, order[2], false, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -246,9 +249,16 @@ func TestWriteToNextNodeWhenOneIsGone(t *testing.T) {
 			for _, id := range ids {
 				recs[id] = &putRecorder{}
 				addr := deadAddr
-				if id != tt.gone {
+				switch {
+				case id != tt.gone:
 					srv := httptest.NewServer(peer.NewHandler(recs[id]))
 					t.Cleanup(srv.Close)
+					addr = srv.URL
+				case tt.hangs:
+					release := make(chan struct{})
+					srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { <-release }))
+					t.Cleanup(srv.Close)
+					t.Cleanup(func() { close(release) })
 					addr = srv.URL
 				}
 				m.Nodes[id] = cluster.NodeInfo{ID: id, State: cluster.StateUp, IntraAddrs: []string{addr}}
@@ -256,6 +266,9 @@ func TestWriteToNextNodeWhenOneIsGone(t *testing.T) {
 			asked := 0
 			g := &gateway{self: tt.self, meta: fixedMeta{fixedMap{m}}, local: recs[tt.self], log: slog.New(slog.DiscardHandler), now: time.Now,
 				peers: &peer.Client{Doer: &peer.HTTPDoer{Client: &http.Client{}}},
+				unreachable: func(addrs []string) bool {
+					return tt.hangs && slices.Equal(addrs, hostPorts(m.Nodes[tt.gone].IntraAddrs))
+				},
 				confirmDown: func(_ context.Context, id string) (bool, error) {
 					asked++
 					if id != tt.gone || !tt.confirm {
@@ -267,18 +280,20 @@ func TestWriteToNextNodeWhenOneIsGone(t *testing.T) {
 					return true, nil
 				}}
 			data := bytes.Repeat([]byte("next node "), 50_000)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
 			var err error
 			if tt.mode == cluster.ModeWriteback {
 				// The owner's replicas (the owner's own copy is the tier's).
 				r := &replicator{g: g}
 				var holders []string
-				holders, err = r.Replicate(context.Background(), tier.ReplicaPut{Owner: tt.self, Seq: 1, Bucket: "b", Key: "k",
+				holders, err = r.Replicate(ctx, tier.ReplicaPut{Owner: tt.self, Seq: 1, Bucket: "b", Key: "k",
 					Opts: object.PutOptions{Size: int64(len(data))}, Copies: 1, Body: bytes.NewReader(data)})
 				if err == nil && !slices.Equal(holders, []string{tt.want}) {
 					t.Errorf("replica holders %v, want %v", holders, []string{tt.want})
 				}
 			} else {
-				_, err = g.PutObject(context.Background(), "b", "k", bytes.NewReader(data), object.PutOptions{Size: int64(len(data))})
+				_, err = g.PutObject(ctx, "b", "k", bytes.NewReader(data), object.PutOptions{Size: int64(len(data))})
 			}
 			if asked != 1 {
 				t.Errorf("the leader was asked %d times, want once", asked)

@@ -183,7 +183,8 @@ func TestWritesGoOnWhenANodeDies(t *testing.T) {
 // is not marked down on a report, since the leader cannot tell it from a
 // partition; a DELETE that finds it waits for the health checks to mark
 // it down and is then done, at the first attempt, and stays done once the
-// node wakes up.
+// node wakes up. Once node1's paths to it are down, PUTs of objects it
+// owns succeed at the first attempt too.
 func TestDeleteGoesOnWhenANodeHangs(t *testing.T) {
 	c := startCluster(t, localcluster.Spec{})
 	ctx := context.Background()
@@ -270,6 +271,22 @@ func TestDeleteGoesOnWhenANodeHangs(t *testing.T) {
 		t.Logf("GET %s took %v", k, time.Since(t0))
 	}
 	t.Logf("%d GETs with node3 hung took %v", len(first), time.Since(start))
+
+	// Writes of objects node3 owns: its paths are down, so each PUT asks
+	// whether it is gone before its body flows (or finds it marked down)
+	// and succeeds at the first attempt, its copies on the other nodes.
+	start = time.Now()
+	for i, k := range first {
+		if err := putObject(gctx, noRetry, "two", k, randomBytes(int64(50+i), 64<<10)); err != nil {
+			t.Fatalf("PUT two/%s %v after node3 hung, at the first attempt: %v", k, time.Since(start), err)
+		}
+	}
+	t.Logf("%d PUTs with node3 hung took %v", len(first), time.Since(start))
+	for i, k := range first {
+		if got, err := getObject(gctx, s3Client(c, c.Endpoint(1)), "two", k); err != nil || !bytes.Equal(got, randomBytes(int64(50+i), 64<<10)) {
+			t.Fatalf("GET two/%s through node2 after its PUT with node3 hung: %d bytes, %v", k, len(got), err)
+		}
+	}
 }
 
 // placedKeys returns n keys, named prefix and a number, whose HRW order
