@@ -17,6 +17,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
+
+	"github.com/slipstream-io/slipstream/internal/netx"
 )
 
 // Router picks the S3 base URL ("http://host:port") for a request. The
@@ -126,7 +128,9 @@ func (c *clients) For(bucket, key string) (*s3.Client, error) {
 
 // ErrorKind classifies a request error for the errors-by-kind table: the S3
 // error code when the server sent one, else "http-NNN", "timeout",
-// "canceled", "connection" or "other".
+// "canceled", "unreachable" (the multihomed transport found no path to
+// the node that answered: one that died or hangs), "connection" or
+// "other".
 func ErrorKind(err error) string {
 	if err == nil {
 		return ""
@@ -144,6 +148,8 @@ func ErrorKind(err error) string {
 		return fmt.Sprintf("http-%d", re.HTTPStatusCode())
 	}
 	switch {
+	case errors.Is(err, netx.ErrUnreachable):
+		return "unreachable"
 	case errors.Is(err, context.DeadlineExceeded):
 		return "timeout"
 	case errors.Is(err, context.Canceled):

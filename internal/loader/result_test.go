@@ -18,6 +18,7 @@ import (
 	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
+	"github.com/slipstream-io/slipstream/internal/netx"
 	"github.com/slipstream-io/slipstream/internal/sysstat"
 )
 
@@ -86,6 +87,7 @@ func TestErrorKind(t *testing.T) {
 		{context.DeadlineExceeded, "timeout"},
 		{fmt.Errorf("get: %w", context.Canceled), "canceled"},
 		{&net.OpError{Op: "dial", Err: errors.New("refused")}, "connection"},
+		{fmt.Errorf("send: %w", fmt.Errorf("%w: GET 10.0.0.2:9000: %w", netx.ErrUnreachable, netx.ErrPairDown)), "unreachable"},
 		{kindError{"short-read", errors.New("3 of 4")}, "short-read"},
 		{errors.New("strange"), "other"},
 	}
