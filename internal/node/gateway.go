@@ -513,21 +513,22 @@ func (g *gateway) pathsDown(m *cluster.Map, id string) bool {
 // is down moved to the end: a node that hangs is tried after the others
 // that may hold the object, before the map marks it down.
 func (g *gateway) reachableFirst(m *cluster.Map, ids []string) []string {
-	if g.unreachable == nil {
-		return ids
-	}
-	var ok, gone []string
+	var gone []string // asked once each: a path's state may change meanwhile
 	for _, id := range ids {
 		if g.pathsDown(m, id) {
 			gone = append(gone, id)
-		} else {
-			ok = append(ok, id)
 		}
 	}
 	if len(gone) == 0 {
 		return ids
 	}
-	return append(ok, gone...)
+	out := make([]string, 0, len(ids))
+	for _, id := range ids {
+		if !slices.Contains(gone, id) {
+			out = append(out, id)
+		}
+	}
+	return append(out, gone...)
 }
 
 // holderSearch is the state of one eachHolder.
