@@ -11,7 +11,6 @@ import (
 
 	"github.com/slipstream-io/slipstream/internal/cluster"
 	"github.com/slipstream-io/slipstream/internal/object"
-	"github.com/slipstream-io/slipstream/internal/store"
 )
 
 // swapMeta is a map view whose DeleteBucket/CreateBucket publish a new map.
@@ -59,11 +58,7 @@ func (s *swapMeta) DeleteBucket(_ context.Context, name string) error {
 // removes it), and a new bucket of the same name starts empty.
 func TestDeleteBucketRacesPut(t *testing.T) {
 	ctx := context.Background()
-	st, err := store.Open(ctx, store.Config{Mountpaths: []string{filepath.Join(t.TempDir(), "mp")}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := openTestStore(t)
 	tb, err := openTombstones(filepath.Join(t.TempDir(), "tombstones"), tombstoneRetention, time.Now)
 	if err != nil {
 		t.Fatal(err)

@@ -63,11 +63,7 @@ func (r *holderRig) clock() time.Time {
 
 func (r *holderRig) addNode(ctx context.Context, id string) {
 	t := r.t
-	st, err := store.Open(ctx, store.Config{Mountpaths: []string{filepath.Join(t.TempDir(), "mp")}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := openTestStore(t)
 	tb, err := openTombstones(filepath.Join(t.TempDir(), "tombstones"), tombstoneRetention, r.clock)
 	if err != nil {
 		t.Fatal(err)

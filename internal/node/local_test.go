@@ -20,6 +20,18 @@ import (
 	"github.com/slipstream-io/slipstream/internal/tier"
 )
 
+// openTestStore opens a store on one mountpath in a temporary directory,
+// closed when the test ends.
+func openTestStore(t *testing.T) *store.Store {
+	t.Helper()
+	st, err := store.Open(context.Background(), store.Config{Mountpaths: []string{filepath.Join(t.TempDir(), "mp")}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
 // TestLocalBucketCopiesArePinned: every way a copy of a local bucket's
 // object reaches a node's store (a PUT to the owner, a replica, a
 // rebalance copy, a completed multipart upload) stores it pinned, so the
@@ -27,11 +39,7 @@ import (
 // a write-back bucket's completed upload is dirty from its commit.
 func TestLocalBucketCopiesArePinned(t *testing.T) {
 	ctx := context.Background()
-	st, err := store.Open(ctx, store.Config{Mountpaths: []string{filepath.Join(t.TempDir(), "mp")}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := openTestStore(t)
 	tombs, err := openTombstones(filepath.Join(t.TempDir(), "tombstones"), time.Hour, time.Now)
 	if err != nil {
 		t.Fatal(err)
@@ -107,11 +115,7 @@ func TestLocalBucketCopiesArePinned(t *testing.T) {
 // otherwise lasts): it must not bring the deleted object back.
 func TestSlowKeepNewerCopyRefusedAfterDelete(t *testing.T) {
 	ctx := context.Background()
-	st, err := store.Open(ctx, store.Config{Mountpaths: []string{filepath.Join(t.TempDir(), "mp")}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := openTestStore(t)
 	var offset atomic.Int64 // how far the tombstones' clock is ahead of the real one
 	clock := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
 	tombs, err := openTombstones(filepath.Join(t.TempDir(), "tombstones"), time.Hour, clock)
@@ -264,11 +268,7 @@ func TestRetriedCompletionAfterReplicasFailed(t *testing.T) {
 // since is no error.
 func TestReplicaWrittenThrough(t *testing.T) {
 	ctx := context.Background()
-	st, err := store.Open(ctx, store.Config{Mountpaths: []string{filepath.Join(t.TempDir(), "mp")}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := openTestStore(t)
 	m := cluster.NewMap()
 	m.Buckets["cached"] = cluster.BucketProps{Name: "cached", Copies: 2, Mode: cluster.ModeCache}
 	l := &localService{meta: fixedMap{m}, store: st}
