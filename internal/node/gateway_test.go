@@ -264,7 +264,9 @@ func TestWriteToNextNodeWhenOneIsGone(t *testing.T) {
 				m.Nodes[id] = cluster.NodeInfo{ID: id, State: cluster.StateUp, IntraAddrs: []string{addr}}
 			}
 			asked := 0
-			g := &gateway{self: tt.self, meta: fixedMeta{fixedMap{m}}, local: recs[tt.self], log: slog.New(slog.DiscardHandler), now: time.Now,
+			meta := &swapMeta{}
+			meta.m.Store(m)
+			g := &gateway{self: tt.self, meta: meta, local: recs[tt.self], log: slog.New(slog.DiscardHandler), now: time.Now,
 				peers: &peer.Client{Doer: &peer.HTTPDoer{Client: &http.Client{}}},
 				unreachable: func(addrs []string) bool {
 					return tt.hangs && slices.Equal(addrs, hostPorts(m.Nodes[tt.gone].IntraAddrs))
@@ -274,9 +276,13 @@ func TestWriteToNextNodeWhenOneIsGone(t *testing.T) {
 					if id != tt.gone || !tt.confirm {
 						return false, nil
 					}
-					n := m.Nodes[id]
+					// A new map, as the cluster publishes one: copies in
+					// flight keep reading the one they were given.
+					down := meta.Map().Clone()
+					n := down.Nodes[id]
 					n.State = cluster.StateDown
-					m.Nodes[id] = n
+					down.Nodes[id] = n
+					meta.m.Store(down)
 					return true, nil
 				}}
 			data := bytes.Repeat([]byte("next node "), 50_000)
