@@ -865,21 +865,38 @@ func TestWatch(t *testing.T) {
 	copyDir(t, filepath.Join(samples, "ft2-h16/minhop/before"), dir, false)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
+	// OpenSM rewrites its dumps after the cable failure. The new files are
+	// written beside the directory and renamed in, so that a slow copy on a
+	// loaded machine does not leave half a set stable for a poll interval.
+	staged := t.TempDir()
+	copyDir(t, filepath.Join(samples, "ft2-h16/minhop/after"), staged, false)
+	rewrote := make(chan error, 1)
+	rewrite := func() {
+		time.Sleep(50 * time.Millisecond)
+		ents, err := os.ReadDir(staged)
+		for _, e := range ents {
+			if err == nil {
+				err = os.Rename(filepath.Join(staged, e.Name()), filepath.Join(dir, e.Name()))
+			}
+		}
+		rewrote <- err
+	}
 	var events []WatchEvent
 	err := Watch(ctx, dir, WatchOptions{Interval: 20 * time.Millisecond}, func(ev WatchEvent) error {
 		events = append(events, ev)
 		switch len(events) {
 		case 1:
-			// OpenSM rewrites its dumps after the cable failure.
-			go func() {
-				time.Sleep(50 * time.Millisecond)
-				copyDir(t, filepath.Join(samples, "ft2-h16/minhop/after"), dir, false)
-			}()
+			go rewrite()
 		case 2:
 			return ErrStopWatch
 		}
 		return nil
 	})
+	if len(events) > 0 {
+		if err := <-rewrote; err != nil {
+			t.Fatalf("rewrite the dumps: %v", err)
+		}
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
