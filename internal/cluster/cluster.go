@@ -197,6 +197,10 @@ type Cluster struct {
 	syncMu   sync.Mutex
 	syncTerm atomic.Uint64
 
+	// rejoinAfter is how long a member may know no leader before it
+	// announces itself again (see announceLoop).
+	rejoinAfter time.Duration
+
 	ctx       context.Context // cancelled by Leave/Close; ends background loops
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
@@ -278,6 +282,9 @@ func New(ctx context.Context, cfg Config) (*Cluster, error) {
 		cleanup()
 		return nil, fmt.Errorf("%w: raft config: %v", ErrInvalid, err)
 	}
+	// A member without a leader starts an election after a heartbeat
+	// timeout, and one normally ends within an election timeout or two.
+	c.rejoinAfter = 4 * max(rc.HeartbeatTimeout, rc.ElectionTimeout)
 
 	existing, err := raft.HasExistingState(c.store, c.store, snaps)
 	if err != nil {

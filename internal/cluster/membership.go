@@ -216,14 +216,50 @@ func (c *Cluster) follows(ctx context.Context, n NodeInfo) bool {
 
 // announceLoop makes sure the map holds this node with its current addresses:
 // it joins a new node through the seeds, and re-announces a restarted node
-// whose addresses changed or that was marked down.
+// whose addresses changed or that was marked down. Once announced, it
+// announces the node again whenever it has known no leader for
+// rejoinAfter: a member removed while it was away hears from no leader
+// after its restart (its raft state, restored from a snapshot, still lists
+// it), yet may have seen one for a moment (a heartbeat the leader sent as
+// it stopped replicating to it), which made it look announced.
 func (c *Cluster) announceLoop() {
 	defer c.wg.Done()
+	for c.announceOnce() && c.leaderless() {
+		c.log.Info("no raft leader for a while: announcing this node again", "after", c.rejoinAfter)
+	}
+}
+
+// leaderless waits until this node has known no raft leader for
+// rejoinAfter, and reports whether it has (false: the node is closing).
+func (c *Cluster) leaderless() bool {
+	tick := time.NewTicker(c.rejoinAfter / 4)
+	defer tick.Stop()
+	var since time.Time
+	for {
+		select {
+		case <-c.ctx.Done():
+			return false
+		case now := <-tick.C:
+			switch {
+			case c.LeaderID() != "":
+				since = time.Time{}
+			case since.IsZero():
+				since = now
+			case now.Sub(since) >= c.rejoinAfter:
+				return true
+			}
+		}
+	}
+}
+
+// announceOnce announces this node until the map holds it and a leader is
+// known (true), or the node closes (false).
+func (c *Cluster) announceOnce() bool {
 	delay := 50 * time.Millisecond
 	for {
 		m, changed := c.pub.snapshot()
 		if c.announced(m) {
-			return
+			return true
 		}
 		err := c.announce(c.ctx)
 		if err == nil {
@@ -234,7 +270,7 @@ func (c *Cluster) announceLoop() {
 				m, changed = c.pub.snapshot()
 				if c.announced(m) {
 					wait.Stop()
-					return
+					return true
 				}
 				select {
 				case <-changed:
@@ -242,7 +278,7 @@ func (c *Cluster) announceLoop() {
 				case <-wait.C:
 				case <-c.ctx.Done():
 					wait.Stop()
-					return
+					return false
 				}
 				break
 			}
@@ -251,7 +287,7 @@ func (c *Cluster) announceLoop() {
 		c.log.Debug("join attempt failed", "err", err)
 		select {
 		case <-c.ctx.Done():
-			return
+			return false
 		case <-changed:
 		case <-time.After(delay):
 		}

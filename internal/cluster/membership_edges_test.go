@@ -397,3 +397,38 @@ func otherVoters(tc *clustertest.Cluster, leader *clustertest.Node) []*clusterte
 	}
 	return others
 }
+
+// TestRemovedLiveMemberRejoins: a member removed while it runs (a removal
+// that raced its restart, or one that took the heartbeat the leader sent
+// as it stopped replicating to it for a sign of membership) hears from no
+// leader again. It must not stay outside the cluster while it runs: once
+// it has known no leader for a few election timeouts it asks to be
+// admitted again.
+func TestRemovedLiveMemberRejoins(t *testing.T) {
+	tc := clustertest.Start(t, clustertest.Options{N: 3, Raft: clustertest.FastRaft()})
+	ctx := testCtx(t, 60*time.Second)
+	leader, err := tc.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := follower(t, tc)
+	resp, err := http.Post(leader.URL+cluster.PathLeave, "application/json", bytes.NewReader([]byte(`{"id":"`+f.ID+`"}`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("leave: %s", resp.Status)
+	}
+	if err := tc.WaitMap(ctx, leader, func(m *cluster.Map) bool { _, ok := m.Node(f.ID); return !ok }); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := tc.WaitMap(wctx, leader, func(m *cluster.Map) bool { n, ok := m.Node(f.ID); return ok && n.State == cluster.StateUp }); err != nil {
+		t.Fatalf("%s, removed while it ran, was never admitted again: %v", f.ID, err)
+	}
+	if err := f.Cluster().WaitForLeader(wctx); err != nil {
+		t.Fatalf("%s after rejoining: %v", f.ID, err)
+	}
+}
