@@ -1,7 +1,6 @@
 package cluster_test
 
 import (
-	"bytes"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -76,14 +75,7 @@ func TestHealthRoundKeepsOperatorState(t *testing.T) {
 func TestRemovedNodeRejoinKeepsDowns(t *testing.T) {
 	tc, ctx, leader, f := downFollower(t)
 	downs := leader.Cluster().Map().Nodes[f.ID].Downs
-	resp, err := http.Post(leader.URL+cluster.PathLeave, "application/json", bytes.NewReader([]byte(`{"id":"`+f.ID+`"}`)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if err := tc.WaitMap(ctx, leader, func(m *cluster.Map) bool { _, ok := m.Node(f.ID); return !ok }); err != nil {
-		t.Fatal(err)
-	}
+	removeNode(ctx, t, tc, leader, f)
 	tc.Restart(f, true)
 	if err := tc.WaitMap(ctx, leader, func(m *cluster.Map) bool { n, ok := m.Node(f.ID); return ok && n.State == cluster.StateUp }); err != nil {
 		t.Fatal(err)

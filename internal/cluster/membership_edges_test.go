@@ -58,24 +58,41 @@ func TestRemovedNodeWithSnapshotRejoins(t *testing.T) {
 	if err := tc.WaitMap(ctx, leader, isDown(f.ID)); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := http.Post(leader.URL+cluster.PathLeave, "application/json", bytes.NewReader([]byte(`{"id":"`+f.ID+`"}`)))
+	removeNode(ctx, t, tc, leader, f)
+	tc.RestartAsync(f, true)
+	// Generous: with the other packages' tests on the same two cores, a
+	// join after a restart has taken over 10 s.
+	waitRejoined(ctx, t, tc, leader, f, 40*time.Second, "removed, restarted with a snapshot in its raft directory")
+}
+
+// removeNode removes n from the cluster (admin node rm) and waits until
+// the leader's map no longer lists it.
+func removeNode(ctx context.Context, t *testing.T, tc *clustertest.Cluster, leader, n *clustertest.Node) {
+	t.Helper()
+	resp, err := http.Post(leader.URL+cluster.PathLeave, "application/json", bytes.NewReader([]byte(`{"id":"`+n.ID+`"}`)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if err := tc.WaitMap(ctx, leader, func(m *cluster.Map) bool { _, ok := m.Node(f.ID); return !ok }); err != nil {
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("leave %s: %s", n.ID, resp.Status)
+	}
+	if err := tc.WaitMap(ctx, leader, func(m *cluster.Map) bool { _, ok := m.Node(n.ID); return !ok }); err != nil {
 		t.Fatal(err)
 	}
-	tc.RestartAsync(f, true)
-	// Generous: with the other packages' tests on the same two cores, a
-	// join after a restart has taken over 10 s.
-	wctx, cancel := context.WithTimeout(ctx, 40*time.Second)
+}
+
+// waitRejoined waits up to within until the leader's map has n up again
+// and n knows a leader.
+func waitRejoined(ctx context.Context, t *testing.T, tc *clustertest.Cluster, leader, n *clustertest.Node, within time.Duration, what string) {
+	t.Helper()
+	wctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
-	if err := tc.WaitMap(wctx, leader, func(m *cluster.Map) bool { n, ok := m.Node(f.ID); return ok && n.State == cluster.StateUp }); err != nil {
-		t.Fatalf("%s, removed, restarted with a snapshot in its raft directory and was never admitted again: %v", f.ID, err)
+	if err := tc.WaitMap(wctx, leader, func(m *cluster.Map) bool { nd, ok := m.Node(n.ID); return ok && nd.State == cluster.StateUp }); err != nil {
+		t.Fatalf("%s, %s, was never admitted again: %v", n.ID, what, err)
 	}
-	if err := f.Cluster().WaitForLeader(wctx); err != nil {
-		t.Fatalf("%s after rejoining: %v", f.ID, err)
+	if err := n.Cluster().WaitForLeader(wctx); err != nil {
+		t.Fatalf("%s after rejoining: %v", n.ID, err)
 	}
 }
 
@@ -412,23 +429,6 @@ func TestRemovedLiveMemberRejoins(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := follower(t, tc)
-	resp, err := http.Post(leader.URL+cluster.PathLeave, "application/json", bytes.NewReader([]byte(`{"id":"`+f.ID+`"}`)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("leave: %s", resp.Status)
-	}
-	if err := tc.WaitMap(ctx, leader, func(m *cluster.Map) bool { _, ok := m.Node(f.ID); return !ok }); err != nil {
-		t.Fatal(err)
-	}
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := tc.WaitMap(wctx, leader, func(m *cluster.Map) bool { n, ok := m.Node(f.ID); return ok && n.State == cluster.StateUp }); err != nil {
-		t.Fatalf("%s, removed while it ran, was never admitted again: %v", f.ID, err)
-	}
-	if err := f.Cluster().WaitForLeader(wctx); err != nil {
-		t.Fatalf("%s after rejoining: %v", f.ID, err)
-	}
+	removeNode(ctx, t, tc, leader, f)
+	waitRejoined(ctx, t, tc, leader, f, 30*time.Second, "removed while it ran")
 }
