@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"reflect"
 	"slices"
 	"time"
 
@@ -115,6 +116,27 @@ func cloneInfo(info object.Info) object.Info {
 	}
 	info.Parts = slices.Clone(info.Parts)
 	return info
+}
+
+// lazyMeta reports whether the metadata change from old to ni may be
+// written without fsync, because losing it in a crash loses nothing: it
+// only clears Dirty, or moves the backend state (its ETag and version,
+// when it was last checked) or the access time. A copy whose clean mark a
+// crash undid is dirty again at the next start, and the tier destages
+// every dirty copy its journal does not hold after checking the backend,
+// which already holds it: the copy becomes clean again without an upload.
+// A lost check time costs one more check. Setting Dirty, and any other
+// change, is fsynced. A clean mark per destaged object (owner and replica
+// holders) and a check time per revalidated GET would otherwise cost an
+// fsync each.
+func lazyMeta(old, ni object.Info) bool {
+	if ni.Dirty && !old.Dirty {
+		return false
+	}
+	x := ni
+	x.Dirty = old.Dirty
+	x.BackendETag, x.BackendVersion, x.ValidatedAt, x.AccessTime = old.BackendETag, old.BackendVersion, old.ValidatedAt, old.AccessTime
+	return reflect.DeepEqual(x, old)
 }
 
 // writeInfoInPlace replaces the metadata of a committed object file and, if

@@ -557,11 +557,12 @@ func (s *Store) Stat(ctx context.Context, bucket, key string) (object.Info, erro
 	return object.Info{}, fmt.Errorf("%w: %s/%s", object.ErrNotFound, bucket, key)
 }
 
-// UpdateMeta rewrites the metadata of bucket/key atomically and durably:
-// fn edits a copy, which replaces the stored metadata unless fn fails.
-// Bucket, Key, Size and Checksum cannot change (object.ErrInvalidArgument).
-// Clearing Dirty makes the object evictable unless it is Pinned; setting
-// Dirty or Pinned protects it.
+// UpdateMeta rewrites the metadata of bucket/key atomically: fn edits a
+// copy, which replaces the stored metadata unless fn fails. Bucket, Key,
+// Size and Checksum cannot change (object.ErrInvalidArgument). Clearing
+// Dirty makes the object evictable unless it is Pinned; setting Dirty or
+// Pinned protects it. The change is fsynced unless it only records what a
+// restart finds out again (see lazyMeta).
 func (s *Store) UpdateMeta(ctx context.Context, bucket, key string, fn func(*object.Info) error) (object.Info, error) {
 	if err := validate(bucket, key); err != nil {
 		return object.Info{}, err
@@ -593,7 +594,7 @@ func (s *Store) UpdateMeta(ctx context.Context, bucket, key string, fn func(*obj
 	ni.ETag = strings.Trim(ni.ETag, `"`)
 	mp := s.mps[e.mp]
 	_, file := mp.objectPath(bucket, key)
-	if err := writeInfoInPlace(file, ni, true); err != nil {
+	if err := writeInfoInPlace(file, ni, !lazyMeta(old, ni)); err != nil {
 		if errors.Is(err, ErrMetaTooLarge) {
 			return object.Info{}, err
 		}

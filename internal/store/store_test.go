@@ -429,7 +429,7 @@ func TestUpdateMeta(t *testing.T) {
 	if !s.mps[0].pol.Contains("bkt/d") {
 		t.Fatal("clean object not handed to the eviction policy")
 	}
-	// Durable: visible after reopen.
+	// Written to the file (without fsync: see lazyMeta): visible after reopen.
 	paths := s.paths
 	s.Close()
 	s = openTest(t, Config{Mountpaths: paths})
@@ -444,6 +444,41 @@ func TestUpdateMeta(t *testing.T) {
 	}
 	if err := s.EvictObject(ctx, "bkt", "d"); !errors.Is(err, object.ErrNotFound) {
 		t.Fatalf("EvictObject(missing) = %v", err)
+	}
+}
+
+func TestLazyMeta(t *testing.T) {
+	now := time.Now()
+	dirty := object.Info{Bucket: "b", Key: "k", Size: 5, ETag: "e", ModTime: now, Dirty: true, UserMeta: map[string]string{"a": "1"}}
+	clean := dirty
+	clean.Dirty = false
+	pinned := clean
+	pinned.Pinned = true
+	for _, tc := range []struct {
+		name string
+		old  object.Info
+		edit func(*object.Info)
+		lazy bool
+	}{
+		{"nothing", clean, func(*object.Info) {}, true},
+		{"clean mark after destage", dirty, func(i *object.Info) { i.Dirty, i.BackendETag, i.BackendVersion, i.ValidatedAt = false, "be", "v1", now }, true},
+		{"revalidated", clean, func(i *object.Info) { i.ValidatedAt = now.Add(time.Minute) }, true},
+		{"access time", clean, func(i *object.Info) { i.AccessTime = now }, true},
+		{"dirty mark", clean, func(i *object.Info) { i.Dirty = true }, false},
+		{"clean mark with a new content type", dirty, func(i *object.Info) { i.Dirty, i.ContentType = false, "text/plain" }, false},
+		{"pin", clean, func(i *object.Info) { i.Pinned = true }, false},
+		{"unpin", pinned, func(i *object.Info) { i.Pinned = false }, false},
+		{"damaged", clean, func(i *object.Info) { i.Damaged = true }, false},
+		{"user metadata", clean, func(i *object.Info) { i.UserMeta = map[string]string{"a": "2"} }, false},
+		{"modification time", dirty, func(i *object.Info) { i.ModTime = now.Add(time.Second) }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ni := cloneInfo(tc.old)
+			tc.edit(&ni)
+			if got := lazyMeta(tc.old, ni); got != tc.lazy {
+				t.Errorf("lazyMeta = %v, want %v", got, tc.lazy)
+			}
+		})
 	}
 }
 

@@ -285,6 +285,59 @@ func TestJournalReplayAfterRestart(t *testing.T) {
 	}
 }
 
+// TestLostCleanMarkIsRecovered: the store writes a destaged copy's clean
+// mark without fsync, so a crash can leave the copy dirty again with its
+// journal records gone. The next start must find the backend already holds
+// it and make it clean again, without uploading it twice; a copy that
+// really is newer than the backend's is uploaded.
+func TestLostCleanMarkIsRecovered(t *testing.T) {
+	e := newEnv(t, "fs")
+	tr := e.newTier(t, tier.Config{}, wbBucket)
+	ctx := context.Background()
+	body := []byte("destaged before the crash")
+	if _, err := tr.Put(ctx, "wback", "k", bytesReader(body), putOpts(len(body))); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := e.destaged(t, tr, "k"); err != nil || got != string(body) {
+		t.Fatalf("destaged %q, %v", got, err)
+	}
+	if i, err := e.local.Stat(ctx, "wback", "k"); err != nil || i.Dirty {
+		t.Fatalf("after destage: %+v, %v", i, err)
+	}
+	// What the crash leaves: the copy dirty again (the clean mark never
+	// reached the disk), and the journal compacted (its records gone).
+	for _, key := range []string{"k", "newer"} {
+		if key == "newer" {
+			// A copy the journal lost although the backend lacks it.
+			if _, err := e.local.Put(ctx, "wback", key, bytesReader(body), store.PutOptions{PutOptions: putOpts(len(body)), Dirty: true}); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if _, err := e.local.UpdateMeta(ctx, "wback", key, func(i *object.Info) error { i.Dirty = true; return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	puts := e.be.puts.Load()
+	if err := tr.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.local.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e.openStore(t)
+	tr2 := e.newTier(t, tier.Config{}, wbBucket)
+	if got, err := e.destaged(t, tr2, "newer"); err != nil || got != string(body) {
+		t.Fatalf("a dirty copy the backend lacks was not uploaded after the restart: %q, %v", got, err)
+	}
+	if n := e.be.puts.Load() - puts; n != 1 {
+		t.Errorf("%d uploads after the restart, want 1 (only the copy the backend lacks)", n)
+	}
+	if i, err := e.local.Stat(ctx, "wback", "k"); err != nil || i.Dirty {
+		t.Errorf("copy whose clean mark was lost: %+v, %v; want clean", i, err)
+	}
+}
+
 func TestDirtyCapBackPressure(t *testing.T) {
 	e := newEnv(t, "fs")
 	gate := make(chan struct{})
