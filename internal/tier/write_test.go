@@ -338,6 +338,55 @@ func TestLostCleanMarkIsRecovered(t *testing.T) {
 	}
 }
 
+// TestLostReplicaCleanMarkIsRecovered: the same on a replica holder,
+// whose copy became clean when the owner's notice came and whose replica
+// record is gone: its start finds the owner's upload in the backend and
+// makes the copy clean again without uploading it.
+func TestLostReplicaCleanMarkIsRecovered(t *testing.T) {
+	owner, holder := newEnv(t, "fs"), newEnv(t, "fs")
+	p := &peers{tiers: map[string]*tier.Tier{}, order: []string{"A", "B"}}
+	wb2 := map[string]tier.Bucket{"wback": {Mode: tier.ModeWriteback, Copies: 2, Backend: owner.be}}
+	ta := owner.newTier(t, tier.Config{NodeID: "A", Replicator: p}, wb2)
+	tb := holder.newTier(t, tier.Config{NodeID: "B", Replicator: p}, wb2)
+	p.set("A", ta)
+	p.set("B", tb)
+	ctx := context.Background()
+	if _, err := ta.Put(ctx, "wback", "k", bytesReader([]byte("hello")), putOpts(5)); err != nil {
+		t.Fatal(err)
+	}
+	if err := ta.WaitDestaged(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "replica marked clean", func() bool {
+		i, err := holder.local.Stat(ctx, "wback", "k")
+		return err == nil && !i.Dirty && tb.Backlog().ReplicaObjects == 0
+	})
+	if _, err := holder.local.UpdateMeta(ctx, "wback", "k", func(i *object.Info) error { i.Dirty = true; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	puts := owner.be.puts.Load()
+	if err := tb.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.local.Close(); err != nil {
+		t.Fatal(err)
+	}
+	holder.openStore(t)
+	tb2 := holder.newTier(t, tier.Config{NodeID: "B", Replicator: p}, wb2)
+	p.set("B", tb2)
+	wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	if err := tb2.WaitDestaged(wctx); err != nil {
+		t.Fatal(err)
+	}
+	if i, err := holder.local.Stat(ctx, "wback", "k"); err != nil || i.Dirty {
+		t.Errorf("replica whose clean mark was lost: %+v, %v; want clean", i, err)
+	}
+	if n := owner.be.puts.Load() - puts; n != 0 {
+		t.Errorf("%d uploads after the holder's restart, want none", n)
+	}
+}
+
 func TestDirtyCapBackPressure(t *testing.T) {
 	e := newEnv(t, "fs")
 	gate := make(chan struct{})
