@@ -30,7 +30,10 @@
 // the old or the new version, never a torn one. Metadata rewrites after
 // commit (UpdateMeta: clearing Dirty after destage, persisting access times)
 // replace the xattr in place; ext4 journals an xattr replacement as one
-// transaction, so that too is all-or-nothing. The filesystem must support
+// transaction, so that too is all-or-nothing. Such a rewrite is fsynced
+// unless a restart finds out again what it records (lazyMeta): a clean
+// mark lost in a crash leaves a dirty copy that the tier checks against
+// the backend at its next start. The filesystem must support
 // user xattrs (ext4, xfs, btrfs, tmpfs >= 6.6); Open checks it. Metadata is
 // limited to MaxMetaBytes because ext4 keeps xattrs in one block.
 //
