@@ -343,24 +343,9 @@ func TestLostCleanMarkIsRecovered(t *testing.T) {
 // record is gone: its start finds the owner's upload in the backend and
 // makes the copy clean again without uploading it.
 func TestLostReplicaCleanMarkIsRecovered(t *testing.T) {
-	owner, holder := newEnv(t, "fs"), newEnv(t, "fs")
-	p := &peers{tiers: map[string]*tier.Tier{}, order: []string{"A", "B"}}
-	wb2 := map[string]tier.Bucket{"wback": {Mode: tier.ModeWriteback, Copies: 2, Backend: owner.be}}
-	ta := owner.newTier(t, tier.Config{NodeID: "A", Replicator: p}, wb2)
-	tb := holder.newTier(t, tier.Config{NodeID: "B", Replicator: p}, wb2)
-	p.set("A", ta)
-	p.set("B", tb)
+	d := destagedPair(t)
+	owner, holder, p, wb2, tb := d.owner, d.holder, d.p, d.buckets, d.tb
 	ctx := context.Background()
-	if _, err := ta.Put(ctx, "wback", "k", bytesReader([]byte("hello")), putOpts(5)); err != nil {
-		t.Fatal(err)
-	}
-	if err := ta.WaitDestaged(ctx); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "replica marked clean", func() bool {
-		i, err := holder.local.Stat(ctx, "wback", "k")
-		return err == nil && !i.Dirty && tb.Backlog().ReplicaObjects == 0
-	})
 	if _, err := holder.local.UpdateMeta(ctx, "wback", "k", func(i *object.Info) error { i.Dirty = true; return nil }); err != nil {
 		t.Fatal(err)
 	}
@@ -514,6 +499,40 @@ func TestMultipartWithinDirtyCap(t *testing.T) {
 }
 
 // peers is a Replicator that copies to other Tiers in the same process.
+// replicaPair is an owner (node A) and a replica holder (node B) of a
+// copies=2 write-back bucket on the owner's backend.
+type replicaPair struct {
+	owner, holder *env
+	p             *peers
+	buckets       map[string]tier.Bucket
+	ta, tb        *tier.Tier
+}
+
+// destagedPair starts a replicaPair, writes "k" through the owner and
+// waits until the owner has destaged it and the holder's replica is clean.
+func destagedPair(t *testing.T) replicaPair {
+	t.Helper()
+	d := replicaPair{owner: newEnv(t, "fs"), holder: newEnv(t, "fs")}
+	d.p = &peers{tiers: map[string]*tier.Tier{}, order: []string{"A", "B"}}
+	d.buckets = map[string]tier.Bucket{"wback": {Mode: tier.ModeWriteback, Copies: 2, Backend: d.owner.be}}
+	d.ta = d.owner.newTier(t, tier.Config{NodeID: "A", Replicator: d.p}, d.buckets)
+	d.tb = d.holder.newTier(t, tier.Config{NodeID: "B", Replicator: d.p}, d.buckets)
+	d.p.set("A", d.ta)
+	d.p.set("B", d.tb)
+	ctx := context.Background()
+	if _, err := d.ta.Put(ctx, "wback", "k", bytesReader([]byte("hello")), putOpts(5)); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.ta.WaitDestaged(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "replica marked clean", func() bool {
+		i, err := d.holder.local.Stat(ctx, "wback", "k")
+		return err == nil && !i.Dirty && d.tb.Backlog().ReplicaObjects == 0
+	})
+	return d
+}
+
 type peers struct {
 	mu    sync.Mutex
 	tiers map[string]*tier.Tier
@@ -935,24 +954,9 @@ func TestLateDeleteNoticeKeepsNewerReplica(t *testing.T) {
 }
 
 func TestReplicaCleanAfterOwnerDestage(t *testing.T) {
-	owner, holder := newEnv(t, "fs"), newEnv(t, "fs")
-	p := &peers{tiers: map[string]*tier.Tier{}, order: []string{"A", "B"}}
-	wb2 := map[string]tier.Bucket{"wback": {Mode: tier.ModeWriteback, Copies: 2}}
-	ta := owner.newTier(t, tier.Config{NodeID: "A", Replicator: p}, wb2)
-	tb := holder.newTier(t, tier.Config{NodeID: "B", Replicator: p}, wb2)
-	p.set("A", ta)
-	p.set("B", tb)
+	d := destagedPair(t)
+	owner, p, ta := d.owner, d.p, d.ta
 	ctx := context.Background()
-	if _, err := ta.Put(ctx, "wback", "k", bytesReader([]byte("hello")), putOpts(5)); err != nil {
-		t.Fatal(err)
-	}
-	if err := ta.WaitDestaged(ctx); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "replica marked clean", func() bool {
-		i, err := holder.local.Stat(ctx, "wback", "k")
-		return err == nil && !i.Dirty && tb.Backlog().ReplicaObjects == 0
-	})
 	// A failing replica fails the PUT, but the owner's copy is still destaged.
 	p.order = []string{"A"}
 	if _, err := ta.Put(ctx, "wback", "k2", bytesReader([]byte("x")), putOpts(1)); !errors.Is(err, object.ErrUnavailable) {
