@@ -498,7 +498,6 @@ func TestMultipartWithinDirtyCap(t *testing.T) {
 	}
 }
 
-// peers is a Replicator that copies to other Tiers in the same process.
 // replicaPair is an owner (node A) and a replica holder (node B) of a
 // copies=2 write-back bucket on the owner's backend.
 type replicaPair struct {
@@ -533,6 +532,7 @@ func destagedPair(t *testing.T) replicaPair {
 	return d
 }
 
+// peers is a Replicator that copies to other Tiers in the same process.
 type peers struct {
 	mu    sync.Mutex
 	tiers map[string]*tier.Tier
