@@ -852,47 +852,65 @@ func volumeInfoJSON(t *testing.T, c *localcluster.Cluster, i int, name string) n
 	return info
 }
 
-// TestVolumeLostChunks: node3 and node4 of a 4-node cluster die together
-// and are removed one after the other, so the re-placement of node3's
-// chunks finds those whose two copies were on node3 and node4 with no
-// copy left. It still ends, and so does node4's after it; volume info
-// lists exactly those chunks as lost; through either node left their
-// reads and writes fail with EIO while every other chunk reads back;
-// and once the loss is accepted they read as zeros through both nodes
-// (each of which reads its own copy).
+// TestVolumeLostChunks: two nodes of a 4-node cluster die together and
+// are removed one after the other, so the re-placement of the first one's
+// chunks finds those whose two copies were on the two dead nodes with no
+// copy left. It still ends, and so does the second one's after it; volume
+// info lists exactly those chunks as lost; through either node left their
+// reads and writes fail with EIO while every other chunk reads back; and
+// once the loss is accepted they read as zeros through both nodes (each of
+// which reads its own copy). The dead pair is the non-voter and one voter,
+// so that the raft quorum survives: which nodes vote depends on the order
+// in which they joined.
 func TestVolumeLostChunks(t *testing.T) {
 	const name = "vol10"
 	c := startCluster(t, localcluster.Spec{Nodes: 4})
-	volumeCmd(t, c, 0, "create", name, "--size", "32MiB", "--copies", "2", "--chunk", "1MiB")
-	uri := func(i int) string { return fmt.Sprintf("nbd://%s/%s", c.Configs[i].NBD[0], name) }
+	waitThreeVoters(t, c, 0)
+	var voters, others []int
+	for i, cfg := range c.Configs {
+		if clusterMap(t, c, 0).Nodes[cfg.ID].Voter {
+			voters = append(voters, i)
+		} else {
+			others = append(others, i)
+		}
+	}
+	// Node indexes: live[0] and live[1] stay, dead[0] and dead[1] die.
+	live, dead := voters[:2], []int{voters[2], others[0]}
+	id := func(i int) string { return c.Configs[i].ID }
+	t.Logf("killing %s and %s", id(dead[0]), id(dead[1]))
+
+	volumeCmd(t, c, live[0], "create", name, "--size", "32MiB", "--copies", "2", "--chunk", "1MiB")
+	uri := func(i int) string { return fmt.Sprintf("nbd://%s/%s", c.Configs[live[i]].NBD[0], name) }
 	runTool(t, "qemu-io", "-f", "raw", "-c", "write -P 0x5a 0 32M", "-c", "flush", uri(0))
 	var lost []int64
 	for i := range int64(32) {
 		o := placement.Owners([]string{"node1", "node2", "node3", "node4"}, volume.ChunkName(name, i), 2)
-		if !slices.Contains(o, "node1") && !slices.Contains(o, "node2") {
+		if !slices.Contains(o, id(live[0])) && !slices.Contains(o, id(live[1])) {
 			lost = append(lost, i)
 		}
 	}
 	if len(lost) == 0 || len(lost) == 32 {
-		t.Fatalf("placement puts %d of 32 chunks only on node3 and node4: pick another volume name", len(lost))
+		t.Fatalf("placement puts %d of 32 chunks only on %s and %s: pick another volume name", len(lost), id(dead[0]), id(dead[1]))
 	}
 
-	c.Kill(2)
-	c.Kill(3)
-	waitFor(t, 30*time.Second, "the map to mark node3 and node4 down", func() bool {
-		m := clusterMap(t, c, 0)
-		return m.Nodes["node3"].State == cluster.StateDown && m.Nodes["node4"].State == cluster.StateDown
+	c.Kill(dead[0])
+	c.Kill(dead[1])
+	waitFor(t, 30*time.Second, "the map to mark the dead nodes down", func() bool {
+		m := clusterMap(t, c, live[0])
+		return m.Nodes[id(dead[0])].State == cluster.StateDown && m.Nodes[id(dead[1])].State == cluster.StateDown
 	})
-	admin(t, c, 0, "node", "rm", "node3")
-	admin(t, c, 0, "node", "rm", "node4")
+	admin(t, c, live[0], "node", "rm", id(dead[0]))
+	admin(t, c, live[0], "node", "rm", id(dead[1]))
+	survivors := []string{id(live[0]), id(live[1])}
+	slices.Sort(survivors)
 	waitFor(t, 60*time.Second, "the re-placements to end", func() bool {
-		v := clusterMap(t, c, 0).Volumes[name]
-		return v.Prev == nil && slices.Equal(v.Nodes, []string{"node1", "node2"})
+		v := clusterMap(t, c, live[0]).Volumes[name]
+		return v.Prev == nil && slices.Equal(v.Nodes, survivors)
 	})
-	if info := volumeInfoJSON(t, c, 1, name); !slices.Equal(info.Lost, lost) {
+	if info := volumeInfoJSON(t, c, live[1], name); !slices.Equal(info.Lost, lost) {
 		t.Fatalf("volume info lists lost chunks %v, want %v", info.Lost, lost)
 	}
-	if out := volumeCmd(t, c, 1, "info", name); !strings.Contains(out, fmt.Sprintf("LOST: %d chunks (", len(lost))) {
+	if out := volumeCmd(t, c, live[1], "info", name); !strings.Contains(out, fmt.Sprintf("LOST: %d chunks (", len(lost))) {
 		t.Fatalf("volume info does not show the lost chunks:\n%s", out)
 	}
 	readAll := func(what string, lostPattern byte, lostFails bool) {
@@ -904,28 +922,28 @@ func TestVolumeLostChunks(t *testing.T) {
 				case !slices.Contains(lost, ch):
 				case lostFails:
 					if !strings.Contains(msg, "Input/output error") {
-						t.Fatalf("%s: lost chunk %d read through node%d: %q, want EIO", what, ch, i+1, msg)
+						t.Fatalf("%s: lost chunk %d read through %s: %q, want EIO", what, ch, id(live[i]), msg)
 					}
 					continue
 				default:
 					msg = qemuRead(uri(i), ch<<20, 1<<20, lostPattern)
 				}
 				if msg != "" {
-					t.Fatalf("%s: chunk %d through node%d: %s", what, ch, i+1, msg)
+					t.Fatalf("%s: chunk %d through %s: %s", what, ch, id(live[i]), msg)
 				}
 			}
 		}
 	}
 	readAll("lost", 0, true)
-	// Node2's metrics: the lost chunks, and the reads it answered with an
-	// error and without.
-	if n := metric(t, c, 1, `slipstream_volume_lost_chunks{volume="vol10"}`); n != float64(len(lost)) {
+	// The second survivor's metrics: the lost chunks, and the reads it
+	// answered with an error and without.
+	if n := metric(t, c, live[1], `slipstream_volume_lost_chunks{volume="vol10"}`); n != float64(len(lost)) {
 		t.Errorf("slipstream_volume_lost_chunks = %v, want %d", n, len(lost))
 	}
-	if n := metric(t, c, 1, `slipstream_nbd_requests_total{op="read",result="error"}`); n < float64(len(lost)) {
+	if n := metric(t, c, live[1], `slipstream_nbd_requests_total{op="read",result="error"}`); n < float64(len(lost)) {
 		t.Errorf("NBD reads answered with an error: %v, want at least %d", n, len(lost))
 	}
-	if n := metric(t, c, 1, `slipstream_nbd_bytes_total{op="read"}`); n < float64(32-len(lost))*(1<<20) {
+	if n := metric(t, c, live[1], `slipstream_nbd_bytes_total{op="read"}`); n < float64(32-len(lost))*(1<<20) {
 		t.Errorf("NBD bytes read: %v, want at least %d MiB", n, 32-len(lost))
 	}
 	out, err := exec.Command("qemu-io", "-f", "raw", "-c", fmt.Sprintf("write -P 0x11 %d 4k", lost[0]<<20), uri(1)).CombinedOutput()
@@ -933,18 +951,18 @@ func TestVolumeLostChunks(t *testing.T) {
 		t.Fatalf("a write to lost chunk %d succeeded: %s", lost[0], out)
 	}
 
-	out2 := volumeCmd(t, c, 1, "accept-loss", name)
+	out2 := volumeCmd(t, c, live[1], "accept-loss", name)
 	if !strings.Contains(out2, fmt.Sprintf("the loss of %d chunks accepted", len(lost))) {
 		t.Fatalf("accept-loss: %s", out2)
 	}
-	if info := volumeInfoJSON(t, c, 0, name); len(info.Lost) != 0 {
+	if info := volumeInfoJSON(t, c, live[0], name); len(info.Lost) != 0 {
 		t.Fatalf("lost chunks after accept-loss: %v", info.Lost)
 	}
 	waitFor(t, 10*time.Second, "the lost chunks to read as zeros", func() bool {
 		return qemuRead(uri(0), lost[0]<<20, 1<<20, 0) == "" && qemuRead(uri(1), lost[0]<<20, 1<<20, 0) == ""
 	})
 	readAll("accepted", 0, false)
-	if n := metric(t, c, 0, `slipstream_volume_lost_chunks{volume="vol10"}`); n != 0 {
+	if n := metric(t, c, live[0], `slipstream_volume_lost_chunks{volume="vol10"}`); n != 0 {
 		t.Errorf("slipstream_volume_lost_chunks after accept-loss = %v", n)
 	}
 }
