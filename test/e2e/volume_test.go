@@ -867,8 +867,9 @@ func TestVolumeLostChunks(t *testing.T) {
 	c := startCluster(t, localcluster.Spec{Nodes: 4})
 	waitThreeVoters(t, c, 0)
 	var voters, others []int
+	m := clusterMap(t, c, 0)
 	for i, cfg := range c.Configs {
-		if clusterMap(t, c, 0).Nodes[cfg.ID].Voter {
+		if m.Nodes[cfg.ID].Voter {
 			voters = append(voters, i)
 		} else {
 			others = append(others, i)
