@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/slipstream-io/slipstream/internal/object"
+	"github.com/slipstream-io/slipstream/internal/testnet"
 )
 
 var t0 = time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
@@ -571,12 +572,7 @@ func TestRefusesAll(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	closed, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gone := closed.Addr().String()
-	closed.Close()
+	gone := testnet.RefusingAddr(t, "127.0.0.1")
 	ctx := context.Background()
 	for _, tc := range []struct {
 		addrs []string

@@ -2,10 +2,11 @@ package netx
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/slipstream-io/slipstream/internal/testnet"
 )
 
 // TestDownPairNotForgottenWhileAvoided: a pair taken out is avoided by the
@@ -14,12 +15,7 @@ import (
 // picked onto it (here one that cannot be replayed) would fail on the dead
 // address again, once every PairTTL for as long as the address is dead.
 func TestDownPairNotForgottenWhileAvoided(t *testing.T) {
-	dead, err := net.Listen("tcp", "127.0.0.3:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadAddr := dead.Addr().String()
-	dead.Close()
+	deadAddr := testnet.RefusingAddr(t, "127.0.0.3")
 	s := startServer(t, "127.0.0.2:0", 0)
 	tr := newTestTransport(t, Config{
 		LocalAddrs: []string{"127.0.0.5"}, FailAfter: 200 * time.Millisecond,

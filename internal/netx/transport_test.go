@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/slipstream-io/slipstream/internal/testnet"
 )
 
 // testServer is one HTTP server on one loopback address, recording the
@@ -470,12 +472,7 @@ func TestHungPeerNotRetriedOnDownPairs(t *testing.T) {
 // TestNoReplayOfOneShotBody: a PUT whose body cannot be re-created is not
 // retried when its pair fails; with GetBody it is, and arrives once.
 func TestNoReplayOfOneShotBody(t *testing.T) {
-	dead, err := net.Listen("tcp", "127.0.0.3:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadAddr := dead.Addr().String()
-	dead.Close()
+	deadAddr := testnet.RefusingAddr(t, "127.0.0.3")
 	s := startServer(t, "127.0.0.2:0", 0)
 	for _, replay := range []bool{false, true} {
 		t.Run(fmt.Sprint("replayable=", replay), func(t *testing.T) {

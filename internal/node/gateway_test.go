@@ -27,6 +27,7 @@ import (
 	"github.com/slipstream-io/slipstream/internal/object"
 	"github.com/slipstream-io/slipstream/internal/peer"
 	"github.com/slipstream-io/slipstream/internal/placement"
+	"github.com/slipstream-io/slipstream/internal/testnet"
 	"github.com/slipstream-io/slipstream/internal/tier"
 )
 
@@ -219,9 +220,7 @@ func TestFanOutHashesOnce(t *testing.T) {
 func TestWriteToNextNodeWhenOneIsGone(t *testing.T) {
 	ids := []string{"n1", "n2", "n3", "n4", "n5"}
 	order := placement.Order(ids, placement.ObjectName("b", "k"))
-	dead := httptest.NewServer(nil)
-	deadAddr := dead.URL
-	dead.Close() // its port now refuses connections
+	deadAddr := "http://" + testnet.RefusingAddr(t, "127.0.0.1")
 	tests := []struct {
 		name     string
 		mode     string

@@ -16,6 +16,7 @@ import (
 
 	"github.com/slipstream-io/slipstream/internal/cluster"
 	"github.com/slipstream-io/slipstream/internal/placement"
+	"github.com/slipstream-io/slipstream/internal/testnet"
 	"github.com/slipstream-io/slipstream/internal/volume"
 )
 
@@ -502,14 +503,7 @@ func TestVolumeClientsFollowTheMap(t *testing.T) {
 		addr, _, stop := serveChunks(t)
 		return addr, stop
 	}
-	deadAddr := func() string { // a port nothing listens on
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		return ln.Addr().String()
-	}()
+	deadAddr := testnet.RefusingAddr(t, "127.0.0.1")
 	old, stopOld := serve()
 	m := cluster.NewMap()
 	m.Nodes["b"] = cluster.NodeInfo{ID: "b", IntraAddrs: []string{old}}
