@@ -184,14 +184,17 @@ func (w *work) ingest(ctx context.Context, r io.Reader, limit int64, wantMD5 boo
 			if err := w.reserve(ctx, d.size+int64(nr)); err != nil {
 				return d, err
 			}
+			// Hashed before the write, while the bytes just read are
+			// still in the CPU's cache (an O_DIRECT write never reads
+			// them through it).
 			chunk := buf[:nr]
-			if err := w.write(ctx, chunk); err != nil {
-				return d, err
-			}
 			if md != nil {
 				md.Write(chunk)
 			}
 			crc.Write(chunk)
+			if err := w.write(ctx, chunk); err != nil {
+				return d, err
+			}
 			d.size += int64(nr)
 		}
 		if rerr == io.EOF {
