@@ -36,6 +36,7 @@ HDR
 	section "Write paths with the drives in memory (no shared disk)" bench-tier-write-mem.md
 	notes bench-tier-write-notes.md
 	section "Eviction: S3-FIFO vs LRU under scans" bench-evict.md
+	notes bench-evict-notes.md
 	section "Store: work files spread over directories (file creation on ext4 without a journal)" bench-store.md
 	notes bench-multihoming.md # has its own title
 	section "Block volumes over NBD: the fio matrix (analysis of the set-up in docs/bench-nbd.md)" bench-nbd-run.md

@@ -24,6 +24,7 @@ func demoCommand() Command {
 			fs.DurationVar(&cfg.Latency, "remote-latency", 25*time.Millisecond, "remote time to first byte")
 			fs.IntVar(&cfg.Workers, "workers", 8, "loader workers")
 			fs.IntVar(&cfg.BigFactor, "big-factor", 2, "the large dataset is this many times the cache")
+			fs.StringVar(&cfg.Policy, "policy", "s3fifo", "eviction policy of the nodes: s3fifo or lru")
 			if err := parseFlags(fs, env.Args); err != nil {
 				return err
 			}

@@ -2,8 +2,9 @@
 // the three tests of a fast-tier benchmark at small scale: a local cluster
 // in front of a slowed-down local stand-in for a remote bucket; an epoch
 // read directly from the remote (the baseline), a cold epoch through the
-// cluster (filling it), a warm epoch (served from the cluster's drives),
-// and two epochs over a dataset larger than the cache. It prints the
+// cluster (filling it), warm epochs (served from the cluster's drives),
+// two epochs over a dataset larger than the cache, and one more epoch over
+// the first dataset to show what that scan left of it. It prints the
 // comparison table and writes an HTML report with plots.
 package demo
 
@@ -15,6 +16,7 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,10 +24,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
+	"github.com/slipstream-io/slipstream/internal/config"
 	"github.com/slipstream-io/slipstream/internal/loader"
 	"github.com/slipstream-io/slipstream/internal/localcluster"
 	"github.com/slipstream-io/slipstream/internal/remotesim"
 	"github.com/slipstream-io/slipstream/internal/report"
+	"github.com/slipstream-io/slipstream/internal/store/evict"
 	"github.com/slipstream-io/slipstream/internal/sysstat"
 )
 
@@ -44,6 +48,7 @@ type Config struct {
 	Latency    time.Duration // remote time to first byte [25ms]
 	Workers    int           // loader workers [8]
 	Nodes      int           // [3]
+	Policy     string        // eviction policy, s3fifo or lru [s3fifo]
 	Keep       bool          // keep WorkDir
 }
 
@@ -65,6 +70,9 @@ func (c *Config) defaults() {
 	}
 	if c.ObjectSize == 0 {
 		c.ObjectSize = 1 << 20
+	}
+	if c.Policy == "" {
+		c.Policy = "s3fifo"
 	}
 	if c.BigFactor == 0 {
 		c.BigFactor = 2
@@ -94,6 +102,9 @@ const (
 // Run runs the demo and returns the results in the order they ran.
 func Run(ctx context.Context, cfg Config) ([]*loader.Result, error) {
 	cfg.defaults()
+	if _, err := evict.New(cfg.Policy); err != nil {
+		return nil, err
+	}
 	say := func(format string, args ...any) { fmt.Fprintf(cfg.Out, format+"\n", args...) }
 	if cfg.WorkDir == "" {
 		d, err := os.MkdirTemp("", "slipstream-demo")
@@ -135,6 +146,7 @@ func Run(ctx context.Context, cfg Config) ([]*loader.Result, error) {
 	cl, err := localcluster.Start(ctx, localcluster.Spec{
 		Binary: cfg.Binary, DataDir: filepath.Join(cfg.WorkDir, "cluster"), Nodes: cfg.Nodes, Mountpaths: mountpaths,
 		BasePort: port, Net: net, MaxBytes: cfg.CacheBytes / int64(cfg.Nodes*mountpaths),
+		ExtraConfig: func(_ int, n *config.Node) { n.Space.Policy = cfg.Policy },
 	})
 	if err != nil {
 		return nil, err
@@ -163,7 +175,8 @@ func Run(ctx context.Context, cfg Config) ([]*loader.Result, error) {
 		{"direct from backend", "one epoch read straight from the remote: the baseline", rem.Endpoint, remoteBucket, "fits/obj-", rem.AccessKey, rem.SecretKey, 1, false},
 		{"cold", "first epoch through the cluster: every object is fetched and kept", cl.Endpoint(0), "dataset", "obj-", cl.Spec.AccessKey, cl.Spec.SecretKey, 1, true},
 		{"warm", "four more epochs: served from the cluster's drives", cl.Endpoint(0), "dataset", "obj-", cl.Spec.AccessKey, cl.Spec.SecretKey, 4, true},
-		{"larger than cache", fmt.Sprintf("two epochs over a dataset %dx the cache (S3-FIFO eviction)", cfg.BigFactor), cl.Endpoint(0), "bigset", "obj-", cl.Spec.AccessKey, cl.Spec.SecretKey, 2, true},
+		{"larger than cache", fmt.Sprintf("two epochs over a dataset %dx the cache (%s eviction)", cfg.BigFactor, policyName(cfg.Policy)), cl.Endpoint(0), "bigset", "obj-", cl.Spec.AccessKey, cl.Spec.SecretKey, 2, true},
+		{"warm after the scan", "one more epoch over the first dataset: what the larger one left of it", cl.Endpoint(0), "dataset", "obj-", cl.Spec.AccessKey, cl.Spec.SecretKey, 1, true},
 	}
 	var results []*loader.Result
 	for _, r := range runs {
@@ -206,6 +219,13 @@ func Run(ctx context.Context, cfg Config) ([]*loader.Result, error) {
 	abs, _ := filepath.Abs(filepath.Join(cfg.Report, "index.html"))
 	say("\nreport: %s", abs)
 	return results, nil
+}
+
+func policyName(p string) string {
+	if p == "s3fifo" {
+		return "S3-FIFO"
+	}
+	return strings.ToUpper(p)
 }
 
 func fileName(label string) string {
