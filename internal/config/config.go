@@ -10,10 +10,13 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/slipstream-io/slipstream/internal/store/evict"
 )
 
 // ErrInvalid is wrapped by every validation error.
@@ -316,8 +319,8 @@ func (n *Node) Validate() error {
 	if n.Space.LowWatermark <= 0 || n.Space.HighWatermark > 100 || n.Space.LowWatermark >= n.Space.HighWatermark {
 		return bad("space", "need 0 < low_watermark < high_watermark <= 100 (got %v, %v)", n.Space.LowWatermark, n.Space.HighWatermark)
 	}
-	if n.Space.Policy != "lru" && n.Space.Policy != "s3fifo" {
-		return bad("space.policy", "must be lru or s3fifo (got %q)", n.Space.Policy)
+	if names := evict.Names(); !slices.Contains(names, n.Space.Policy) {
+		return bad("space.policy", "must be %s (got %q)", strings.Join(names, " or "), n.Space.Policy)
 	}
 	if n.Space.MaxBytes < 0 {
 		return bad("space.max_bytes_per_mountpath", "must not be negative")

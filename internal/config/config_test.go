@@ -49,6 +49,7 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"nbd tls without key", "raft: 127.0.0.1:9200\n", "nbd_tls"},
 		{"nbd client ca alone", "raft: 127.0.0.1:9200\n", "nbd_tls.client_ca"},
 		{"intra tls migrate alone", "raft: 127.0.0.1:9200\n", "intra_tls_migrate"},
+		{"unknown eviction policy", "raft: 127.0.0.1:9200\n", "space.policy"},
 	}
 	repl := map[string]string{
 		"no id":                   "",
@@ -62,6 +63,7 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		"nbd tls without key":     "raft: 127.0.0.1:9200\nnbd_tls: {cert: c.pem}\n",
 		"nbd client ca alone":     "raft: 127.0.0.1:9200\nnbd_tls: {client_ca: ca.pem}\n",
 		"intra tls migrate alone": "raft: 127.0.0.1:9200\nintra_tls_migrate: true\n",
+		"unknown eviction policy": "raft: 127.0.0.1:9200\nspace: {policy: mru}\n",
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
