@@ -24,48 +24,38 @@ type FDBSwitch struct {
 // ParseFDBs streams opensm.fdbs ("dump_ucast_routes: Switch 0x..." blocks).
 func ParseFDBs(r io.Reader, name string, fn func(*FDBSwitch) error) error {
 	lr := newLineReader(r, name)
-	var cur *FDBSwitch
-	flush := func() error {
-		if cur == nil {
-			return nil
-		}
-		c := cur
-		cur = nil
-		return fn(c)
-	}
-	for {
-		line, err := lr.next()
-		if err == io.EOF {
-			return flush()
-		}
-		if err != nil {
-			return err
-		}
+	sw := block[FDBSwitch]{emit: fn}
+	err := lr.each(func(line []byte) error {
 		t := trimSpace(line)
 		switch {
 		case len(t) == 0 || hasPrefix(t, "LID"):
 		case hasPrefix(t, "dump_ucast_routes: Switch "):
-			if err := flush(); err != nil {
+			if err := sw.done(); err != nil {
 				return err
 			}
 			g, _, ok := parseHex(t[len("dump_ucast_routes: Switch "):])
 			if !ok {
 				return lr.errf("bad switch GUID")
 			}
-			cur = &FDBSwitch{GUID: g, Line: lr.line}
+			sw.cur = &FDBSwitch{GUID: g, Line: lr.line}
 		case hasPrefix(t, "0x"):
-			if cur == nil {
+			if sw.cur == nil {
 				return lr.errf("entry before a switch header")
 			}
 			e, msg := parseFDBEntry(t)
 			if msg != "" {
 				return lr.errf("%s in %q", msg, clip(t))
 			}
-			cur.Entries = append(cur.Entries, e)
+			sw.cur.Entries = append(sw.cur.Entries, e)
 		default:
 			return lr.errf("unexpected line %q", clip(t))
 		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
+	return sw.done()
 }
 
 // parseFDBEntry: "0x0001 : 001  : 01   : yes" or "0x0005 : UNREACHABLE".
@@ -133,37 +123,22 @@ type LIDMatrixSwitch struct {
 // ParseLIDMatrix streams opensm-lid-matrix.dump.
 func ParseLIDMatrix(r io.Reader, name string, fn func(*LIDMatrixSwitch) error) error {
 	lr := newLineReader(r, name)
-	var cur *LIDMatrixSwitch
-	flush := func() error {
-		if cur == nil {
-			return nil
-		}
-		c := cur
-		cur = nil
-		return fn(c)
-	}
-	for {
-		line, err := lr.next()
-		if err == io.EOF {
-			return flush()
-		}
-		if err != nil {
-			return err
-		}
+	sw := block[LIDMatrixSwitch]{emit: fn}
+	err := lr.each(func(line []byte) error {
 		t := trimSpace(line)
 		switch {
 		case len(t) == 0:
 		case hasPrefix(t, "Switch: guid "):
-			if err := flush(); err != nil {
+			if err := sw.done(); err != nil {
 				return err
 			}
 			g, _, ok := parseHex(t[len("Switch: guid "):])
 			if !ok {
 				return lr.errf("bad switch GUID")
 			}
-			cur = &LIDMatrixSwitch{GUID: g, Line: lr.line}
+			sw.cur = &LIDMatrixSwitch{GUID: g, Line: lr.line}
 		case hasPrefix(t, "0x"):
-			if cur == nil {
+			if sw.cur == nil {
 				return lr.errf("row before a switch header")
 			}
 			lid, b, ok := parseHex(t)
@@ -185,9 +160,14 @@ func ParseLIDMatrix(r io.Reader, name string, fn func(*LIDMatrixSwitch) error) e
 				}
 				row.Hops = append(row.Hops, uint8(h))
 			}
-			cur.Rows = append(cur.Rows, row)
+			sw.cur.Rows = append(sw.cur.Rows, row)
 		default:
 			return lr.errf("unexpected line %q", clip(t))
 		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
+	return sw.done()
 }

@@ -101,6 +101,40 @@ func (lr *lineReader) next() ([]byte, error) {
 	return b, nil
 }
 
+// each calls fn with every line in turn (valid until fn returns) until
+// the input ends, when it returns nil, or a read or fn fails.
+func (lr *lineReader) each(fn func(line []byte) error) error {
+	for {
+		line, err := lr.next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := fn(line); err != nil {
+			return err
+		}
+	}
+}
+
+// block holds the block of a dump being read (a switch's table, a node
+// and its ports) until it is complete, then hands it to emit.
+type block[T any] struct {
+	cur  *T
+	emit func(*T) error
+}
+
+// done hands the current block, if any, to emit.
+func (b *block[T]) done() error {
+	if b.cur == nil {
+		return nil
+	}
+	c := b.cur
+	b.cur = nil
+	return b.emit(c)
+}
+
 func (lr *lineReader) errf(format string, args ...any) error {
 	return &ParseError{File: lr.name, Line: lr.line, Msg: fmt.Sprintf(format, args...)}
 }

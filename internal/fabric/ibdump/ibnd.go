@@ -38,34 +38,16 @@ type NodePort struct {
 // syntax). fn gets each node after its last port line.
 func ParseIBNetDiscover(r io.Reader, name string, fn func(*Node) error) error {
 	lr := newLineReader(r, name)
-	var cur *Node
+	node := block[Node]{emit: fn}
 	var pendGUID, pendPortGUID uint64
-	flush := func() error {
-		if cur == nil {
-			return nil
-		}
-		c := cur
-		cur = nil
-		return fn(c)
-	}
-	for {
-		line, err := lr.next()
-		if err == io.EOF {
-			return flush()
-		}
-		if err != nil {
-			return err
-		}
+	err := lr.each(func(line []byte) error {
 		t := trimSpace(line)
 		switch {
 		case len(t) == 0 || t[0] == '#':
-			continue
 		case hasPrefix(t, "vendid=") || hasPrefix(t, "devid=") || hasPrefix(t, "sysimgguid="):
-			if err := flush(); err != nil {
-				return err
-			}
+			return node.done()
 		case hasPrefix(t, "switchguid=") || hasPrefix(t, "caguid=") || hasPrefix(t, "rtguid="):
-			if err := flush(); err != nil {
+			if err := node.done(); err != nil {
 				return err
 			}
 			v := t[index(t, "=")+1:]
@@ -82,7 +64,7 @@ func ParseIBNetDiscover(r io.Reader, name string, fn func(*Node) error) error {
 				pendPortGUID = pg
 			}
 		case hasPrefix(t, "Switch") || hasPrefix(t, "Ca") || hasPrefix(t, "Hca") || hasPrefix(t, "Rt"):
-			if err := flush(); err != nil {
+			if err := node.done(); err != nil {
 				return err
 			}
 			n, msg := parseNodeHeader(t)
@@ -95,9 +77,9 @@ func ParseIBNetDiscover(r io.Reader, name string, fn func(*Node) error) error {
 			}
 			n.PortGUID = pendPortGUID
 			pendGUID, pendPortGUID = 0, 0
-			cur = n
+			node.cur = n
 		case t[0] == '[':
-			if cur == nil {
+			if node.cur == nil {
 				return lr.errf("port line before a node header")
 			}
 			p, msg := parsePortLine(t)
@@ -105,11 +87,16 @@ func ParseIBNetDiscover(r io.Reader, name string, fn func(*Node) error) error {
 				return lr.errf("%s in %q", msg, clip(t))
 			}
 			p.Line = lr.line
-			cur.Ports = append(cur.Ports, p)
+			node.cur.Ports = append(node.cur.Ports, p)
 		default:
 			return lr.errf("unexpected line %q", clip(t))
 		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
+	return node.done()
 }
 
 // parseNodeHeader: Switch	6 "S-0002c90300000400"		# "leaf004" base port 0 lid 5 lmc 0

@@ -48,7 +48,6 @@ type LFTHandler struct {
 // its "N lids dumped" footer) is truncated: a *ParseError.
 func ParseLFTs(r io.Reader, name string, h LFTHandler) error {
 	lr := newLineReader(r, name)
-	var cur *LFT
 	// top is the highest LID of the current header's range (at most
 	// MaxLID): the tables grow by doubling, but never past the range while
 	// entries stay in it, and never past hard
@@ -58,33 +57,16 @@ func ParseLFTs(r io.Reader, name string, h LFTHandler) error {
 		hard = min(hard, int(h.MaxLID))
 	}
 	var seen []bool
-	flush := func() error {
-		if cur == nil {
-			return nil
-		}
-		c := cur
-		cur = nil
+	sw := block[LFT]{emit: func(l *LFT) error {
 		if h.Switch != nil {
-			return h.Switch(c)
+			return h.Switch(l)
 		}
 		return nil
-	}
-	for {
-		line, err := lr.next()
-		if err == io.EOF {
-			// Both formats end every switch's table with a footer; a
-			// table still open at EOF means the dump was cut short (its
-			// last entry may even be cut mid-line, "0x0003 00").
-			if cur != nil {
-				return &ParseError{File: lr.name, Line: lr.line, Msg: fmt.Sprintf("file ends inside switch %s's table (header at line %d): truncated", lftName(cur), cur.Line)}
-			}
-			return nil
-		}
-		if err != nil {
-			return err
-		}
+	}}
+	err := lr.each(func(line []byte) error {
 		if len(line) >= 2 && line[0] == '0' && line[1] == 'x' {
 			// Entry: "0x0001 001 # comment" or "0x0001 005 : (comment)".
+			cur := sw.cur
 			if cur == nil {
 				return lr.errf("LFT entry before a switch header")
 			}
@@ -121,23 +103,23 @@ func ParseLFTs(r io.Reader, name string, h LFTHandler) error {
 					}
 				}
 			}
-			continue
+			return nil
 		}
 		t := trimSpace(line)
 		switch {
 		case len(t) == 0:
 		case hasPrefix(t, "Unicast lids ["):
-			if err := flush(); err != nil {
+			if err := sw.done(); err != nil {
 				return err
 			}
-			sw, hi, err := parseLFTHeader(t)
-			if err != "" {
-				return lr.errf("%s in %q", err, clip(t))
+			l, hi, msg := parseLFTHeader(t)
+			if msg != "" {
+				return lr.errf("%s in %q", msg, clip(t))
 			}
-			sw.Line = lr.line
-			cur, top = sw, min(hi, hard)
+			l.Line = lr.line
+			sw.cur, top = l, min(hi, hard)
 		case endsWith(t, "lids dumped"):
-			if cur == nil {
+			if sw.cur == nil {
 				return lr.errf("footer without a switch header")
 			}
 			// OpenSM counts the LIDs of the range here, including the
@@ -145,7 +127,7 @@ func ParseLFTs(r io.Reader, name string, h LFTHandler) error {
 			if _, _, ok := parseDec(t); !ok {
 				return lr.errf("bad footer %q", clip(t))
 			}
-			if err := flush(); err != nil {
+			if err := sw.done(); err != nil {
 				return err
 			}
 		case hasPrefix(t, "Lid") || hasPrefix(t, "Port"):
@@ -153,7 +135,18 @@ func ParseLFTs(r io.Reader, name string, h LFTHandler) error {
 		default:
 			return lr.errf("unexpected line %q", clip(t))
 		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
+	// Both formats end every switch's table with a footer; a table still
+	// open at EOF means the dump was cut short (its last entry may even be
+	// cut mid-line, "0x0003 00").
+	if cur := sw.cur; cur != nil {
+		return &ParseError{File: lr.name, Line: lr.line, Msg: fmt.Sprintf("file ends inside switch %s's table (header at line %d): truncated", lftName(cur), cur.Line)}
+	}
+	return nil
 }
 
 // lftName names a switch in errors: its GUID and description.

@@ -15,17 +15,10 @@ type GUIDLID struct {
 // ParseGUID2LID streams a guid2lid file ("0x<guid> 0x<min> 0x<max>" lines).
 func ParseGUID2LID(r io.Reader, name string, fn func(GUIDLID) error) error {
 	lr := newLineReader(r, name)
-	for {
-		line, err := lr.next()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
+	return lr.each(func(line []byte) error {
 		f := fields(line)
 		if len(f) == 0 || f[0][0] == '#' {
-			continue
+			return nil
 		}
 		if len(f) != 3 {
 			return lr.errf("expected '0x<guid> 0x<min lid> 0x<max lid>', got %q", clip(line))
@@ -46,10 +39,8 @@ func ParseGUID2LID(r io.Reader, name string, fn func(GUIDLID) error) error {
 		if n := vals[2] - vals[1] + 1; n > 128 || n&(n-1) != 0 || vals[1]&(n-1) != 0 {
 			return lr.errf("bad LID range %#x-%#x: %d LIDs from %#x, want 2^LMC (LMC <= 7) LIDs starting at a multiple of 2^LMC", vals[1], vals[2], n, vals[1])
 		}
-		if err := fn(GUIDLID{GUID: vals[0], Min: uint16(vals[1]), Max: uint16(vals[2]), Line: lr.line}); err != nil {
-			return err
-		}
-	}
+		return fn(GUIDLID{GUID: vals[0], Min: uint16(vals[1]), Max: uint16(vals[2]), Line: lr.line})
+	})
 }
 
 // Neighbor is one line of OpenSM's neighbors cache file: a link end
@@ -65,17 +56,10 @@ type Neighbor struct {
 // ParseNeighbors streams a neighbors file ("0x<guid>:<port> 0x<guid>:<port>").
 func ParseNeighbors(r io.Reader, name string, fn func(Neighbor) error) error {
 	lr := newLineReader(r, name)
-	for {
-		line, err := lr.next()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
+	return lr.each(func(line []byte) error {
 		f := fields(line)
 		if len(f) == 0 || f[0][0] == '#' {
-			continue
+			return nil
 		}
 		if len(f) != 2 {
 			return lr.errf("expected '0x<guid>:<port> 0x<guid>:<port>', got %q", clip(line))
@@ -96,8 +80,6 @@ func ParseNeighbors(r io.Reader, name string, fn func(Neighbor) error) error {
 			}
 			*p.g, *p.n = g, port
 		}
-		if err := fn(n); err != nil {
-			return err
-		}
-	}
+		return fn(n)
+	})
 }

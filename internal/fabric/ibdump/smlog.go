@@ -45,21 +45,11 @@ func ParseSMLog(r io.Reader, name string) (SMLog, error) {
 	notFatTree := false
 	// newStart: the next Activate line belongs to a new SM start
 	newStart := true
-	for {
-		line, err := lr.next()
-		if err == io.EOF {
-			if s.Engine == "" {
-				s.Failed, s.NotFatTree = failed, notFatTree
-			}
-			return s, nil
-		}
-		if err != nil {
-			return s, err
-		}
+	err := lr.each(func(line []byte) error {
 		if isSMStart(line) {
 			newStart = true
 			failed, notFatTree = nil, false
-			continue
+			return nil
 		}
 		if i := index(line, "Activate '"); i >= 0 {
 			rest := line[i+len("Activate '"):]
@@ -94,7 +84,15 @@ func ParseSMLog(r io.Reader, name string) (SMLog, error) {
 		if i := index(line, "ERR "); i >= 0 && len(s.Errors) < 100 {
 			s.Errors = append(s.Errors, clip(trimSpace(line[i:])))
 		}
+		return nil
+	})
+	if err != nil {
+		return s, err
 	}
+	if s.Engine == "" {
+		s.Failed, s.NotFatTree = failed, notFatTree
+	}
+	return s, nil
 }
 
 // isSMStart reports whether a log line is OpenSM's banner at startup:

@@ -33,17 +33,10 @@ type SubnetLink struct {
 // ParseSubnetList streams opensm-subnet.lst.
 func ParseSubnetList(r io.Reader, name string, fn func(l SubnetLink) error) error {
 	lr := newLineReader(r, name)
-	for {
-		line, err := lr.next()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
+	return lr.each(func(line []byte) error {
 		t := trimSpace(line)
 		if len(t) == 0 {
-			continue
+			return nil
 		}
 		var l SubnetLink
 		l.Line = lr.line
@@ -66,10 +59,8 @@ func ParseSubnetList(r io.Reader, name string, fn func(l SubnetLink) error) erro
 				return lr.errf("unexpected field %q", clip(f))
 			}
 		}
-		if err := fn(l); err != nil {
-			return err
-		}
-	}
+		return fn(l)
+	})
 }
 
 // parseLinkEnd parses "{ SW Ports:06 SystemGUID:... NodeGUID:... PortGUID:...
