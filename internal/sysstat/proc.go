@@ -27,40 +27,33 @@ type DiskCounters struct {
 // ignored.
 func ParseDiskstats(r io.Reader) ([]DiskCounters, error) {
 	var out []DiskCounters
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
-	line := 0
-	for sc.Scan() {
-		line++
-		f := strings.Fields(sc.Text())
+	err := eachLine(r, "diskstats", func(line int, text string) error {
+		f := strings.Fields(text)
 		if len(f) == 0 {
-			continue
+			return nil
 		}
 		if len(f) < 14 {
-			return nil, fmt.Errorf("%w: diskstats line %d: %d fields, want at least 14", ErrParse, line, len(f))
+			return fmt.Errorf("%w: diskstats line %d: %d fields, want at least 14", ErrParse, line, len(f))
 		}
 		var d DiskCounters
 		maj, err1 := strconv.ParseUint(f[0], 10, 32)
 		min, err2 := strconv.ParseUint(f[1], 10, 32)
 		if err1 != nil || err2 != nil {
-			return nil, fmt.Errorf("%w: diskstats line %d: bad device number %q:%q", ErrParse, line, f[0], f[1])
+			return fmt.Errorf("%w: diskstats line %d: bad device number %q:%q", ErrParse, line, f[0], f[1])
 		}
 		d.Major, d.Minor, d.Name = uint32(maj), uint32(min), f[2]
 		var nums [11]uint64
-		for i := range nums {
-			v, err := strconv.ParseUint(f[3+i], 10, 64)
-			if err != nil {
-				return nil, fmt.Errorf("%w: diskstats line %d field %d: %q", ErrParse, line, 4+i, f[3+i])
-			}
-			nums[i] = v
+		if err := parseUints(nums[:], f[3:], "diskstats", line, 4); err != nil {
+			return err
 		}
 		d.ReadIOs, d.ReadSectors = nums[0], nums[2]
 		d.WriteIOs, d.WriteSectors = nums[4], nums[6]
 		d.InFlight, d.IOTimeMs = nums[8], nums[9]
 		out = append(out, d)
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%w: diskstats: %w", ErrParse, err)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }
@@ -69,45 +62,68 @@ func ParseDiskstats(r io.Reader) ([]DiskCounters, error) {
 // interface: "name: 8 receive fields 8 transmit fields").
 func ParseNetDev(r io.Reader) ([]NICStat, error) {
 	var out []NICStat
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
-	line := 0
-	for sc.Scan() {
-		line++
-		text := sc.Text()
+	err := eachLine(r, "net/dev", func(line int, text string) error {
 		name, rest, ok := strings.Cut(text, ":")
 		if !ok {
 			if line <= 2 || strings.TrimSpace(text) == "" {
-				continue // headers
+				return nil // headers
 			}
-			return nil, fmt.Errorf("%w: net/dev line %d: no colon", ErrParse, line)
+			return fmt.Errorf("%w: net/dev line %d: no colon", ErrParse, line)
 		}
 		if strings.Contains(name, "|") {
-			continue
+			return nil
 		}
 		name = strings.TrimSpace(name)
 		f := strings.Fields(rest)
 		if name == "" || strings.ContainsAny(name, " \t") || len(f) < 16 {
-			return nil, fmt.Errorf("%w: net/dev line %d: %d fields, want 16", ErrParse, line, len(f))
+			return fmt.Errorf("%w: net/dev line %d: %d fields, want 16", ErrParse, line, len(f))
 		}
 		var nums [16]uint64
-		for i := range nums {
-			v, err := strconv.ParseUint(f[i], 10, 64)
-			if err != nil {
-				return nil, fmt.Errorf("%w: net/dev line %d field %d: %q", ErrParse, line, i+1, f[i])
-			}
-			nums[i] = v
+		if err := parseUints(nums[:], f, "net/dev", line, 1); err != nil {
+			return err
 		}
 		out = append(out, NICStat{
 			Name:    name,
 			RxBytes: nums[0], RxErrors: nums[2], RxDrops: nums[3],
 			TxBytes: nums[8], TxErrors: nums[10], TxDrops: nums[11],
 		})
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%w: net/dev: %w", ErrParse, err)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
+}
+
+// eachLine calls fn with every line of r and its number (from 1); what
+// names the file in errors.
+func eachLine(r io.Reader, what string, fn func(line int, text string) error) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
+	line := 0
+	for sc.Scan() {
+		line++
+		if err := fn(line, sc.Text()); err != nil {
+			return err
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrParse, what, err)
+	}
+	return nil
+}
+
+// parseUints parses the first len(dst) fields of f, decimal, into dst;
+// errors name the line and the field's number, counted from first.
+func parseUints(dst []uint64, f []string, what string, line, first int) error {
+	for i := range dst {
+		v, err := strconv.ParseUint(f[i], 10, 64)
+		if err != nil {
+			return fmt.Errorf("%w: %s line %d field %d: %q", ErrParse, what, line, first+i, f[i])
+		}
+		dst[i] = v
+	}
+	return nil
 }
 
 // Mount is one line of /proc/self/mountinfo, reduced to what device
@@ -124,14 +140,10 @@ type Mount struct {
 // superoptions". Octal escapes (\040 for a space) in paths are decoded.
 func ParseMountinfo(r io.Reader) ([]Mount, error) {
 	var out []Mount
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
-	line := 0
-	for sc.Scan() {
-		line++
-		f := strings.Fields(sc.Text())
+	err := eachLine(r, "mountinfo", func(line int, text string) error {
+		f := strings.Fields(text)
 		if len(f) == 0 {
-			continue
+			return nil
 		}
 		sep := -1
 		for i := 6; i < len(f); i++ {
@@ -141,22 +153,23 @@ func ParseMountinfo(r io.Reader) ([]Mount, error) {
 			}
 		}
 		if sep < 0 || sep+1 >= len(f) {
-			return nil, fmt.Errorf("%w: mountinfo line %d: malformed", ErrParse, line)
+			return fmt.Errorf("%w: mountinfo line %d: malformed", ErrParse, line)
 		}
 		majs, mins, ok := strings.Cut(f[2], ":")
 		maj, err1 := strconv.ParseUint(majs, 10, 32)
 		min, err2 := strconv.ParseUint(mins, 10, 32)
 		if !ok || err1 != nil || err2 != nil {
-			return nil, fmt.Errorf("%w: mountinfo line %d: bad device %q", ErrParse, line, f[2])
+			return fmt.Errorf("%w: mountinfo line %d: bad device %q", ErrParse, line, f[2])
 		}
 		m := Mount{Major: uint32(maj), Minor: uint32(min), MountPoint: unescape(f[4]), FSType: f[sep+1]}
 		if sep+2 < len(f) {
 			m.Source = unescape(f[sep+2])
 		}
 		out = append(out, m)
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%w: mountinfo: %w", ErrParse, err)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }
