@@ -163,29 +163,5 @@ func (l *Local) saveEpoch(vol string, epoch uint64) error {
 
 // writeEpoch replaces dir's epoch file durably.
 func writeEpoch(dir string, epoch uint64) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	tmp := filepath.Join(dir, epochFile+".tmp")
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return err
-	}
-	_, err = f.WriteString(strconv.FormatUint(epoch, 10) + "\n")
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, filepath.Join(dir, epochFile))
-	}
-	if err == nil {
-		err = syncDir(dir)
-	}
-	if err == nil {
-		err = syncDir(filepath.Dir(dir))
-	}
-	return err
+	return writeFileSync(filepath.Join(dir, epochFile), strconv.FormatUint(epoch, 10))
 }
