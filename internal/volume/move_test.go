@@ -99,12 +99,14 @@ func TestReplaceCopiesToNewcomers(t *testing.T) {
 		}
 		copy(want[c*memCS+memCS/4:], p)
 	}
+	// The writer records the end in the map (Placed), then marks it done
+	// here: wait for both.
 	waitUntil(t, "the writer to end the re-placement", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
-		return len(placedFor) > 0
+		return len(placedFor) > 0 && !wa.Moving()
 	})
-	if !slices.Equal(placedFor[0], []string{"a", "c"}) || wa.Moving() || wa.CopiesLeft() != 0 {
+	if !slices.Equal(placedFor[0], []string{"a", "c"}) || wa.CopiesLeft() != 0 {
 		t.Fatalf("placed for %v, moving %v", placedFor, wa.Moving())
 	}
 	check(wc, "c, while its map still shows the re-placement")
